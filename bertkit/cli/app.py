@@ -1,0 +1,42 @@
+"""The `bertkit` command. Subcommands import their heavy dependencies (torch...) only when they run,
+so `bertkit --help` answers instantly."""
+
+from __future__ import annotations
+
+import typer
+
+from bertkit import __version__
+from bertkit.cli import corpus, finetune, pretrain, quickstart, recipes, tokenize
+
+app = typer.Typer(
+    name="bertkit",
+    help="Raw text to a pretrained, distilled and fine-tuned BERT-family encoder.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+app.add_typer(tokenize.app, name="tokenize")
+app.command("build-corpus")(corpus.build_corpus_command)
+app.add_typer(corpus.app, name="corpus")
+app.command("pretrain")(pretrain.pretrain_command)
+app.command("finetune")(finetune.finetune_command)
+app.add_typer(recipes.app, name="recipes")
+app.command("quickstart")(quickstart.quickstart_command)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"bertkit {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version."),
+) -> None:
+    """Raw text to a pretrained, distilled and fine-tuned BERT-family encoder."""
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,63 @@
+"""What every subcommand shares: error handling, --json output, human-readable summaries."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import typer
+
+from bertkit.errors import BertkitError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+JSON_HELP = "Print one JSON object (paths, counts, metrics) as the last line of stdout; progress goes to stderr."
+QUIET_HELP = "No progress bars or status lines (accepted by every command, for uniform pipelines)."
+OVERWRITE_HELP = "Replace the output directory if it exists."
+
+
+def fail(message: str, code: int = 2) -> None:
+    sys.stderr.write(f"error: {message}\n")
+    raise typer.Exit(code)
+
+
+def guarded(func: F) -> F:
+    """Turn expected failures into one `error:` line and a non-zero exit, never a traceback."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except BertkitError as err:
+            fail(str(err), err.exit_code)
+        except KeyboardInterrupt:
+            fail("interrupted", 130)
+        except OSError as err:  # full disk, permissions, a vanished file: the environment, not a bug
+            fail(f"{err.strerror or err}{f': {err.filename}' if getattr(err, 'filename', None) else ''}")
+        except MemoryError:
+            fail("out of memory; lower the batch size or sequence length")
+
+    return wrapper  # type: ignore[return-value]
+
+
+def emit(result: dict[str, Any], as_json: bool, title: str) -> None:
+    """Print the result: one JSON line for pipelines, or a small table for people."""
+    if as_json:
+        sys.stdout.write(json.dumps(result, default=str) + "\n")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title, show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    for key, value in result.items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{k}={v}" for k, v in value.items())
+        elif isinstance(value, list):
+            value = ", ".join(map(str, value))
+        table.add_row(key, str(value))
+    Console().print(table)

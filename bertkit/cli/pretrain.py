@@ -1,0 +1,33 @@
+"""`bertkit pretrain`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from bertkit.cli.common import JSON_HELP, OVERWRITE_HELP, QUIET_HELP, emit, guarded
+
+SET_HELP = "Override a recipe field with a dotted key, e.g. --set optim.lr=3e-4 (repeatable)."
+
+
+@guarded
+def pretrain_command(
+    recipe: str = typer.Option(..., "--recipe", "-r", help="Recipe name (see `bertkit recipes list`) or a .yaml path."),
+    output: Path = typer.Option(..., "--output", "-o", help="Run directory to write."),
+    corpus: Path | None = typer.Option(None, "--corpus", "-c", help="Corpus directory from build-corpus."),
+    set_: list[str] = typer.Option([], "--set", help=SET_HELP),
+    init_from: Path | None = typer.Option(None, "--init-from", help="Start from this bertkit model or run directory."),
+    resume: bool = typer.Option(False, "--resume", help="Continue the run in --output from its last checkpoint."),
+    overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
+    json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
+) -> None:
+    """Pretrain an encoder with masked language modelling on a built corpus."""
+    from bertkit.config.recipe import load_recipe
+    from bertkit.pipelines.pretrain import pretrain
+
+    overrides = list(set_) + ([f"data.train={corpus}"] if corpus else [])
+    loaded = load_recipe(recipe, overrides, kind="pretrain")
+    summary = pretrain(loaded, output, init_from, overwrite, resume, quiet)  # type: ignore[arg-type]
+    emit(summary, json_out, "pretraining done")

@@ -1,0 +1,57 @@
+"""`bertkit quickstart`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from bertkit.cli.common import JSON_HELP, OVERWRITE_HELP, QUIET_HELP, guarded
+
+
+@guarded
+def quickstart_command(
+    output: Path = typer.Option(Path("runs/quickstart"), "--output", "-o", help="Where everything is written."),
+    pretrain_steps: int | None = typer.Option(None, "--pretrain-steps", help="Override the tiny recipe's steps."),
+    finetune_steps: int | None = typer.Option(None, "--finetune-steps", help="Override the fine-tuning steps."),
+    overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
+    json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
+) -> None:
+    """Tokenizer -> corpus -> pretraining -> fine-tuning on bundled real text, then a summary table."""
+    import json
+
+    from bertkit.pipelines.quickstart import quickstart
+
+    result = quickstart(output, overwrite, quiet, pretrain_steps, finetune_steps)
+    if json_out:
+        print(json.dumps(result, default=str))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    pre, ft = result["pretrain"], result["finetune"]
+    table = Table(title="bertkit quickstart", title_justify="left")
+    table.add_column("stage", style="bold")
+    table.add_column("result")
+    table.add_column("written to")
+    table.add_row("tokenizer", f"WordPiece, {result['tokenizer']['vocab_size']:,} tokens", result["tokenizer"]["path"])
+    table.add_row(
+        "corpus",
+        f"{result['corpus']['sequences']:,} sequences, {result['corpus']['tokens']:,} tokens",
+        result["corpus"]["path"],
+    )
+    table.add_row(
+        "pretrain",
+        f"{pre['parameters']:,} parameters; MLM loss {pre['loss_first']:.3f} -> "
+        f"{pre['loss_last']:.3f} in {pre['steps']} steps; held-out MLM acc {pre['eval'].get('mlm_acc')}",
+        pre["model_dir"],
+    )
+    table.add_row(
+        "finetune",
+        f"sentiment accuracy {ft['eval'].get('accuracy')} (macro-F1 {ft['eval'].get('macro_f1')}) "
+        f"on {ft['eval_examples']:,} held-out reviews; loss {ft['loss_first']:.3f} -> {ft['loss_last']:.3f}",
+        ft["model_dir"],
+    )
+    table.add_row("total", f"{result['seconds']:.0f} s", str(output))
+    Console().print(table)

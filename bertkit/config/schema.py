@@ -1,0 +1,129 @@
+"""One pydantic model per component. Unknown keys are errors, so a typo never passes silently."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelConfig(StrictModel):
+    """Shape of a BERT-family encoder. Defaults are BERT-base."""
+
+    family: Literal["bert", "roberta"] = "bert"
+    vocab_size: int = Field(30522, gt=0)
+    hidden_size: int = Field(768, gt=0)
+    num_layers: int = Field(12, gt=0)
+    num_heads: int = Field(12, gt=0)
+    intermediate_size: int = Field(3072, gt=0)
+    max_position_embeddings: int = Field(512, gt=0)
+    # 0 disables segment embeddings (RoBERTa keeps one all-zero type in HF; DistilBERT has none).
+    type_vocab_size: int = Field(2, ge=0)
+    hidden_act: Literal["gelu", "gelu_new", "relu"] = "gelu"
+    hidden_dropout: float = Field(0.1, ge=0.0, lt=1.0)
+    attention_dropout: float = Field(0.1, ge=0.0, lt=1.0)
+    layer_norm_eps: float = Field(1e-12, gt=0)
+    pad_token_id: int = Field(0, ge=0)
+    # RoBERTa numbers positions from padding_idx + 1 = 2 (fairseq heritage); BERT from 0.
+    position_offset: int = Field(0, ge=0)
+    pooler: bool = True
+    norm: Literal["post", "pre"] = "post"
+
+    @model_validator(mode="after")
+    def _heads_divide_hidden(self) -> ModelConfig:
+        if self.hidden_size % self.num_heads:
+            raise ValueError(
+                f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}; "
+                "pick a head count that divides it"
+            )
+        return self
+
+
+class MaskingConfig(StrictModel):
+    """BERT's corruption: select `prob` of the maskable tokens; 80% [MASK], 10% random, 10% kept."""
+
+    prob: float = Field(0.15, gt=0.0, lt=1.0)
+    mask_fraction: float = Field(0.8, ge=0.0, le=1.0)
+    random_fraction: float = Field(0.1, ge=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _fractions_fit(self) -> MaskingConfig:
+        if self.mask_fraction + self.random_fraction > 1.0:
+            raise ValueError("mask_fraction + random_fraction must be at most 1 (the rest stays unchanged)")
+        return self
+
+
+class DataConfig(StrictModel):
+    """Where the corpus is and how batches are served."""
+
+    train: Path | None = None
+    eval: Path | None = None
+    # Held out from `train` when no `eval` corpus is given (deterministic, by sequence index).
+    eval_fraction: float = Field(0.02, ge=0.0, lt=0.5)
+    masking: MaskingConfig = MaskingConfig()
+
+
+class ObjectiveConfig(StrictModel):
+    """Which losses to train, with their weights."""
+
+    mlm: float = Field(1.0, ge=0.0)
+
+
+class OptimConfig(StrictModel):
+    name: Literal["adamw"] = "adamw"
+    lr: float = Field(1e-4, gt=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = Field(1e-6, gt=0)
+    weight_decay: float = Field(0.01, ge=0)
+    grad_clip: float = Field(1.0, ge=0, description="max global grad norm; 0 disables clipping")
+
+
+class ScheduleConfig(StrictModel):
+    warmup_steps: int = Field(0, ge=0)
+    decay: Literal["linear", "cosine", "constant"] = "linear"
+    min_lr_ratio: float = Field(0.0, ge=0.0, le=1.0)
+
+
+class TrainConfig(StrictModel):
+    steps: int = Field(1000, gt=0)
+    batch_size: int = Field(32, gt=0, description="sequences per optimizer step")
+    grad_accum: int = Field(1, gt=0)
+    seed: int = 0
+    log_every: int = Field(10, gt=0)
+    eval_every: int = Field(0, ge=0, description="0 evaluates only at the end")
+    eval_batches: int = Field(20, gt=0)
+    checkpoint_every: int = Field(0, ge=0, description="0 saves only the final model")
+    keep_last: int = Field(2, gt=0)
+
+    @model_validator(mode="after")
+    def _accum_divides_batch(self) -> TrainConfig:
+        if self.batch_size % self.grad_accum:
+            raise ValueError(f"batch_size {self.batch_size} is not divisible by grad_accum {self.grad_accum}")
+        return self
+
+
+class EngineConfig(StrictModel):
+    backend: Literal["single"] = "single"
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    precision: Literal["fp32", "bf16"] = "fp32"
+    threads: int = Field(0, ge=0, description="torch CPU threads; 0 keeps torch's default")
+
+
+class TaskConfig(StrictModel):
+    """A fine-tuning task read from CSV or JSON lines."""
+
+    kind: Literal["classification"] = "classification"
+    text_field: str = "text"
+    text_pair_field: str | None = None
+    label_field: str = "label"
+    # Held out from the training file when no --eval file is given.
+    eval_fraction: float = Field(0.1, ge=0.0, lt=0.5)
+    max_seq_len: int = Field(128, gt=2)
+    classifier_dropout: float = Field(0.1, ge=0.0, lt=1.0)
+    # "finetune" trains encoder and head; "feature" freezes the encoder and trains the head alone.
+    mode: Literal["finetune", "feature"] = "finetune"

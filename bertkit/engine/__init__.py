@@ -1,0 +1,1 @@
+"""The engine owns devices, precision, optimisation, checkpoints and the one training loop."""

@@ -1,0 +1,63 @@
+"""Output directories that are never half-written and never silently overwritten.
+
+Every command that writes a directory builds it under a temporary sibling name and renames it into place
+at the end, so an interrupted run leaves no output that looks complete.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from bertkit.errors import BertkitError
+
+
+def check_output_dir(path: Path, overwrite: bool) -> None:
+    """Refuse to replace an existing, non-empty directory unless the user said `--overwrite`."""
+    if path.exists() and (not path.is_dir() or any(path.iterdir())) and not overwrite:
+        raise BertkitError(f"output {path} already exists; pass --overwrite to replace it or choose another path")
+
+
+@contextlib.contextmanager
+def atomic_output_dir(path: Path, overwrite: bool = False) -> Iterator[Path]:
+    """Yield a temporary directory next to `path`; on success rename it to `path`, on failure delete it."""
+    path = Path(path)
+    check_output_dir(path, overwrite)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if path.exists():
+        # Move the old output aside first so that a crash between the two renames loses nothing.
+        trash = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
+        os.replace(path, trash / path.name)
+        os.replace(tmp, path)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.replace(tmp, path)
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON to `path` via a temporary file and a rename."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def read_json(path: Path, what: str) -> Any:
+    """Read a JSON file, turning a missing or corrupt file into a one-line error."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BertkitError(f"{what} not found: {path}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise BertkitError(f"{what} {path} is not valid JSON: {err}") from None

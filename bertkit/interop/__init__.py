@@ -1,0 +1,1 @@
+"""Hugging Face interchange through explicit key maps; `transformers` itself is never needed to train."""

@@ -1,0 +1,81 @@
+"""A bertkit model directory: `model.safetensors` + `bertkit_model.json` + the tokenizer files.
+
+`pretrain` and `finetune` write one as `RUN_DIR/model`; every command that takes a model accepts either
+that directory or the run directory around it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from bertkit.config.schema import ModelConfig
+from bertkit.engine.checkpoint import WEIGHTS, read_weights, save_weights
+from bertkit.errors import BertkitError
+from bertkit.fsutil import atomic_output_dir, read_json
+from bertkit.tokenizers.base import Tokenizer, load_tokenizer
+
+MODEL_META = "bertkit_model.json"
+FORMAT_VERSION = 1
+
+
+def save_model_dir(
+    path: Path,
+    model: nn.Module,
+    model_cfg: ModelConfig,
+    architecture: str,
+    tokenizer: Tokenizer,
+    extra: dict[str, Any] | None = None,
+    overwrite: bool = True,
+) -> Path:
+    from bertkit.fsutil import write_json_atomic
+
+    with atomic_output_dir(path, overwrite=overwrite) as tmp:
+        save_weights(model, tmp / WEIGHTS)
+        tokenizer.save(tmp)
+        meta = {
+            "bertkit_model": FORMAT_VERSION,
+            "architecture": architecture,
+            "model": model_cfg.model_dump(mode="json"),
+            **(extra or {}),
+        }
+        write_json_atomic(tmp / MODEL_META, meta)
+    return path
+
+
+def find_model_dir(path: Path) -> Path:
+    path = Path(path)
+    for candidate in (path, path / "model"):
+        if (candidate / MODEL_META).is_file():
+            return candidate
+    if not path.exists():
+        raise BertkitError(f"model directory not found: {path}")
+    raise BertkitError(
+        f"{path} is not a bertkit model or run directory (no {MODEL_META}); "
+        "pass the output of `bertkit pretrain` or `bertkit finetune`"
+    )
+
+
+def load_model_dir(path: Path) -> tuple[Path, dict[str, Any], ModelConfig, dict[str, torch.Tensor], Tokenizer]:
+    """Return (model dir, metadata, model config, weights, tokenizer), checking they agree."""
+    model_dir = find_model_dir(path)
+    meta = read_json(model_dir / MODEL_META, "model metadata")
+    try:
+        cfg = ModelConfig.model_validate(meta["model"])
+    except Exception as err:
+        raise BertkitError(f"{model_dir / MODEL_META} has an invalid model section: {err}") from None
+    weights = read_weights(model_dir / WEIGHTS)
+    tokenizer = load_tokenizer(model_dir)
+    if tokenizer.vocab_size != cfg.vocab_size:
+        raise BertkitError(
+            f"{model_dir}: tokenizer has {tokenizer.vocab_size} tokens but the model's vocabulary is {cfg.vocab_size}"
+        )
+    return model_dir, meta, cfg, weights, tokenizer
+
+
+def encoder_weights(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The encoder's tensors out of a full model's state dict (heads dropped)."""
+    return {k.removeprefix("encoder."): v for k, v in weights.items() if k.startswith("encoder.")}

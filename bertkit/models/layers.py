@@ -1,0 +1,139 @@
+"""Shared building blocks of the BERT family: embeddings, self-attention, feed-forward, encoder layer."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertkit.config.schema import ModelConfig
+
+ACTIVATIONS = {
+    "gelu": lambda x: F.gelu(x),  # BERT's exact erf GeLU
+    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2/ALBERT tanh approximation
+    "relu": F.relu,
+}
+
+
+class Embeddings(nn.Module):
+    """Token + absolute position (+ segment) embeddings, then LayerNorm and dropout."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.word_embeddings = nn.Embedding(cfg.vocab_size, cfg.hidden_size, padding_idx=cfg.pad_token_id)
+        self.position_embeddings = nn.Embedding(cfg.max_position_embeddings, cfg.hidden_size)
+        self.token_type_embeddings = (
+            nn.Embedding(cfg.type_vocab_size, cfg.hidden_size) if cfg.type_vocab_size > 0 else None
+        )
+        self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.hidden_dropout)
+        self.position_offset = cfg.position_offset
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        if position_ids is None:
+            positions = torch.arange(input_ids.shape[1], device=input_ids.device) + self.position_offset
+            position_ids = positions.unsqueeze(0)
+        x = self.word_embeddings(input_ids) + self.position_embeddings(position_ids)
+        if self.token_type_embeddings is not None:
+            if token_type_ids is None:
+                # Index 0 of the table, broadcast: same result as a zero tensor without allocating one.
+                x = x + self.token_type_embeddings.weight[0]
+            else:
+                x = x + self.token_type_embeddings(token_type_ids)
+        return self.dropout(self.norm(x))
+
+
+@dataclass
+class AttentionOutput:
+    hidden: torch.Tensor
+    probs: torch.Tensor | None = None  # (B, heads, T, T) after softmax, when asked for
+    scores: torch.Tensor | None = None  # (B, heads, T, T) QK^T/sqrt(d) before masking (TinyBERT)
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention with a fused QKV projection and PyTorch's SDPA kernels."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.num_heads = cfg.num_heads
+        self.head_dim = cfg.hidden_size // cfg.num_heads
+        self.qkv = nn.Linear(cfg.hidden_size, 3 * cfg.hidden_size)
+        self.out = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.dropout_p = cfg.attention_dropout
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, need_weights: bool = False) -> AttentionOutput:
+        batch, length, _ = x.shape
+        q, k, v = self.qkv(x).view(batch, length, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        dropout_p = self.dropout_p if self.training else 0.0
+        if not need_weights:
+            context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+            probs = scores = None
+        else:
+            # The explicit path: distillation needs the scores and probabilities themselves.
+            scores = (q @ k.transpose(-1, -2)) / math.sqrt(self.head_dim)
+            masked = scores if mask is None else scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+            probs = masked.softmax(dim=-1)
+            context = F.dropout(probs, dropout_p, self.training) @ v
+        context = context.transpose(1, 2).reshape(batch, length, -1)
+        return AttentionOutput(self.out(context), probs, scores)
+
+
+class FeedForward(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.up = nn.Linear(cfg.hidden_size, cfg.intermediate_size)
+        self.down = nn.Linear(cfg.intermediate_size, cfg.hidden_size)
+        self.act = ACTIVATIONS[cfg.hidden_act]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(self.act(self.up(x)))
+
+
+class EncoderLayer(nn.Module):
+    """One transformer layer; post-LN as in BERT, or pre-LN (more stable at high learning rates)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.attention = SelfAttention(cfg)
+        self.attn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.ffn = FeedForward(cfg)
+        self.ffn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.hidden_dropout)
+        self.pre_norm = cfg.norm == "pre"
+
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor | None, need_weights: bool = False
+    ) -> tuple[torch.Tensor, AttentionOutput]:
+        if self.pre_norm:
+            attn = self.attention(self.attn_norm(x), mask, need_weights)
+            x = x + self.dropout(attn.hidden)
+            x = x + self.dropout(self.ffn(self.ffn_norm(x)))
+        else:
+            attn = self.attention(x, mask, need_weights)
+            x = self.attn_norm(x + self.dropout(attn.hidden))
+            x = self.ffn_norm(x + self.dropout(self.ffn(x)))
+        return x, attn
+
+
+def init_weights(module: nn.Module, std: float = 0.02) -> None:
+    """BERT's initialisation: N(0, 0.02) weights, zero biases, identity LayerNorm, zero padding row."""
+    if isinstance(module, nn.Linear):
+        nn.init.normal_(module.weight, std=std)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.Embedding):
+        nn.init.normal_(module.weight, std=std)
+        if module.padding_idx is not None:
+            with torch.no_grad():
+                module.weight[module.padding_idx].zero_()
+    elif isinstance(module, nn.LayerNorm):
+        nn.init.ones_(module.weight)
+        nn.init.zeros_(module.bias)

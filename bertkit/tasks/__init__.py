@@ -1,0 +1,1 @@
+"""Fine-tuning tasks: data, heads and metrics."""

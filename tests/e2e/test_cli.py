@@ -1,0 +1,159 @@
+"""Each subcommand run through the CLI on real files, asserting on what it wrote."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from bertkit.cli.app import app
+
+runner = CliRunner()
+
+
+def run(*args: str) -> dict:
+    result = runner.invoke(app, [*args, "--json", "--quiet"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def run_error(*args: str) -> str:
+    result = runner.invoke(app, list(args))
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+def test_help_does_not_import_torch() -> None:
+    code = "import sys; from bertkit.cli.app import app; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+    out = subprocess.run([sys.executable, "-m", "bertkit", "--help"], capture_output=True, text=True, check=True)
+    for command in ("tokenize", "build-corpus", "pretrain", "finetune", "recipes", "quickstart"):
+        assert command in out.stdout
+
+
+def test_tokenize_train_and_encode(tmp_path: Path, text_file: Path) -> None:
+    out = run("tokenize", "train", "--input", str(text_file), "--output", str(tmp_path / "tok"),
+              "--vocab-size", "1500")
+    assert out["vocab_size"] == 1500
+    assert {"tokenizer.json", "vocab.txt", "bertkit_tokenizer.json"} <= set(out["files"])
+    vocab = (tmp_path / "tok" / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    assert vocab[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    assert any(token.startswith("##") for token in vocab)
+    result = runner.invoke(app, ["tokenize", "encode", "--tokenizer", str(tmp_path / "tok"), "--tokens"],
+                           input="The assert statement.\nLoops and functions\n")
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(rows) == 2
+    assert rows[0]["tokens"][0] == "the"  # lowercased
+    assert len(rows[0]["ids"]) == len(rows[0]["tokens"])
+    from bertkit.tokenizers import load_tokenizer
+
+    assert load_tokenizer(tmp_path / "tok").decode(rows[1]["ids"]) == "loops and functions"
+
+
+def test_build_corpus_and_inspect(tmp_path: Path, text_file: Path, tokenizer_dir: Path) -> None:
+    out = run("build-corpus", "--input", str(text_file), "--tokenizer", str(tokenizer_dir),
+              "--output", str(tmp_path / "corpus"), "--max-seq-len", "32")
+    assert out["num_sequences"] > 100
+    tokens = np.fromfile(tmp_path / "corpus" / "tokens.bin", dtype=np.uint16)
+    offsets = np.load(tmp_path / "corpus" / "offsets.npy")
+    assert tokens.size == out["num_tokens"] == offsets[-1]
+    assert np.diff(offsets).max() <= 32
+    assert (tokens[offsets[:-1]] == 2).all()  # every sequence starts with [CLS]
+    info = run("corpus", "inspect", str(tmp_path / "corpus"), "-n", "1")
+    assert info["sequences"] == out["num_sequences"]
+    assert "[MASK]" in info["examples"][0]["masked_input"]
+
+
+def test_pretrain_writes_run_dir(pretrained_run: Path) -> None:
+    summary = json.loads((pretrained_run / "summary.json").read_text())
+    assert summary["steps"] == 40
+    assert summary["loss_last"] < summary["loss_first"]
+    rows = [json.loads(line) for line in (pretrained_run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "loss" in r] == [10, 20, 30, 40]
+    assert "eval_mlm_loss" in rows[-1]
+    model = pretrained_run / "model"
+    assert {"model.safetensors", "bertkit_model.json", "tokenizer.json", "vocab.txt"} <= {p.name for p in model.iterdir()}
+    assert (pretrained_run / "recipe.yaml").read_text().startswith("kind: pretrain")
+
+
+def test_pretrain_cli_and_init_from(tmp_path: Path, corpus_dir: Path, pretrained_run: Path) -> None:
+    out = run("pretrain", "--recipe", "bert-tiny", "--corpus", str(corpus_dir), "--output", str(tmp_path / "run"),
+              "--init-from", str(pretrained_run), "--set", "train.steps=5", "--set", "train.log_every=5")
+    first_loss = json.loads((pretrained_run / "summary.json").read_text())["loss_first"]
+    assert out["steps"] == 5
+    # Starting from the trained model, not from scratch: the first loss is far below a fresh model's.
+    assert out["loss_first"] < first_loss - 0.5
+
+
+def test_finetune_on_real_reviews(tmp_path: Path, pretrained_run: Path, sentiment_csv: Path) -> None:
+    out = run("finetune", "--model", str(pretrained_run), "--train", str(sentiment_csv), "--recipe", "finetune-tiny",
+              "--output", str(tmp_path / "ft"), "--set", "train.steps=30", "--set", "train.log_every=10")
+    assert out["labels"] == ["negative", "positive"]
+    assert out["eval_examples"] == 60 and out["train_examples"] == 540
+    assert 0.0 <= out["eval"]["accuracy"] <= 1.0
+    meta = json.loads((tmp_path / "ft" / "model" / "bertkit_model.json").read_text())
+    assert meta["architecture"] == "sequence-classification" and meta["labels"] == ["negative", "positive"]
+
+
+def test_feature_based_finetune_freezes_encoder(tmp_path: Path, pretrained_run: Path, sentiment_csv: Path) -> None:
+    from safetensors.numpy import load_file
+
+    run("finetune", "--model", str(pretrained_run), "--train", str(sentiment_csv), "--recipe", "finetune-tiny",
+        "--output", str(tmp_path / "ft"), "--feature-based", "--set", "train.steps=5")
+    before = load_file(str(pretrained_run / "model" / "model.safetensors"))
+    after = load_file(str(tmp_path / "ft" / "model" / "model.safetensors"))
+    key = "encoder.layers.0.attention.qkv.weight"
+    np.testing.assert_array_equal(before[key], after[key])
+    assert "classifier.weight" in after
+
+
+def test_recipes_list_and_show() -> None:
+    listed = run("recipes", "list")
+    names = {r["name"] for r in listed["recipes"]}
+    assert {"bert-base", "roberta-base", "bert-tiny", "roberta-tiny", "finetune-classification"} <= names
+    shown = run("recipes", "show", "bert-base", "--set", "optim.lr=3e-4")
+    assert shown["recipe"]["optim"]["lr"] == 3e-4
+    assert shown["parameters"] > 100_000_000
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["recipes", "show", "bert-bsae"], "did you mean 'bert-base'"),
+        (["recipes", "show", "bert-base", "--set", "model.hiden_size=12"], "unknown key 'model.hiden_size'"),
+        (["recipes", "show", "bert-base", "--set", "optim.lr=fast"], "bad value for 'optim.lr'"),
+        (["recipes", "show", "bert-base", "--set", "model.num_heads=7"], "not divisible"),
+        (["tokenize", "train", "--input", "/no/such/file.txt", "--output", "/tmp/x"], "input file not found"),
+        (["pretrain", "--recipe", "bert-tiny", "--corpus", "/no/such/dir", "--output", "/tmp/x"], "not found"),
+    ],
+)
+def test_bad_input_is_one_line(args: list[str], needle: str) -> None:
+    assert needle in run_error(*args)
+
+
+def test_empty_input_leaves_no_output(tmp_path: Path, tokenizer_dir: Path) -> None:
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n", encoding="utf-8")
+    assert "empty" in run_error("build-corpus", "--input", str(empty), "--tokenizer", str(tokenizer_dir),
+                                "--output", str(tmp_path / "c"))
+    assert "no text" in run_error("tokenize", "train", "--input", str(empty), "--output", str(tmp_path / "t"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.txt"]
+
+
+def test_not_a_corpus_and_no_overwrite(tmp_path: Path, text_file: Path, tokenizer_dir: Path) -> None:
+    assert "not a bertkit corpus" in run_error("pretrain", "--recipe", "bert-tiny", "--corpus", str(tmp_path),
+                                               "--output", str(tmp_path / "run"))
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "keep.txt").write_text("mine")
+    assert "--overwrite" in run_error("build-corpus", "--input", str(text_file), "--tokenizer", str(tokenizer_dir),
+                                      "--output", str(tmp_path / "out"))
+    assert (tmp_path / "out" / "keep.txt").read_text() == "mine"
