@@ -43,7 +43,9 @@ _QKV = ("query", "key", "value")
 def config_from_hf(hf: dict) -> ModelConfig:
     model_type = hf.get("model_type")
     if model_type not in SUPPORTED_MODEL_TYPES:
-        raise BertkitError(f"model_type '{model_type}' is not supported; bertkit reads: {', '.join(SUPPORTED_MODEL_TYPES)}")
+        raise BertkitError(
+            f"model_type '{model_type}' is not supported; bertkit reads: {', '.join(SUPPORTED_MODEL_TYPES)}"
+        )
     if hf.get("position_embedding_type", "absolute") != "absolute":
         raise BertkitError("only absolute position embeddings are supported")
     pad = int(hf.get("pad_token_id", 0) or 0)

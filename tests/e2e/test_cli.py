@@ -40,15 +40,17 @@ def test_help_does_not_import_torch() -> None:
 
 
 def test_tokenize_train_and_encode(tmp_path: Path, text_file: Path) -> None:
-    out = run("tokenize", "train", "--input", str(text_file), "--output", str(tmp_path / "tok"),
-              "--vocab-size", "1500")
+    out = run("tokenize", "train", "--input", str(text_file), "--output", str(tmp_path / "tok"), "--vocab-size", "1500")
     assert out["vocab_size"] == 1500
     assert {"tokenizer.json", "vocab.txt", "bertkit_tokenizer.json"} <= set(out["files"])
     vocab = (tmp_path / "tok" / "vocab.txt").read_text(encoding="utf-8").splitlines()
     assert vocab[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     assert any(token.startswith("##") for token in vocab)
-    result = runner.invoke(app, ["tokenize", "encode", "--tokenizer", str(tmp_path / "tok"), "--tokens"],
-                           input="The assert statement.\nLoops and functions\n")
+    result = runner.invoke(
+        app,
+        ["tokenize", "encode", "--tokenizer", str(tmp_path / "tok"), "--tokens"],
+        input="The assert statement.\nLoops and functions\n",
+    )
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     assert len(rows) == 2
@@ -60,8 +62,17 @@ def test_tokenize_train_and_encode(tmp_path: Path, text_file: Path) -> None:
 
 
 def test_build_corpus_and_inspect(tmp_path: Path, text_file: Path, tokenizer_dir: Path) -> None:
-    out = run("build-corpus", "--input", str(text_file), "--tokenizer", str(tokenizer_dir),
-              "--output", str(tmp_path / "corpus"), "--max-seq-len", "32")
+    out = run(
+        "build-corpus",
+        "--input",
+        str(text_file),
+        "--tokenizer",
+        str(tokenizer_dir),
+        "--output",
+        str(tmp_path / "corpus"),
+        "--max-seq-len",
+        "32",
+    )
     assert out["num_sequences"] > 100
     tokens = np.fromfile(tmp_path / "corpus" / "tokens.bin", dtype=np.uint16)
     offsets = np.load(tmp_path / "corpus" / "offsets.npy")
@@ -81,13 +92,28 @@ def test_pretrain_writes_run_dir(pretrained_run: Path) -> None:
     assert [r["step"] for r in rows if "loss" in r] == [10, 20, 30, 40]
     assert "eval_mlm_loss" in rows[-1]
     model = pretrained_run / "model"
-    assert {"model.safetensors", "bertkit_model.json", "tokenizer.json", "vocab.txt"} <= {p.name for p in model.iterdir()}
+    assert {"model.safetensors", "bertkit_model.json", "tokenizer.json", "vocab.txt"} <= {
+        p.name for p in model.iterdir()
+    }
     assert (pretrained_run / "recipe.yaml").read_text().startswith("kind: pretrain")
 
 
 def test_pretrain_cli_and_init_from(tmp_path: Path, corpus_dir: Path, pretrained_run: Path) -> None:
-    out = run("pretrain", "--recipe", "bert-tiny", "--corpus", str(corpus_dir), "--output", str(tmp_path / "run"),
-              "--init-from", str(pretrained_run), "--set", "train.steps=5", "--set", "train.log_every=5")
+    out = run(
+        "pretrain",
+        "--recipe",
+        "bert-tiny",
+        "--corpus",
+        str(corpus_dir),
+        "--output",
+        str(tmp_path / "run"),
+        "--init-from",
+        str(pretrained_run),
+        "--set",
+        "train.steps=5",
+        "--set",
+        "train.log_every=5",
+    )
     first_loss = json.loads((pretrained_run / "summary.json").read_text())["loss_first"]
     assert out["steps"] == 5
     # Starting from the trained model, not from scratch: the first loss is far below a fresh model's.
@@ -95,8 +121,21 @@ def test_pretrain_cli_and_init_from(tmp_path: Path, corpus_dir: Path, pretrained
 
 
 def test_finetune_on_real_reviews(tmp_path: Path, pretrained_run: Path, sentiment_csv: Path) -> None:
-    out = run("finetune", "--model", str(pretrained_run), "--train", str(sentiment_csv), "--recipe", "finetune-tiny",
-              "--output", str(tmp_path / "ft"), "--set", "train.steps=30", "--set", "train.log_every=10")
+    out = run(
+        "finetune",
+        "--model",
+        str(pretrained_run),
+        "--train",
+        str(sentiment_csv),
+        "--recipe",
+        "finetune-tiny",
+        "--output",
+        str(tmp_path / "ft"),
+        "--set",
+        "train.steps=30",
+        "--set",
+        "train.log_every=10",
+    )
     assert out["labels"] == ["negative", "positive"]
     assert out["eval_examples"] == 60 and out["train_examples"] == 540
     assert 0.0 <= out["eval"]["accuracy"] <= 1.0
@@ -107,8 +146,20 @@ def test_finetune_on_real_reviews(tmp_path: Path, pretrained_run: Path, sentimen
 def test_feature_based_finetune_freezes_encoder(tmp_path: Path, pretrained_run: Path, sentiment_csv: Path) -> None:
     from safetensors.numpy import load_file
 
-    run("finetune", "--model", str(pretrained_run), "--train", str(sentiment_csv), "--recipe", "finetune-tiny",
-        "--output", str(tmp_path / "ft"), "--feature-based", "--set", "train.steps=5")
+    run(
+        "finetune",
+        "--model",
+        str(pretrained_run),
+        "--train",
+        str(sentiment_csv),
+        "--recipe",
+        "finetune-tiny",
+        "--output",
+        str(tmp_path / "ft"),
+        "--feature-based",
+        "--set",
+        "train.steps=5",
+    )
     before = load_file(str(pretrained_run / "model" / "model.safetensors"))
     after = load_file(str(tmp_path / "ft" / "model" / "model.safetensors"))
     key = "encoder.layers.0.attention.qkv.weight"
@@ -143,17 +194,20 @@ def test_bad_input_is_one_line(args: list[str], needle: str) -> None:
 def test_empty_input_leaves_no_output(tmp_path: Path, tokenizer_dir: Path) -> None:
     empty = tmp_path / "empty.txt"
     empty.write_text("\n\n", encoding="utf-8")
-    assert "empty" in run_error("build-corpus", "--input", str(empty), "--tokenizer", str(tokenizer_dir),
-                                "--output", str(tmp_path / "c"))
+    assert "empty" in run_error(
+        "build-corpus", "--input", str(empty), "--tokenizer", str(tokenizer_dir), "--output", str(tmp_path / "c")
+    )
     assert "no text" in run_error("tokenize", "train", "--input", str(empty), "--output", str(tmp_path / "t"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.txt"]
 
 
 def test_not_a_corpus_and_no_overwrite(tmp_path: Path, text_file: Path, tokenizer_dir: Path) -> None:
-    assert "not a bertkit corpus" in run_error("pretrain", "--recipe", "bert-tiny", "--corpus", str(tmp_path),
-                                               "--output", str(tmp_path / "run"))
+    assert "not a bertkit corpus" in run_error(
+        "pretrain", "--recipe", "bert-tiny", "--corpus", str(tmp_path), "--output", str(tmp_path / "run")
+    )
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "keep.txt").write_text("mine")
-    assert "--overwrite" in run_error("build-corpus", "--input", str(text_file), "--tokenizer", str(tokenizer_dir),
-                                      "--output", str(tmp_path / "out"))
+    assert "--overwrite" in run_error(
+        "build-corpus", "--input", str(text_file), "--tokenizer", str(tokenizer_dir), "--output", str(tmp_path / "out")
+    )
     assert (tmp_path / "out" / "keep.txt").read_text() == "mine"
