@@ -9,7 +9,6 @@ its precompiled normalization table (`Precompiled`), removal of leading, trailin
 from __future__ import annotations
 
 import io
-import os
 from collections.abc import Iterator
 
 from bertkit.errors import BertkitError
@@ -67,11 +66,11 @@ def train_spm(
         "num_threads": threads,
         "train_extremely_large_corpus": False,
     }
-    with open(os.devnull, "w") as quiet:  # sentencepiece logs every step to stderr
-        try:
-            spm.SentencePieceTrainer.train(sentence_iterator=sentences, model_writer=buffer, logstream=quiet, **options)
-        except RuntimeError as err:
-            raise BertkitError(f"sentencepiece cannot train this tokenizer: {_explain(str(err))}") from None
+    try:
+        # minloglevel=2: sentencepiece otherwise logs every step to stderr, under any progress bar.
+        spm.SentencePieceTrainer.train(sentence_iterator=sentences, model_writer=buffer, minloglevel=2, **options)
+    except RuntimeError as err:
+        raise BertkitError(f"sentencepiece cannot train this tokenizer: {_explain(str(err))}") from None
     return buffer.getvalue()
 
 

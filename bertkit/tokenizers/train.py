@@ -50,15 +50,15 @@ class TrainOptions:
         return replace(self, lowercase=lowercase, strip_accents=strip)
 
 
-def minimum_vocab_size(kind: str, options: TrainOptions) -> int:
-    """What must fit before anything is learned: the special tokens, the bytes where the family has them,
-    and at least one character or piece."""
+def minimum_vocab_size(kind: str, options: TrainOptions) -> tuple[int, str]:
+    """What must fit before anything is learned, and what that is: the special tokens, the 256 bytes where
+    the family has them, and (unless bytes cover everything) at least one character."""
     specials = len(FAMILY_SPECIALS[kind].as_list())
     if kind == "bbpe":
-        return specials + BYTE_ALPHABET
+        return specials + BYTE_ALPHABET, f"the {specials} special tokens and the {BYTE_ALPHABET} bytes"
     if kind.startswith("sentencepiece") and options.byte_fallback:
-        return specials + BYTE_ALPHABET + 1
-    return specials + 1
+        return specials + BYTE_ALPHABET + 1, f"the {specials} special tokens, the {BYTE_ALPHABET} bytes and a piece"
+    return specials + 1, f"the {specials} special tokens and a character"
 
 
 def _threads(requested: int) -> int:
@@ -90,34 +90,41 @@ def train_tokenizer(
     opts = base.resolve(kind)
     paths = expand_inputs(inputs)
     check_output_dir(output, overwrite)  # fail before reading gigabytes, not after
-    minimum = minimum_vocab_size(kind, opts)
+    minimum, what = minimum_vocab_size(kind, opts)
     if vocab_size < minimum:
-        raise BertkitError(
-            f"--vocab-size {vocab_size} is too small for {kind}: the special tokens"
-            f"{' and the 256 bytes' if minimum > 256 else ''} alone need {minimum - 1}; use at least {minimum}"
-        )
+        raise BertkitError(f"--vocab-size {vocab_size} is too small for {kind}: {what} need {minimum} entries")
     if opts.threads > 0:
         # Read by the Rust thread pool when it starts, i.e. at the first parallel call of this process.
         os.environ.setdefault("RAYON_NUM_THREADS", str(opts.threads))
     stats = ReadStats()
+    read_error: list[BaseException] = []
 
     def lines() -> Iterator[str]:
         last = 0
-        for line in iter_lines(paths, stats, text_field):
-            if on_progress and stats.bytes - last > (1 << 20):
-                on_progress(stats.bytes - last)
-                last = stats.bytes
-            yield line
+        try:
+            for line in iter_lines(paths, stats, text_field):
+                if on_progress and stats.bytes - last > (1 << 20):
+                    on_progress(stats.bytes - last)
+                    last = stats.bytes
+                yield line
+        except BaseException as err:
+            # The trainers call this iterator from native code, which may wrap or swallow what it raises.
+            read_error.append(err)
+            raise
         if on_progress:
             on_progress(stats.bytes - last)
 
     started = time.perf_counter()
     try:
         tokenizer = _train(kind, vocab_size, opts, lines())
-    except BertkitError:
+    except BaseException:
+        if read_error:
+            raise read_error[0] from None
         if stats.documents == 0:
             raise _no_text(paths) from None
         raise
+    if read_error:
+        raise read_error[0]
     seconds = time.perf_counter() - started
     if stats.documents == 0:
         raise _no_text(paths)

@@ -65,8 +65,37 @@ def new_wordpiece(
 
 
 def finish_wordpiece(backend) -> None:
-    """After training: add [CLS] A [SEP] / [CLS] A [SEP] B [SEP] with token type ids, as BERT does."""
+    """After training: stable ids, then [CLS] A [SEP] / [CLS] A [SEP] B [SEP] with token type ids, as BERT."""
+    _stable_ids(backend)
     backend.post_processor = _post_processor(backend)
+
+
+def _stable_ids(backend) -> None:
+    """The trainer numbers the alphabet in hash-map order and breaks ties between equally frequent merges
+    the same way, so the same corpus would give different ids on every run. Renumber: special tokens,
+    characters by code point, "##" characters, then the learned pieces sorted. WordPiece matching (greedy
+    longest match) does not depend on ids, so this changes no segmentation."""
+    from tokenizers import models
+
+    vocab = backend.get_vocab(with_added_tokens=False)
+    specials = WORDPIECE_SPECIALS.as_list()
+
+    def key(item: tuple[str, int]) -> tuple[int, str, int]:
+        token = item[0]
+        if token in specials:
+            return (0, "", specials.index(token))
+        if len(token) == 1:
+            return (1, token, 0)
+        if token.startswith("##") and len(token) == 3:
+            return (2, token, 0)
+        return (3, token, 0)
+
+    ordered = sorted(vocab.items(), key=key)
+    backend.model = models.WordPiece(
+        {token: i for i, (token, _) in enumerate(ordered)},
+        unk_token=WORDPIECE_SPECIALS.unk,
+        continuing_subword_prefix="##",
+    )
 
 
 def wordpiece_from_vocab(vocab_file: Path, hf_config: dict):
