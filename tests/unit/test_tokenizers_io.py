@@ -265,3 +265,20 @@ def test_foreign_directory_errors(tmp_path: Path) -> None:
     (tmp_path / "nospecials").mkdir()
     (tmp_path / "nospecials" / "vocab.txt").write_text("a\nb\n[UNK]\n", "utf-8")
     assert "cannot find the pad" in run_error("tokenize", "inspect", "-t", str(tmp_path / "nospecials"))
+
+
+def test_build_corpus_takes_a_sentencepiece_tokenizer(text_file: Path, tmp_path: Path) -> None:
+    """Other commands take any family: the corpus keeps a full copy of the tokenizer, spm.model included."""
+    import numpy as np
+
+    from bertkit.corpus.build import TOKENIZER_SUBDIR, BuildOptions, build_corpus
+
+    train_tokenizer("sentencepiece-unigram", [text_file], tmp_path / "spm", vocab_size=800)
+    build_corpus([text_file], tmp_path / "spm", tmp_path / "corpus", BuildOptions(max_seq_len=64))
+    copy = tmp_path / "corpus" / TOKENIZER_SUBDIR
+    assert (copy / "spm.model").read_bytes() == (tmp_path / "spm" / "spm.model").read_bytes()
+    tok = load_tokenizer(copy)
+    assert tok.kind == "sentencepiece-unigram" and tok.fingerprint() == load_tokenizer(tmp_path / "spm").fingerprint()
+    tokens = np.fromfile(tmp_path / "corpus" / "tokens.bin", dtype=np.uint16)
+    offsets = np.load(tmp_path / "corpus" / "offsets.npy")
+    assert (tokens[offsets[:-1]] == tok.cls_id).all() and tok.cls_id == 2
