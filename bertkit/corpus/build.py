@@ -283,7 +283,6 @@ def build_corpus(
         if writer.num_sequences == 0:
             raise BertkitError(f"no text found in {', '.join(map(str, paths))}: the corpus would be empty")
         tokenizer.save(tmp / TOKENIZER_SUBDIR)
-        (tmp / PID_FILE).unlink()
         manifest = writer.close(
             {
                 "build_key": key,
@@ -313,6 +312,7 @@ def build_corpus(
                 },
             }
         )
+        (tmp / PID_FILE).unlink()  # the build is complete: nothing left to clean up after a crash from here
     manifest["seconds"] = round(time.perf_counter() - started, 2)
     manifest["output"] = str(output)
     manifest["workers"] = workers

@@ -102,9 +102,18 @@ def _choose_whole_words(sizes: np.ndarray, budget: int, rng: np.random.Generator
 
 
 def _choose_spans(
-    sizes: np.ndarray, linked: np.ndarray, budget: int, probs: np.ndarray, rng: np.random.Generator
+    sizes: np.ndarray,
+    linked: np.ndarray,
+    budget: int,
+    probs: np.ndarray,
+    rng: np.random.Generator,
+    gap: bool = False,
 ) -> list[tuple[int, int]]:
-    """(first word, word count) of non-overlapping runs of contiguous words, lengths drawn from `probs`."""
+    """(first word, word count) of non-overlapping runs of contiguous words, lengths drawn from `probs`.
+
+    With `gap`, spans never touch: the words just outside a span stay unmasked, so SpanBERT's boundary
+    tokens are always visible.
+    """
     count = sizes.size
     free = np.ones(count, bool)
     token_cum = np.concatenate([[0], np.cumsum(sizes)])
@@ -124,7 +133,7 @@ def _choose_spans(
                 valid = anchors[ok]
                 if valid.size:
                     start = int(valid[rng.integers(valid.size)])
-                    free[start : start + length] = False
+                    free[max(0, start - gap) : start + length + gap] = False
                     total += int(token_cum[start + length] - token_cum[start])
                     chosen.append((start, length))
                     placed = True
@@ -160,7 +169,7 @@ def mask_tokens(
     elif strategy == "whole-word":
         units = _choose_whole_words(sizes, budget, rng)
     else:
-        units = _choose_spans(sizes, linked, budget, spec.length_distribution(), rng)
+        units = _choose_spans(sizes, linked, budget, spec.length_distribution(), rng, gap=strategy == "span")
     units.sort()
     spans = np.array([(starts[w], ends[w + n - 1]) for w, n in units], dtype=np.int64).reshape(-1, 2)
     span_words = np.array([n for _, n in units], dtype=np.int64)
