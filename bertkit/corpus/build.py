@@ -32,8 +32,10 @@ from bertkit.fsutil import atomic_output_dir, read_json
 from bertkit.tokenizers.base import Tokenizer, load_tokenizer
 
 TOKENIZER_SUBDIR = "tokenizer"
-# Documents per block: the unit of work of a worker and of NSP's "random other document" pool.
+# A block (the unit of work of a worker, and NSP's pool of "other documents") closes at this many documents
+# or characters, whichever comes first: it depends on the input only, never on the worker count.
 DOCS_PER_BLOCK = 256
+CHARS_PER_BLOCK = 1 << 20
 PID_FILE = ".build.pid"
 
 
@@ -160,6 +162,7 @@ def _tokenized_blocks(
 
 def _document_blocks(documents: Iterator[list[str]], stats: ReadStats, paths: list[Path], policy: str):
     block: list[list[str]] = []
+    chars = 0
     for document in documents:
         if stats.invalid_utf8_lines and policy == "error":
             current = paths[min(stats.files, len(paths)) - 1]
@@ -168,9 +171,10 @@ def _document_blocks(documents: Iterator[list[str]], stats: ReadStats, paths: li
                 "fix the file or pass --invalid-utf8 replace to replace bad bytes with U+FFFD"
             )
         block.append(document)
-        if len(block) == DOCS_PER_BLOCK:
+        chars += sum(len(line) for line in document)
+        if len(block) >= DOCS_PER_BLOCK or chars >= CHARS_PER_BLOCK:
             yield block
-            block = []
+            block, chars = [], 0
     if block:
         yield block
 

@@ -144,12 +144,12 @@ class Packer:
             self.stats.label_counts[label] += 1
         return packed
 
-    def _pieces(self, document: Document, limit: int) -> Document:
-        """Cut sentences longer than `limit` into pieces (counted, never dropped)."""
+    def _pieces(self, document: Document, limit: int, count: bool = True) -> Document:
+        """Cut sentences longer than `limit` into pieces (counted once, never dropped)."""
         out: Document = []
         for ids, starts in document:
             if len(ids) > limit:
-                self.stats.split_sentences += 1
+                self.stats.split_sentences += int(count)
                 out.extend((ids[i : i + limit], starts[i : i + limit]) for i in range(0, len(ids), limit))
             elif len(ids):
                 out.append((ids, starts))
@@ -265,7 +265,7 @@ class Packer:
             a, b = self._truncate_pair(a, chunk[a_end:], b_is_own=True)
             yield self._emit(a, b, 0)
             return i
-        other = self._pieces(self._other_document(block, index), self.budget)
+        other = self._pieces(self._other_document(block, index), self.budget, count=False)
         target_b = max(1, target - sum(len(s[0]) for s in a))
         start = int(self.rng.integers(len(other)))
         b: list[Sentence] = []
@@ -291,7 +291,7 @@ class Packer:
                 a = [document[i]]
                 random_next = self.coin.random_next(self.rng, actual_possible=i + 1 < len(document))
                 if random_next:
-                    other = self._pieces(self._other_document(block, index), self.budget)
+                    other = self._pieces(self._other_document(block, index), self.budget, count=False)
                     b = [other[int(self.rng.integers(len(other)))]]
                     a, b = self._truncate_pair(a, b, b_is_own=False)
                     self.stats.borrowed_tokens += int(len(b[0][0]))

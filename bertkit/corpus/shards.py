@@ -193,7 +193,7 @@ class Corpus:
             self.offsets = np.load(directory / OFFSETS, allow_pickle=False, mmap_mode="r")
             self.tokens = _memmap(directory / TOKENS, dtype)
             self.starts = _memmap(directory / WORD_STARTS, np.uint8)
-            self.pairs = np.load(directory / PAIRS, allow_pickle=False) if self.has_pairs else None
+            self.pairs = np.load(directory / PAIRS, allow_pickle=False, mmap_mode="r") if self.has_pairs else None
             if self.static_masks:
                 self.masks = _memmap(directory / MASKS, np.int32)
                 self.mask_labels = _memmap(directory / MASK_LABELS, dtype)
