@@ -277,3 +277,22 @@ def test_inspect_shows_labels_and_mask_statistics(tmp_path: Path, text_file: Pat
     assert abs(info["mask_statistics"]["mask_rate"] - 0.15) < 0.01
     assert info["examples"][0]["pair_label"] in ("in order", "swapped")
     assert "[MASK]" in info["examples"][0]["masked_input"] and "[MASK]" not in info["examples"][0]["text"]
+
+
+def test_static_span_corpus_serves_its_stored_spans(tmp_path: Path, text_file: Path, tokenizer_dir: Path) -> None:
+    options = BuildOptions(format="single-segment", masking="static", mask_strategy="span", max_seq_len=128)
+    build_corpus([text_file], tokenizer_dir, tmp_path / "c", options)
+    corpus = Corpus(tmp_path / "c")
+    batches = MLMBatches(corpus, np.arange(len(corpus)), 6, spec(tokenizer_dir), 0, seed=2, shuffle=False)
+    batch = batches.next_batch()
+    width = batch["input_ids"].shape[1]
+    expected = np.concatenate(
+        [np.concatenate([np.arange(a, b) for a, b in corpus.static_mask(i)[2]]) + i * width for i in range(6)]
+    )
+    np.testing.assert_array_equal(batch["sbo_positions"].numpy(), expected)
+    assert torch.equal(batch["sbo_positions"], batch["mlm_positions"])
+    masked = set(batch["mlm_positions"].tolist())
+    assert not (set(batch["sbo_left"].tolist()) | set(batch["sbo_right"].tolist())) & masked
+    # Served twice (two epochs), a static corpus shows the very same masks.
+    again = MLMBatches(corpus, np.arange(len(corpus)), 6, spec(tokenizer_dir), 0, seed=99, shuffle=False).next_batch()
+    assert torch.equal(again["input_ids"], batch["input_ids"])
