@@ -18,26 +18,59 @@ def build_corpus_command(
     ),
     tokenizer: Path = typer.Option(..., "--tokenizer", "-t", help="Tokenizer directory."),
     output: Path = typer.Option(..., "--output", "-o", help="Corpus directory to write."),
-    format: str = typer.Option("full-sentences", "--format", help="Packing: full-sentences (RoBERTa)."),
-    max_seq_len: int = typer.Option(128, "--max-seq-len", help="Tokens per sequence, [CLS]/[SEP] included."),
-    splitter: str = typer.Option("rules", "--splitter", help="Sentence splitter: rules or lines."),
+    format: str = typer.Option(
+        "full-sentences",
+        "--format",
+        help="Packing: full-sentences, doc-sentences (RoBERTa), segment-pair, sentence-pair (BERT NSP), "
+        "sop (ALBERT), single-segment (SpanBERT, ELECTRA).",
+    ),
+    max_seq_len: int = typer.Option(128, "--max-seq-len", help="Tokens per sequence, specials included."),
+    splitter: str = typer.Option(
+        "rules", "--splitter", help="Sentence splitter: rules (English, Korean), pysbd, lines."
+    ),
     text_field: str = typer.Option("text", "--text-field", help="Field holding the text in JSON lines input."),
+    masking: str = typer.Option(
+        "dynamic", "--masking", help="dynamic: masked by the loader, new each epoch; static: masked here."
+    ),
+    mask_strategy: str = typer.Option(
+        "token", "--mask-strategy", help="token, whole-word, ngram (ALBERT), span (SpanBERT)."
+    ),
+    mask_prob: float = typer.Option(0.15, "--mask-prob", help="Fraction of maskable tokens to predict."),
+    max_predictions: int = typer.Option(0, "--max-predictions", help="Cap on predictions per sequence (0: none)."),
+    dupe_factor: int = typer.Option(1, "--dupe-factor", help="Static masking: copies with different masks (BERT: 10)."),
+    short_seq_prob: float = typer.Option(0.1, "--short-seq-prob", help="Pair formats: chance of a shorter target."),
+    seed: int = typer.Option(12345, "--seed", help="Seed of packing and static masks."),
+    workers: int = typer.Option(1, "--workers", "-w", help="Tokenizing processes; the output does not depend on it."),
+    invalid_utf8: str = typer.Option("error", "--invalid-utf8", help="error, or replace bad bytes with U+FFFD."),
+    long_sentences: str = typer.Option("split", "--long-sentences", help="split (counted) or error."),
     overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
-    """Documents to packed, memory-mapped token shards, masked dynamically when served."""
+    """Documents to packed, memory-mapped token shards, in any BERT-family format and masking scheme."""
     from bertkit.corpus.build import BuildOptions, build_corpus
     from bertkit.corpus.sources import expand_inputs
-    from bertkit.errors import BertkitError
     from bertkit.progress import Tracker
 
-    if format != "full-sentences":
-        raise BertkitError(f"unknown --format '{format}'; available: full-sentences")
-    options = BuildOptions(max_seq_len=max_seq_len, splitter=splitter, text_field=text_field)
+    options = BuildOptions(
+        format=format,
+        max_seq_len=max_seq_len,
+        splitter=splitter,
+        text_field=text_field,
+        masking=masking,
+        mask_strategy=mask_strategy,
+        mask_prob=mask_prob,
+        max_predictions=max_predictions,
+        dupe_factor=dupe_factor,
+        short_seq_prob=short_seq_prob,
+        seed=seed,
+        invalid_utf8=invalid_utf8,
+        long_sentences=long_sentences,
+    )
+    options.validate()
     total = sum(p.stat().st_size for p in expand_inputs(input))
     with Tracker("corpus", total=total, quiet=quiet, unit="bytes") as tracker:
-        manifest = build_corpus(input, tokenizer, output, options, overwrite, on_progress=tracker.advance)
+        manifest = build_corpus(input, tokenizer, output, options, overwrite, tracker.advance, workers=workers)
     manifest.pop("checksums", None)
     emit(manifest, json_out, "corpus built")
 
@@ -47,49 +80,14 @@ def build_corpus_command(
 def inspect_command(
     corpus: Path = typer.Argument(..., help="Corpus directory written by build-corpus."),
     examples: int = typer.Option(2, "--examples", "-n", help="Sequences to decode, with their masks."),
+    sample: int = typer.Option(2000, "--sample", help="Sequences to draw the mask statistics from."),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
-    """Counts, length histogram and a few decoded examples with the masks the model would see."""
-    import numpy as np
+    """Counts, length histogram, mask statistics and a few decoded examples, as the model will see them."""
+    from bertkit.corpus.inspect import inspect_corpus
 
-    from bertkit.corpus.build import TOKENIZER_SUBDIR
-    from bertkit.corpus.loader import MLMBatches
-    from bertkit.corpus.masking import MaskingSpec
-    from bertkit.corpus.shards import Corpus
-    from bertkit.tokenizers.base import load_tokenizer
-
-    data = Corpus(corpus)
-    tok = load_tokenizer(corpus / TOKENIZER_SUBDIR)
-    lengths = data.lengths()
-    edges = np.unique(np.linspace(0, int(lengths.max()), 9).round().astype(int))
-    counts, _ = np.histogram(lengths, bins=edges)
-    spec = MaskingSpec(0.15, 0.8, 0.1, tok.mask_id, tok.special_ids, tok.vocab_size)
-    batches = MLMBatches(data, np.arange(len(data)), 1, spec, tok.pad_id, seed=0, shuffle=False)
-    shown = []
-    for index in range(min(examples, len(data))):
-        ids, positions, labels = batches.masked(0, index)
-        shown.append(
-            {
-                "index": index,
-                "text": tok.decode(data[index].tolist(), skip_special_tokens=False),
-                "masked_input": tok.decode(ids.tolist(), skip_special_tokens=False),
-                "targets": [tok.id_to_token(int(t)) for t in labels],
-            }
-        )
-    result = {
-        "corpus": str(corpus),
-        "sequences": len(data),
-        "tokens": int(lengths.sum()),
-        "mean_length": round(float(lengths.mean()), 1),
-        "max_length": int(lengths.max()),
-        "length_histogram": {
-            f"{int(a)}-{int(b)}": int(c) for a, b, c in zip(edges[:-1], edges[1:], counts, strict=True)
-        },
-        "options": data.manifest["options"],
-        "stats": data.manifest["stats"],
-        "examples": shown,
-    }
+    result = inspect_corpus(corpus, examples, sample)
     if json_out:
         emit(result, True, "")
         return
@@ -100,7 +98,8 @@ def inspect_command(
 
     console = Console()
     for item in examples_out:
-        console.rule(f"sequence {item['index']}")
+        label = f"  {item['pair_label']}" if "pair_label" in item else ""
+        console.rule(f"sequence {item['index']}{label}")
         # Text objects, not markup strings: "[MASK]" must print as itself, not as a style tag.
         console.print(Text.assemble(("text     ", "bold"), item["text"]))
         console.print(Text.assemble(("masked   ", "bold"), item["masked_input"]))

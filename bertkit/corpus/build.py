@@ -1,59 +1,230 @@
-"""`bertkit build-corpus` as a library call: documents -> sentences -> token ids -> packed shards."""
+"""`bertkit build-corpus` as a library call: documents -> sentences -> token ids -> packed, masked shards.
+
+The main process reads documents and packs; sentence splitting and tokenization run in `workers`
+processes on fixed-size blocks of documents whose results are consumed in order, at most a few blocks
+ahead. So memory is bounded by a few blocks whatever the corpus size, and the output is byte-identical
+whatever the worker count: the blocks, the packing RNG and the static-mask RNG never depend on it.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import multiprocessing
+import os
+import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from bertkit.corpus.pack import PackStats, pack_full_sentences
+import numpy as np
+
+from bertkit.corpus.masking import STRATEGIES, MaskingSpec, mask_tokens
+from bertkit.corpus.pack import FORMATS, PAIR_FORMATS, Document, Packer, PackStats
 from bertkit.corpus.sentences import get_splitter
-from bertkit.corpus.shards import ShardWriter
+from bertkit.corpus.shards import MANIFEST, ShardWriter
 from bertkit.corpus.sources import ReadStats, expand_inputs, iter_documents
 from bertkit.errors import BertkitError
-from bertkit.fsutil import atomic_output_dir
+from bertkit.fsutil import atomic_output_dir, read_json
 from bertkit.tokenizers.base import Tokenizer, load_tokenizer
 
 TOKENIZER_SUBDIR = "tokenizer"
-# Documents tokenized together: large enough for `tokenizers` to use every core, small enough to bound memory.
-DOCS_PER_BATCH = 256
+# A block (the unit of work of a worker, and NSP's pool of "other documents") closes at this many documents
+# or characters, whichever comes first: it depends on the input only, never on the worker count.
+DOCS_PER_BLOCK = 256
+CHARS_PER_BLOCK = 1 << 20
+PID_FILE = ".build.pid"
 
 
 @dataclass(frozen=True)
 class BuildOptions:
-    format: Literal["full-sentences"] = "full-sentences"
+    format: str = "full-sentences"
     max_seq_len: int = 128
     splitter: str = "rules"
     text_field: str = "text"
-    masking: Literal["dynamic"] = "dynamic"
+    masking: str = "dynamic"  # or "static": masks drawn here, dupe_factor copies
+    mask_strategy: str = "token"
+    mask_prob: float = 0.15
+    mask_fraction: float = 0.8
+    random_fraction: float = 0.1
+    max_predictions: int = 0  # 0: no cap
+    dupe_factor: int = 1  # copies of each sequence with different static masks (BERT: 10)
+    short_seq_prob: float = 0.1
+    seed: int = 12345
+    invalid_utf8: str = "error"  # or "replace"
+    long_sentences: str = "split"  # or "error"
+
+    def validate(self) -> None:
+        checks = [
+            (self.format in FORMATS, f"unknown --format '{self.format}'; choose one of {', '.join(FORMATS)}"),
+            (self.max_seq_len >= 8, f"--max-seq-len {self.max_seq_len} is too short; use at least 8"),
+            (self.masking in ("static", "dynamic"), f"--masking must be static or dynamic, not '{self.masking}'"),
+            (
+                self.mask_strategy in STRATEGIES,
+                f"unknown --mask-strategy '{self.mask_strategy}'; choose one of {', '.join(STRATEGIES)}",
+            ),
+            (0.0 < self.mask_prob < 1.0, f"--mask-prob must be between 0 and 1, not {self.mask_prob}"),
+            (self.max_predictions >= 0, "--max-predictions must be 0 (no cap) or positive"),
+            (self.dupe_factor >= 1, "--dupe-factor must be at least 1"),
+            (self.dupe_factor == 1 or self.masking == "static", "--dupe-factor only makes sense with --masking static"),
+            (0.0 <= self.short_seq_prob <= 1.0, "--short-seq-prob must be between 0 and 1"),
+            (self.invalid_utf8 in ("error", "replace"), "--invalid-utf8 must be error or replace"),
+            (self.long_sentences in ("split", "error"), "--long-sentences must be split or error"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise BertkitError(message)
+
+    def masking_spec(self, tokenizer: Tokenizer) -> MaskingSpec:
+        return MaskingSpec(
+            self.mask_prob,
+            self.mask_fraction,
+            self.random_fraction,
+            tokenizer.mask_id,
+            tokenizer.special_ids,
+            tokenizer.vocab_size,
+            strategy=self.mask_strategy,
+            max_predictions=self.max_predictions,
+        )
 
 
-def _tokenized_documents(
-    documents: Iterator[list[str]], tokenizer: Tokenizer, split: Callable[[str], list[str]]
-) -> Iterator[list[list[int]]]:
-    batch: list[list[str]] = []
+# -- tokenization, in this process or in workers -------------------------------------------------------
+_worker: dict[str, Any] = {}
 
-    def encode(batch: list[list[str]]) -> Iterator[list[list[int]]]:
-        flat = [sentence for doc in batch for sentence in doc]
-        ids = tokenizer.encode_batch(flat)
-        start = 0
-        for doc in batch:
-            yield ids[start : start + len(doc)]
-            start += len(doc)
 
+def _init_worker(tokenizer_dir: str, splitter: str, parallel: bool) -> None:
+    if not parallel:
+        # Several worker processes already use the cores; nested thread pools would only contend.
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    _worker["tokenizer"] = load_tokenizer(tokenizer_dir)
+    _worker["split"] = get_splitter(splitter)
+
+
+def _tokenize_block(block: list[list[str]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Split and tokenize a block of documents: flat ids, word-start flags, sentence lengths, sentences per doc."""
+    split, tokenizer = _worker["split"], _worker["tokenizer"]
+    sentences: list[str] = []
+    per_doc = np.zeros(len(block), np.int64)
+    for d, document in enumerate(block):
+        for paragraph in document:
+            pieces = split(paragraph)
+            sentences.extend(pieces)
+            per_doc[d] += len(pieces)
+    encodings = tokenizer.backend.encode_batch(sentences, add_special_tokens=False) if sentences else []
+    lengths = np.fromiter((len(e.ids) for e in encodings), np.int64, len(encodings))
+    total = int(lengths.sum())
+    ids = np.fromiter((i for e in encodings for i in e.ids), np.int64, total)
+    word_ids = np.fromiter((-1 if w is None else w for e in encodings for w in e.word_ids), np.int64, total)
+    # A token starts a word when its word index changes (the tokenizer's own pre-tokenization boundaries,
+    # the same for WordPiece, byte-level BPE and SentencePiece) and at every sentence start.
+    starts = np.ones(total, np.uint8)
+    if total > 1:
+        starts[1:] = (word_ids[1:] != word_ids[:-1]) | (word_ids[1:] < 0)
+    sentence_starts = np.cumsum(lengths)[:-1]
+    starts[sentence_starts[sentence_starts < total]] = 1
+    return ids, starts, lengths, per_doc
+
+
+def _as_documents(result: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]) -> list[Document]:
+    ids, starts, lengths, per_doc = result
+    bounds = np.cumsum(lengths)[:-1]
+    sentences = (
+        list(zip(np.split(ids, bounds), np.split(starts.astype(bool), bounds), strict=True)) if len(lengths) else []
+    )
+    documents, at = [], 0
+    for count in per_doc:
+        documents.append([s for s in sentences[at : at + int(count)] if len(s[0])])
+        at += int(count)
+    return documents
+
+
+def _tokenized_blocks(
+    blocks: Iterable[list[list[str]]], tokenizer_dir: Path, splitter: str, workers: int
+) -> Iterator[list[Document]]:
+    if workers <= 1:
+        _init_worker(str(tokenizer_dir), splitter, parallel=True)
+        for block in blocks:
+            yield _as_documents(_tokenize_block(block))
+        return
+    context = multiprocessing.get_context("spawn")  # no fork of a threaded parent (progress bar, Rust pools)
+    with context.Pool(workers, initializer=_init_worker, initargs=(str(tokenizer_dir), splitter, False)) as pool:
+        pending: deque = deque()
+        for block in blocks:
+            pending.append(pool.apply_async(_tokenize_block, (block,)))
+            if len(pending) >= 2 * workers:  # bounded read-ahead, results taken in submission order
+                yield _as_documents(pending.popleft().get())
+        while pending:
+            yield _as_documents(pending.popleft().get())
+
+
+def _document_blocks(documents: Iterator[list[str]], stats: ReadStats, paths: list[Path], policy: str):
+    block: list[list[str]] = []
+    chars = 0
     for document in documents:
-        sentences = [s for paragraph in document for s in split(paragraph)]
-        if sentences:
-            batch.append(sentences)
-        if len(batch) >= DOCS_PER_BATCH:
-            yield from encode(batch)
-            batch = []
-    if batch:
-        yield from encode(batch)
+        if stats.invalid_utf8_lines and policy == "error":
+            current = paths[min(stats.files, len(paths)) - 1]
+            raise BertkitError(
+                f"{current} is not valid UTF-8 (first bad line among its first {stats.lines} lines read); "
+                "fix the file or pass --invalid-utf8 replace to replace bad bytes with U+FFFD"
+            )
+        block.append(document)
+        chars += sum(len(line) for line in document)
+        if len(block) >= DOCS_PER_BLOCK or chars >= CHARS_PER_BLOCK:
+            yield block
+            block, chars = [], 0
+    if block:
+        yield block
 
 
+# -- restartability ---------------------------------------------------------------------------------------
+def _remove_stale_builds(output: Path) -> int:
+    """Delete temporary directories of builds of `output` whose process is gone (killed, power loss)."""
+    removed = 0
+    for candidate in output.parent.glob(f".{output.name}.tmp-*"):
+        pid_file = candidate / PID_FILE
+        try:
+            pid = int(pid_file.read_text())
+        except (OSError, ValueError):
+            continue  # not ours, or still being set up: leave it
+        try:
+            os.kill(pid, 0)
+            continue  # that build is still running
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        shutil.rmtree(candidate, ignore_errors=True)
+        removed += 1
+    return removed
+
+
+def _build_key(paths: list[Path], tokenizer: Tokenizer, options: BuildOptions) -> str:
+    """What makes two builds the same corpus: inputs (name, size, mtime), tokenizer and options."""
+    files = [(str(p), p.stat().st_size, int(p.stat().st_mtime)) for p in paths]
+    blob = json.dumps([files, tokenizer.fingerprint(), asdict(options)], sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _check_existing(output: Path, key: str, overwrite: bool) -> None:
+    if overwrite or not (output / MANIFEST).is_file():
+        return
+    existing = read_json(output / MANIFEST, "corpus manifest")
+    if existing.get("build_key") != key:
+        raise BertkitError(
+            f"output {output} already holds a different corpus (format {existing.get('options', {}).get('format')}, "
+            f"tokenizer {existing.get('tokenizer', {}).get('fingerprint')}); pass --overwrite to replace it "
+            "or choose another --output"
+        )
+    raise BertkitError(
+        f"output {output} already holds this very corpus (same inputs, tokenizer and options); "
+        "use it as is, or pass --overwrite to rebuild it"
+    )
+
+
+# -- the build --------------------------------------------------------------------------------------------
 def build_corpus(
     inputs: list[str] | list[Path],
     tokenizer_dir: Path,
@@ -61,28 +232,55 @@ def build_corpus(
     options: BuildOptions = BuildOptions(),
     overwrite: bool = False,
     on_progress: Callable[[int], None] | None = None,
+    workers: int = 1,
 ) -> dict[str, Any]:
-    """Build a corpus directory; returns its manifest plus the read/pack statistics."""
-    if options.max_seq_len < 8:
-        raise BertkitError(f"--max-seq-len {options.max_seq_len} is too short; use at least 8")
+    """Build a corpus directory; returns its manifest (statistics included) plus timing."""
+    options.validate()
+    if workers < 1:
+        raise BertkitError("--workers must be at least 1")
+    output = Path(output)
     paths = expand_inputs(inputs)
     tokenizer = load_tokenizer(tokenizer_dir)
-    split = get_splitter(options.splitter)
+    get_splitter(options.splitter)  # fail now on an unknown or missing splitter, not in a worker
+    key = _build_key(paths, tokenizer, options)
+    _check_existing(output, key, overwrite)
+    stale = _remove_stale_builds(output)
+    pair_format = options.format in PAIR_FORMATS
+    static = options.masking == "static"
+    spec = options.masking_spec(tokenizer)
+    candidates = spec.random_candidates()
     read_stats, pack_stats = ReadStats(), PackStats()
     started = time.perf_counter()
     with atomic_output_dir(output, overwrite) as tmp:
-        writer = ShardWriter(tmp, tokenizer.vocab_size)
+        (tmp / PID_FILE).write_text(str(os.getpid()))
+        writer = ShardWriter(tmp, tokenizer.vocab_size, pairs=pair_format, static_masks=static)
         documents = iter_documents(paths, read_stats, options.text_field)
-        sequences = pack_full_sentences(
-            _tokenized_documents(documents, tokenizer, split),
+        blocks = _document_blocks(documents, read_stats, paths, options.invalid_utf8)
+        tokenized = _tokenized_blocks(blocks, tokenizer_dir, options.splitter, workers)
+        packer = Packer(
+            options.format,
             options.max_seq_len,
             tokenizer.cls_id,
             tokenizer.sep_id,
+            np.random.default_rng([options.seed, 0x9AC4]),
+            options.short_seq_prob,
             pack_stats,
         )
         last_bytes = 0
-        for sequence in sequences:
-            writer.add(sequence)
+        for index, packed in enumerate(packer.pack(tokenized)):
+            if options.long_sentences == "error" and pack_stats.split_sentences:
+                raise BertkitError(
+                    f"a sentence is longer than --max-seq-len {options.max_seq_len} (around document "
+                    f"{read_stats.documents}); raise --max-seq-len, split the line, or pass --long-sentences split"
+                )
+            starts = packed.word_starts.astype(np.uint8)
+            if not static:
+                writer.add(packed.ids, starts, packed.b_start, packed.label)
+            for copy in range(options.dupe_factor if static else 0):
+                rng = np.random.default_rng([options.seed, 0x57A7, index, copy])
+                masked = mask_tokens(packed.ids, packed.word_starts, spec, rng, candidates)
+                mask = (masked.positions, masked.labels, masked.spans)
+                writer.add(masked.ids, starts, packed.b_start, packed.label, mask)
             if on_progress and read_stats.bytes != last_bytes:
                 on_progress(read_stats.bytes - last_bytes)
                 last_bytes = read_stats.bytes
@@ -91,7 +289,17 @@ def build_corpus(
         tokenizer.save(tmp / TOKENIZER_SUBDIR)
         manifest = writer.close(
             {
+                "build_key": key,
+                "format": options.format,
                 "options": asdict(options),
+                "masking": {
+                    "mode": options.masking,
+                    "strategy": options.mask_strategy,
+                    "prob": options.mask_prob,
+                    "mask_fraction": options.mask_fraction,
+                    "random_fraction": options.random_fraction,
+                    "max_predictions": options.max_predictions,
+                },
                 "tokenizer": {
                     "fingerprint": tokenizer.fingerprint(),
                     "kind": tokenizer.kind,
@@ -99,15 +307,19 @@ def build_corpus(
                 },
                 "inputs": [str(p) for p in paths],
                 "stats": {
+                    "files": read_stats.files,
                     "documents": read_stats.documents,
                     "lines": read_stats.lines,
                     "bytes": read_stats.bytes,
                     "invalid_utf8_lines": read_stats.invalid_utf8_lines,
-                    "split_sentences": pack_stats.split_sentences,
-                    "padding_fraction": round(pack_stats.padding_fraction, 4),
+                    **pack_stats.report(),
                 },
             }
         )
+        (tmp / PID_FILE).unlink()  # the build is complete: nothing left to clean up after a crash from here
     manifest["seconds"] = round(time.perf_counter() - started, 2)
     manifest["output"] = str(output)
+    manifest["workers"] = workers
+    if stale:
+        manifest["removed_stale_builds"] = stale
     return manifest

@@ -3,17 +3,26 @@
 The order of epoch e is a permutation drawn from (seed, e); the mask of sequence i in epoch e is drawn
 from (seed, e, i). So a loader's whole state is two integers (epoch, position): resuming needs no
 replay, and a re-served sequence gets a fresh mask each epoch (RoBERTa's dynamic masking) that is still
-reproducible from the seed.
+reproducible from the seed. A statically masked corpus (BERT) is served with the masks stored at build
+time, drawn by the very same `mask_tokens`.
+
+Batch contract (all int64 unless said):
+  input_ids (B, T); attention_mask (B, T) bool; token_type_ids (B, T) for corpora with segment pairs;
+  mlm_positions (N,) flat indices into B*T, sorted; mlm_labels (N,) original ids;
+  pair_labels (B,) for NSP/SOP corpora (0 actual next / in order, 1 random / swapped);
+  span masking only (SpanBERT's span boundary objective): sbo_positions (M,) flat target positions,
+  sbo_left (M,) / sbo_right (M,) flat positions of the tokens just outside the span, sbo_offsets (M,)
+  0-based position of the target inside its span, sbo_labels (M,) original ids.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 
-from bertkit.corpus.masking import MaskingSpec, mask_sequence
+from bertkit.corpus.masking import MaskedSequence, MaskingSpec, mask_tokens
 from bertkit.corpus.shards import Corpus
 
 
@@ -79,8 +88,35 @@ def pad_batch(sequences: list[np.ndarray], pad_id: int) -> tuple[torch.Tensor, t
     return torch.from_numpy(input_ids), torch.from_numpy(attention_mask)
 
 
+def corpus_masking(corpus: Corpus, spec: MaskingSpec) -> MaskingSpec:
+    """`spec` with the corpus's mask strategy (and cap) filled in where the caller left them open."""
+    stored = corpus.manifest.get("masking") or {}
+    if spec.strategy is not None:
+        return spec
+    return replace(
+        spec,
+        strategy=stored.get("strategy", "token"),
+        max_predictions=spec.max_predictions or int(stored.get("max_predictions", 0)),
+    )
+
+
+def sbo_targets(spans: np.ndarray, row_offset: int) -> dict[str, np.ndarray]:
+    """SBO targets of one sequence's spans, as flat positions (row_offset = row * T)."""
+    lengths = spans[:, 1] - spans[:, 0]
+    if len(spans) == 0:
+        empty = np.empty(0, np.int64)
+        return {"sbo_positions": empty, "sbo_left": empty, "sbo_right": empty, "sbo_offsets": empty}
+    positions = np.concatenate([np.arange(a, b) for a, b in spans])
+    return {
+        "sbo_positions": positions + row_offset,
+        "sbo_left": np.repeat(spans[:, 0] - 1, lengths) + row_offset,
+        "sbo_right": np.repeat(spans[:, 1], lengths) + row_offset,
+        "sbo_offsets": np.concatenate([np.arange(n) for n in lengths]),
+    }
+
+
 class MLMBatches:
-    """Masked batches over a subset of a corpus; `next_batch` gives flat MLM positions and labels."""
+    """Masked batches over a subset of a corpus, following the batch contract above."""
 
     def __init__(
         self,
@@ -91,10 +127,15 @@ class MLMBatches:
         pad_id: int,
         seed: int,
         shuffle: bool = True,
+        *,
+        span_targets: bool | None = None,
     ) -> None:
-        self.corpus, self.batch_size, self.spec, self.pad_id, self.seed = corpus, batch_size, spec, pad_id, seed
+        self.corpus, self.batch_size, self.pad_id, self.seed = corpus, batch_size, pad_id, seed
+        self.spec = corpus_masking(corpus, spec)
         self.sampler = EpochSampler(indices, seed, shuffle)
-        self._candidates = spec.random_candidates()
+        self._candidates = self.spec.random_candidates()
+        # SBO fields for span masking; a caller may force them off (or on, for another strategy's units).
+        self.span_targets = self.spec.strategy == "span" if span_targets is None else span_targets
 
     @property
     def state(self) -> LoaderState:
@@ -103,18 +144,47 @@ class MLMBatches:
     def load_state(self, state: dict[str, int]) -> None:
         self.sampler.load_state(state)
 
-    def masked(self, epoch: int, index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def masked_sequence(self, epoch: int, index: int) -> MaskedSequence:
+        """The corrupted sequence the model sees for `index` in `epoch` (stored masks for a static corpus)."""
+        if self.corpus.static_masks:
+            positions, labels, spans = self.corpus.static_mask(index)
+            ids = self.corpus[index].astype(np.int64)
+            return MaskedSequence(ids, positions, labels, spans, np.empty(0, np.int64))
         rng = np.random.default_rng([self.seed, epoch, index])
-        return mask_sequence(self.corpus[index], self.spec, rng, self._candidates)
+        return mask_tokens(self.corpus[index], self.corpus.word_starts(index), self.spec, rng, self._candidates)
+
+    def masked(self, epoch: int, index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        item = self.masked_sequence(epoch, index)
+        return item.ids, item.positions, item.labels
 
     def next_batch(self) -> dict[str, torch.Tensor]:
-        items = [self.masked(epoch, index) for epoch, index in self.sampler.take(self.batch_size)]
-        input_ids, attention_mask = pad_batch([ids for ids, _, _ in items], self.pad_id)
+        taken = self.sampler.take(self.batch_size)
+        items = [self.masked_sequence(epoch, index) for epoch, index in taken]
+        input_ids, attention_mask = pad_batch([item.ids for item in items], self.pad_id)
         width = input_ids.shape[1]
-        positions = np.concatenate([pos + row * width for row, (_, pos, _) in enumerate(items)])
-        return {
+        positions = np.concatenate([item.positions + row * width for row, item in enumerate(items)])
+        batch = {
             "input_ids": input_ids,
             "attention_mask": attention_mask,
-            "mlm_positions": torch.from_numpy(positions),
-            "mlm_labels": torch.from_numpy(np.concatenate([labels for _, _, labels in items])),
+            "mlm_positions": torch.from_numpy(positions.astype(np.int64)),
+            "mlm_labels": torch.from_numpy(np.concatenate([item.labels for item in items]).astype(np.int64)),
         }
+        if self.corpus.has_pairs:
+            token_types = np.zeros(input_ids.shape, np.int64)
+            labels = np.zeros(len(items), np.int64)
+            for row, (_, index) in enumerate(taken):
+                b_start, label = self.corpus.pair(index)
+                if b_start:
+                    token_types[row, b_start : len(items[row].ids)] = 1
+                labels[row] = label
+            batch["token_type_ids"] = torch.from_numpy(token_types)
+            batch["pair_labels"] = torch.from_numpy(labels)
+        if self.span_targets:
+            parts = [sbo_targets(item.spans, row * width) for row, item in enumerate(items)]
+            for key in ("sbo_positions", "sbo_left", "sbo_right", "sbo_offsets"):
+                batch[key] = torch.from_numpy(np.concatenate([p[key] for p in parts]).astype(np.int64))
+            flat = input_ids.reshape(-1).numpy()
+            original = flat.copy()
+            original[positions] = batch["mlm_labels"].numpy()
+            batch["sbo_labels"] = torch.from_numpy(original[batch["sbo_positions"].numpy()])
+        return batch
