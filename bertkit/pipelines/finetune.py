@@ -9,6 +9,7 @@ from bertkit.config.recipe import FinetuneRecipe
 from bertkit.corpus.loader import split_indices
 from bertkit.engine.checkpoint import load_state
 from bertkit.engine.device import resolve_device
+from bertkit.engine.dist import is_main
 from bertkit.engine.loop import train
 from bertkit.errors import BertkitError
 from bertkit.modeldir import encoder_weights, load_model_dir, save_model_dir
@@ -77,14 +78,16 @@ def finetune(
         quiet=quiet,
         description="finetune",
     )
-    saved = save_model_dir(
-        output / "model",
-        model.cpu(),
-        model_cfg,
-        "sequence-classification",
-        tokenizer,
-        {"labels": labels, "task": task.model_dump(mode="json")},
-    )
+    saved = output / "model"
+    if is_main():  # under a distributed engine only rank 0 writes
+        save_model_dir(
+            output / "model",
+            model.cpu(),
+            model_cfg,
+            "sequence-classification",
+            tokenizer,
+            {"labels": labels, "task": task.model_dump(mode="json")},
+        )
     first, last = result.first_last("loss")
     summary = {
         "run_dir": str(output),
