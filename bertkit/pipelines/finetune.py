@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from bertkit.config.recipe import FinetuneRecipe
 from bertkit.corpus.loader import split_indices
 from bertkit.engine.checkpoint import load_state
@@ -51,6 +53,7 @@ def finetune(
     eval_examples = encode_examples(eval_records, tokenizer, labels, max_len) if eval_records else None
     prepare_run_dir(output, recipe, overwrite, resume)
 
+    torch.manual_seed(recipe.train.seed)  # reproducible initial weights (and the same on every rank)
     model = SequenceClassifier(BertEncoder(model_cfg), len(labels), task.classifier_dropout)
     load_state(model.encoder, encoder_weights(weights), str(model_dir))
     if task.mode == "feature":

@@ -91,6 +91,7 @@ def pretrain(
     recipe = recipe.model_copy(update={"model": model_cfg})
     prepare_run_dir(output, recipe, overwrite, resume)
 
+    torch.manual_seed(recipe.train.seed)  # reproducible initial weights (and the same on every rank)
     model = MaskedLMModel(model_cfg)
     if init_weights is not None:
         load_state(model, init_weights, str(init_from), strict=False)

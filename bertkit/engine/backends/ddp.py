@@ -26,8 +26,12 @@ class DDPBackend(Backend):
     def setup(self, model: nn.Module, optim_cfg: OptimConfig) -> None:
         self.module = model.to(self.device)
         # DDP broadcasts rank 0's weights at construction, so every rank starts from the same model.
+        # find_unused_parameters: a pretraining model carries parts its objective does not use (the
+        # pooler under MLM); DDP must not wait for their gradients.
         self.ddp = DistributedDataParallel(
-            self.module, device_ids=[self.device.index] if self.device.type == "cuda" else None
+            self.module,
+            device_ids=[self.device.index] if self.device.type == "cuda" else None,
+            find_unused_parameters=True,
         )
         self.optimizer = build_optimizer(self.module, optim_cfg)
         self.forward_module = torch.compile(self.ddp) if self.cfg.compile else self.ddp
