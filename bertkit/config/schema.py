@@ -149,6 +149,7 @@ class EngineConfig(StrictModel):
     peak_tflops: float | None = Field(None, gt=0)
     zero_stage: int = Field(2, ge=1, le=3, description="deepspeed only: ZeRO stage")
     deepspeed_config: Path | None = Field(None, description="deepspeed only: a JSON config to use as is")
+    tensorboard: bool = Field(True, description="also write TensorBoard event files (when tensorboard is installed)")
     compile: bool = Field(False, description="torch.compile the model (faster steps after a compile delay)")
 
 

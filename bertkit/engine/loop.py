@@ -244,7 +244,9 @@ def train(
     window_tokens = window_sequences = 0
     window_start = time.perf_counter()
     peak = peak_flops(device, engine_cfg.precision, engine_cfg.peak_tflops) * world
-    writer = _tensorboard(run_dir, step if result.resumed_from is not None else None) if main else None
+    writer = None
+    if main and engine_cfg.tensorboard:
+        writer = _tensorboard(run_dir, step if result.resumed_from is not None else None)
     backend.module.train()
     metrics_file = open(metrics_path, "a", encoding="utf-8") if main else None  # noqa: SIM115
     try:
