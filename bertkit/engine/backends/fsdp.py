@@ -77,8 +77,9 @@ class FSDPBackend(Backend):
         return get_optimizer_state_dict(self.module, self.optimizer, options=options)
 
     def load_optimizer_state(self, optimizer_state: dict[str, Any], source: Path) -> None:
-        # Every rank read the full checkpoint; each keeps its own shard.
-        options = StateDictOptions(full_state_dict=True)
+        # Every rank read the full checkpoint; each keeps its own shard. Parameters the objective never
+        # used (the pooler under MLM) have no optimizer state yet: not an error.
+        options = StateDictOptions(full_state_dict=True, strict=False)
         set_optimizer_state_dict(self.module, self.optimizer, optimizer_state, options=options)
 
     def final_weights_into(self, model: nn.Module) -> None:
