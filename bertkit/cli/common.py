@@ -17,10 +17,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 JSON_HELP = "Print one JSON object (paths, counts, metrics) as the last line of stdout; progress goes to stderr."
 QUIET_HELP = "No progress bars or status lines (accepted by every command, for uniform pipelines)."
 OVERWRITE_HELP = "Replace the output directory if it exists."
-ENGINE_HELP = (
-    "Execution engine (engine.backend): single, ddp, fsdp (launch with torchrun) or deepspeed "
-    "(launch with the deepspeed launcher or torchrun)."
-)
+ENGINE_HELP = "Execution engine (engine.backend): single, or ddp / fsdp (launch with torchrun --nproc-per-node N)."
 BUDGET_HELP = "Stop (with a checkpoint) after this much time or data, e.g. 30m, 2h, 5Mtok (train.budget)."
 
 

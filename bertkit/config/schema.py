@@ -138,8 +138,8 @@ class TrainConfig(StrictModel):
 
 
 class EngineConfig(StrictModel):
-    # single: one process. ddp/fsdp: launched with torchrun (FSDP2 fully_shard). deepspeed: the deepspeed launcher.
-    backend: Literal["single", "ddp", "fsdp", "deepspeed"] = "single"
+    # single: one process. ddp/fsdp: launched with torchrun (FSDP2 fully_shard); without a launcher, a group of one.
+    backend: Literal["single", "ddp", "fsdp"] = "single"
     device: Literal["auto", "cpu", "cuda"] = "auto"
     # fp16 uses dynamic loss scaling and needs a GPU; bf16 autocast runs on CPU and GPU.
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
@@ -147,8 +147,6 @@ class EngineConfig(StrictModel):
     max_bad_steps: int = Field(5, gt=0, description="stop after this many NaN/inf steps in a row")
     # Peak device throughput for MFU, in TFLOP/s; None uses the built-in table (see bertkit/engine/flops.py).
     peak_tflops: float | None = Field(None, gt=0)
-    zero_stage: int = Field(2, ge=1, le=3, description="deepspeed only: ZeRO stage")
-    deepspeed_config: Path | None = Field(None, description="deepspeed only: a JSON config to use as is")
     tensorboard: bool = Field(True, description="also write TensorBoard event files (when tensorboard is installed)")
     compile: bool = Field(False, description="torch.compile the model (faster steps after a compile delay)")
 

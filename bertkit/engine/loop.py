@@ -2,7 +2,7 @@
 
 They differ only in the model, the objective (model, batch -> loss, metrics) and the batch source
 (an object with `next_batch()`, `state` and `load_state()`), never in the loop itself. How a step is
-executed on one or many processes (DDP, FSDP2, DeepSpeed ZeRO) is the backend's business
+executed on one or many processes (DDP, FSDP2) is the backend's business
 (bertkit/engine/backends); the loop only talks to its small interface.
 """
 
@@ -157,7 +157,7 @@ def train(
     if resume and existing:
         last_step, last_path = existing[-1]
         model_state, training_state, trainer = read_checkpoint(last_path)
-        _check_compatible(last_path, trainer, optim_cfg, engine_cfg)
+        _check_compatible(last_path, trainer, optim_cfg)
         # Weights go into the plain model before the backend wraps it (DDP broadcasts them, FSDP shards them).
         load_state(model, model_state, str(last_path))
         resume_state = (training_state, trainer)
@@ -195,6 +195,7 @@ def train(
 
     metrics_path = run_dir / "metrics.jsonl"
     if main:
+        run_dir.mkdir(parents=True, exist_ok=True)
         if result.resumed_from is None and metrics_path.exists():
             metrics_path.unlink()
         elif result.resumed_from is not None:
@@ -368,18 +369,12 @@ def train(
     return result
 
 
-def _check_compatible(path: Path, trainer: dict[str, Any], optim_cfg: OptimConfig, engine_cfg: EngineConfig) -> None:
+def _check_compatible(path: Path, trainer: dict[str, Any], optim_cfg: OptimConfig) -> None:
     saved_optimizer = trainer.get("optimizer", "adamw")
     if saved_optimizer != optim_cfg.name:
         raise BertkitError(
             f"checkpoint {path} was trained with optim.name={saved_optimizer}, the recipe says {optim_cfg.name}; "
             f"resume with --set optim.name={saved_optimizer}"
-        )
-    saved_engine = trainer.get("engine", "single")
-    if (saved_engine == "deepspeed") != (engine_cfg.backend == "deepspeed"):
-        raise BertkitError(
-            f"checkpoint {path} was written by engine {saved_engine}; DeepSpeed keeps optimizer state in its own "
-            f"layout, so resume it with --engine {saved_engine}"
         )
 
 

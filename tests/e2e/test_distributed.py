@@ -7,7 +7,6 @@ the curves agree to fp32 rounding (the all-reduce sums in another order)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import subprocess
@@ -135,30 +134,6 @@ def test_single_checkpoint_resumes_under_ddp_with_accumulation(
     pretrain(corpus_dir, moved, *sets(**{"train.grad_accum": 2}), "--engine", "ddp", "--resume", procs=2)
     assert_same_curve(moved, single_run)
     assert_same_weights(moved, single_run)
-
-
-deepspeed_missing = pytest.mark.skipif(
-    importlib.util.find_spec("deepspeed") is None, reason="deepspeed is not installed (optional)"
-)
-
-
-@pytest.mark.slow
-@deepspeed_missing
-@pytest.mark.parametrize("stage", [1, 2, 3])
-def test_deepspeed_zero_two_processes_match_one_process(
-    corpus_dir: Path, single_run: Path, tmp_path: Path, stage: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
-    output = tmp_path / f"zero{stage}"
-    pretrain(corpus_dir, output, *sets(**{"engine.zero_stage": stage}), "--engine", "deepspeed", procs=2)
-    assert_same_curve(output, single_run)
-    assert_same_weights(output, single_run)
-    # Resume inside DeepSpeed from step 3.
-    shutil.rmtree(output / "checkpoints" / f"step-{STEPS}")
-    shutil.rmtree(output / "model")
-    pretrain(corpus_dir, output, *sets(**{"engine.zero_stage": stage}), "--engine", "deepspeed", "--resume", procs=2)
-    assert_same_curve(output, single_run)
-    assert_same_weights(output, single_run)
 
 
 @pytest.mark.gpu

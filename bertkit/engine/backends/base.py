@@ -42,7 +42,7 @@ class Backend:
     """One process, one device. Subclasses override what their engine does differently."""
 
     name = "single"
-    # fp16 loss scaling with torch.amp.GradScaler (DeepSpeed scales the loss itself).
+    # fp16 loss scaling with torch.amp.GradScaler (an engine that scales the loss itself sets False).
     uses_amp_scaler = True
 
     def __init__(self, cfg: EngineConfig, device: torch.device) -> None:
