@@ -17,6 +17,22 @@ F = TypeVar("F", bound=Callable[..., Any])
 JSON_HELP = "Print one JSON object (paths, counts, metrics) as the last line of stdout; progress goes to stderr."
 QUIET_HELP = "No progress bars or status lines (accepted by every command, for uniform pipelines)."
 OVERWRITE_HELP = "Replace the output directory if it exists."
+ENGINE_HELP = "Execution engine (engine.backend): single, or ddp / fsdp (launch with torchrun --nproc-per-node N)."
+BUDGET_HELP = "Stop (with a checkpoint) after this much time or data, e.g. 30m, 2h, 5Mtok (train.budget)."
+
+
+def engine_overrides(engine: str | None, budget: str | None) -> list[str]:
+    """--engine/--budget are shorthands for --set engine.backend=... / --set train.budget=..."""
+    return ([f"engine.backend={engine}"] if engine else []) + ([f"train.budget={budget}"] if budget else [])
+
+
+def emit_main(result: dict[str, Any], as_json: bool, title: str) -> None:
+    """`emit` on rank 0 only (under torchrun every rank runs the command), then leave the process group."""
+    from bertkit.engine import dist
+
+    if dist.is_main():
+        emit(result, as_json, title)
+    dist.destroy_process_group()
 
 
 def fail(message: str, code: int = 2) -> None:

@@ -6,7 +6,16 @@ from pathlib import Path
 
 import typer
 
-from bertkit.cli.common import JSON_HELP, OVERWRITE_HELP, QUIET_HELP, emit, guarded
+from bertkit.cli.common import (
+    BUDGET_HELP,
+    ENGINE_HELP,
+    JSON_HELP,
+    OVERWRITE_HELP,
+    QUIET_HELP,
+    emit_main,
+    engine_overrides,
+    guarded,
+)
 from bertkit.cli.pretrain import SET_HELP
 
 
@@ -24,6 +33,8 @@ def finetune_command(
     label_field: str | None = typer.Option(None, "--label-field", help="Column with the label (task.label_field)."),
     feature_based: bool = typer.Option(False, "--feature-based", help="Freeze the encoder; train only the head."),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
+    engine: str | None = typer.Option(None, "--engine", help=ENGINE_HELP),
+    budget: str | None = typer.Option(None, "--budget", help=BUDGET_HELP),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --output from its last checkpoint."),
     overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
@@ -33,7 +44,7 @@ def finetune_command(
     from bertkit.config.recipe import load_recipe
     from bertkit.pipelines.finetune import finetune
 
-    overrides = list(set_)
+    overrides = list(set_) + engine_overrides(engine, budget)
     for key, value in (("text_field", text_field), ("text_pair_field", text_pair_field), ("label_field", label_field)):
         if value is not None:
             overrides.append(f"task.{key}={value}")
@@ -41,4 +52,4 @@ def finetune_command(
         overrides.append("task.mode=feature")
     loaded = load_recipe(recipe, overrides, kind="finetune")
     summary = finetune(loaded, model, train, output, eval, overwrite, resume, quiet)  # type: ignore[arg-type]
-    emit(summary, json_out, "fine-tuning done")
+    emit_main(summary, json_out, "fine-tuning done")

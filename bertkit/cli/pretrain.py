@@ -6,7 +6,16 @@ from pathlib import Path
 
 import typer
 
-from bertkit.cli.common import JSON_HELP, OVERWRITE_HELP, QUIET_HELP, emit, guarded
+from bertkit.cli.common import (
+    BUDGET_HELP,
+    ENGINE_HELP,
+    JSON_HELP,
+    OVERWRITE_HELP,
+    QUIET_HELP,
+    emit_main,
+    engine_overrides,
+    guarded,
+)
 
 SET_HELP = "Override a recipe field with a dotted key, e.g. --set optim.lr=3e-4 (repeatable)."
 
@@ -18,6 +27,8 @@ def pretrain_command(
     corpus: Path | None = typer.Option(None, "--corpus", "-c", help="Corpus directory from build-corpus."),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
     init_from: Path | None = typer.Option(None, "--init-from", help="Start from this bertkit model or run directory."),
+    engine: str | None = typer.Option(None, "--engine", help=ENGINE_HELP),
+    budget: str | None = typer.Option(None, "--budget", help=BUDGET_HELP),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --output from its last checkpoint."),
     overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
@@ -27,7 +38,7 @@ def pretrain_command(
     from bertkit.config.recipe import load_recipe
     from bertkit.pipelines.pretrain import pretrain
 
-    overrides = list(set_) + ([f"data.train={corpus}"] if corpus else [])
+    overrides = list(set_) + ([f"data.train={corpus}"] if corpus else []) + engine_overrides(engine, budget)
     loaded = load_recipe(recipe, overrides, kind="pretrain")
     summary = pretrain(loaded, output, init_from, overwrite, resume, quiet)  # type: ignore[arg-type]
-    emit(summary, json_out, "pretraining done")
+    emit_main(summary, json_out, "pretraining done")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -75,7 +76,8 @@ class ObjectiveConfig(StrictModel):
 
 
 class OptimConfig(StrictModel):
-    name: Literal["adamw"] = "adamw"
+    # adamw: BERT/RoBERTa. lamb: layer-wise trust ratio (You et al. 2019, used by ALBERT) for large batches.
+    name: Literal["adamw", "lamb"] = "adamw"
     lr: float = Field(1e-4, gt=0)
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = Field(1e-6, gt=0)
@@ -85,13 +87,36 @@ class OptimConfig(StrictModel):
 
 class ScheduleConfig(StrictModel):
     warmup_steps: int = Field(0, ge=0)
-    decay: Literal["linear", "cosine", "constant"] = "linear"
+    # wsd = warmup-stable-decay: constant peak after warmup, then a linear decay over the last
+    # `decay_fraction` of the steps (so a run can be extended from a stable-phase checkpoint).
+    decay: Literal["linear", "cosine", "constant", "wsd"] = "linear"
     min_lr_ratio: float = Field(0.0, ge=0.0, le=1.0)
+    decay_fraction: float = Field(0.2, gt=0.0, le=1.0, description="wsd only: share of steps spent decaying")
+
+
+_BUDGET = re.compile(
+    r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d|tok|tokens|k ?tok(?:ens)?|m ?tok(?:ens)?|b ?tok(?:ens)?)\s*$", re.I
+)
+_TIME_UNITS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
+_TOKEN_UNITS = {"": 1, "k": 1e3, "m": 1e6, "b": 1e9}
+
+
+def parse_budget(text: str) -> tuple[str, float]:
+    """'30m' -> ('seconds', 1800); '5Mtok' -> ('tokens', 5e6). Raises ValueError with the accepted forms."""
+    match = _BUDGET.match(text)
+    if not match:
+        raise ValueError(
+            f"cannot read budget {text!r}; use a duration like 90s, 30m, 2h, 1d or a token count like 500ktok, 5Mtok"
+        )
+    value, unit = float(match.group(1)), match.group(2).lower().replace(" ", "")
+    if unit in _TIME_UNITS:
+        return "seconds", value * _TIME_UNITS[unit]
+    return "tokens", value * _TOKEN_UNITS[unit.removesuffix("tokens").removesuffix("tok")]
 
 
 class TrainConfig(StrictModel):
     steps: int = Field(1000, gt=0)
-    batch_size: int = Field(32, gt=0, description="sequences per optimizer step")
+    batch_size: int = Field(32, gt=0, description="sequences per optimizer step, over all processes")
     grad_accum: int = Field(1, gt=0)
     seed: int = 0
     log_every: int = Field(10, gt=0)
@@ -99,19 +124,31 @@ class TrainConfig(StrictModel):
     eval_batches: int = Field(20, gt=0)
     checkpoint_every: int = Field(0, ge=0, description="0 saves only the final model")
     keep_last: int = Field(2, gt=0)
+    # Stop early (with a checkpoint) once this much wall-clock time or this many tokens are spent
+    # ("cramming"): 30m, 2h, 5Mtok. None trains for `steps`.
+    budget: str | None = None
 
     @model_validator(mode="after")
     def _accum_divides_batch(self) -> TrainConfig:
         if self.batch_size % self.grad_accum:
             raise ValueError(f"batch_size {self.batch_size} is not divisible by grad_accum {self.grad_accum}")
+        if self.budget is not None:
+            parse_budget(self.budget)
         return self
 
 
 class EngineConfig(StrictModel):
-    backend: Literal["single"] = "single"
+    # single: one process. ddp/fsdp: launched with torchrun (FSDP2 fully_shard); without a launcher, a group of one.
+    backend: Literal["single", "ddp", "fsdp"] = "single"
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    precision: Literal["fp32", "bf16"] = "fp32"
+    # fp16 uses dynamic loss scaling and needs a GPU; bf16 autocast runs on CPU and GPU.
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     threads: int = Field(0, ge=0, description="torch CPU threads; 0 keeps torch's default")
+    max_bad_steps: int = Field(5, gt=0, description="stop after this many NaN/inf steps in a row")
+    # Peak device throughput for MFU, in TFLOP/s; None uses the built-in table (see bertkit/engine/flops.py).
+    peak_tflops: float | None = Field(None, gt=0)
+    tensorboard: bool = Field(True, description="also write TensorBoard event files (when tensorboard is installed)")
+    compile: bool = Field(False, description="torch.compile the model (faster steps after a compile delay)")
 
 
 class TaskConfig(StrictModel):

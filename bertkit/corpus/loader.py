@@ -45,15 +45,29 @@ def split_indices(num_items: int, eval_fraction: float, seed: int) -> tuple[np.n
 
 
 class EpochSampler:
-    """Endless (epoch, index) pairs over `indices`, reshuffled every epoch, resumable from its state."""
+    """Endless (epoch, index) pairs over `indices`, reshuffled every epoch, resumable from its state.
 
-    def __init__(self, indices: np.ndarray, seed: int, shuffle: bool = True) -> None:
+    Sharded over `world_size` processes, every rank walks the same global order and `take(count)`
+    consumes `count` items of it, returning this rank's contiguous share of `count / world_size`.
+    So the state (epoch, position) is the same on every rank and means the same thing for any
+    world size: a checkpoint resumes under another number of processes, and N ranks with micro-batch
+    b see exactly the items one process sees with N accumulation micro-steps of b."""
+
+    def __init__(
+        self, indices: np.ndarray, seed: int, shuffle: bool = True, rank: int = 0, world_size: int = 1
+    ) -> None:
         if len(indices) == 0:
             raise ValueError("no items to sample")
         self.indices, self.seed, self.shuffle = indices, seed, shuffle
         self.state = LoaderState()
         self._order_epoch = -1
         self._order = indices
+        self.shard(rank, world_size)
+
+    def shard(self, rank: int, world_size: int) -> None:
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is outside a world of {world_size}")
+        self.rank, self.world_size = rank, world_size
 
     def load_state(self, state: dict[str, int]) -> None:
         self.state = LoaderState(epoch=int(state["epoch"]), position=int(state["position"]))
@@ -65,7 +79,7 @@ class EpochSampler:
             self._order_epoch = self.state.epoch
         return self._order
 
-    def take(self, count: int) -> list[tuple[int, int]]:
+    def _take_global(self, count: int) -> list[tuple[int, int]]:
         chosen: list[tuple[int, int]] = []
         while len(chosen) < count:
             order = self._epoch_order()
@@ -75,6 +89,12 @@ class EpochSampler:
             if self.state.position >= len(order):
                 self.state = LoaderState(epoch=self.state.epoch + 1, position=0)
         return chosen
+
+    def take(self, count: int) -> list[tuple[int, int]]:
+        if count % self.world_size:
+            raise ValueError(f"cannot split {count} items evenly over {self.world_size} processes")
+        share = count // self.world_size
+        return self._take_global(count)[self.rank * share : (self.rank + 1) * share]
 
 
 def pad_batch(sequences: list[np.ndarray], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -77,43 +77,52 @@ def list_checkpoints(directory: Path) -> list[tuple[int, Path]]:
 def save_checkpoint(
     directory: Path,
     step: int,
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scheduler: Any,
+    model_state: dict[str, torch.Tensor],
+    training_state: dict[str, Any],
     trainer_state: dict[str, Any],
     keep_last: int,
 ) -> Path:
+    """Write `step-N/` (called on rank 0 only). Built under `.step-N.tmp` and renamed, so a crash or a
+    full disk never leaves a checkpoint that looks complete, and never touches an older one."""
     directory.mkdir(parents=True, exist_ok=True)
     final = directory / f"step-{step}"
     tmp = directory / f".step-{step}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    save_weights(model, tmp / WEIGHTS)
-    rng = {"torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        rng["cuda"] = torch.cuda.get_rng_state_all()
-    torch.save(
-        {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": rng}, tmp / TRAINING_STATE
-    )
-    write_json_atomic(tmp / TRAINER_JSON, {"step": step, **trainer_state})
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+    try:
+        tmp.mkdir()
+        tensors = {k: v.detach().cpu().contiguous() for k, v in model_state.items()}
+        save_file(tensors, str(tmp / WEIGHTS), metadata={"format": "pt", "producer": "bertkit"})
+        torch.save(training_state, tmp / TRAINING_STATE)
+        write_json_atomic(tmp / TRAINER_JSON, {"step": step, **trainer_state})
+        if final.exists():
+            # Same step saved twice (e.g. a signal right after a periodic save): swap, never delete first.
+            aside = directory / f".step-{step}.old"
+            shutil.rmtree(aside, ignore_errors=True)
+            os.replace(final, aside)
+            os.replace(tmp, final)
+            shutil.rmtree(aside, ignore_errors=True)
+        else:
+            os.replace(tmp, final)
+    except OSError as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        kept = [p.name for _, p in list_checkpoints(directory)]
+        raise BertkitError(
+            f"could not write checkpoint step-{step} in {directory}: {err.strerror or err}; "
+            f"existing checkpoints are untouched ({', '.join(kept) or 'none'}); free space and --resume"
+        ) from None
     for _, old in list_checkpoints(directory)[:-keep_last]:
         shutil.rmtree(old, ignore_errors=True)
     return final
 
 
-def load_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any) -> dict[str, Any]:
-    """Restore model, optimizer, scheduler and RNG; return the trainer state (step, loader position...)."""
-    load_weights(model, path / WEIGHTS)
+def read_checkpoint(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any], dict[str, Any]]:
+    """Model weights, training state (optimizer, scheduler, RNG; weights-only load) and trainer state."""
+    trainer_state = read_json(path / TRAINER_JSON, "checkpoint trainer state")
+    model_state = read_weights(path / WEIGHTS)
     try:
-        state = torch.load(path / TRAINING_STATE, map_location="cpu", weights_only=True)
+        training_state = torch.load(path / TRAINING_STATE, map_location="cpu", weights_only=True)
     except Exception as err:
         raise BertkitError(f"checkpoint {path} is damaged or incompatible: {str(err).splitlines()[0]}") from None
-    optimizer.load_state_dict(state["optimizer"])
-    scheduler.load_state_dict(state["scheduler"])
-    torch.set_rng_state(state["rng"]["torch"])
-    if "cuda" in state["rng"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["rng"]["cuda"])
-    return read_json(path / TRAINER_JSON, "trainer state")
+    if not isinstance(training_state, dict) or "optimizer" not in training_state or "step" not in trainer_state:
+        raise BertkitError(f"checkpoint {path} is damaged or incompatible: training state is incomplete")
+    return model_state, training_state, trainer_state

@@ -1,15 +1,19 @@
 """The one training loop behind `pretrain`, `distill` and `finetune`.
 
 They differ only in the model, the objective (model, batch -> loss, metrics) and the batch source
-(an object with `next_batch()`, `state` and `load_state()`), never in the loop itself.
+(an object with `next_batch()`, `state` and `load_state()`), never in the loop itself. How a step is
+executed on one or many processes (DDP, FSDP2) is the backend's business
+(bertkit/engine/backends); the loop only talks to its small interface.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-import math
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -17,15 +21,16 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from bertkit.config.schema import EngineConfig, OptimConfig, ScheduleConfig, TrainConfig
-from bertkit.engine.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
+from bertkit.config.schema import EngineConfig, OptimConfig, ScheduleConfig, TrainConfig, parse_budget
+from bertkit.engine import dist
+from bertkit.engine.backends import create_backend
+from bertkit.engine.backends.base import clip_value
+from bertkit.engine.checkpoint import list_checkpoints, load_state, read_checkpoint, save_checkpoint
 from bertkit.engine.device import autocast, resolve_device
-from bertkit.engine.optim import build_optimizer, build_scheduler
+from bertkit.engine.flops import non_embedding_parameters, peak_flops, training_flops
+from bertkit.engine.optim import build_scheduler
 from bertkit.errors import BertkitError
 from bertkit.progress import Tracker
-
-# After this many non-finite losses in a row the run stops instead of skipping steps forever.
-MAX_CONSECUTIVE_NONFINITE = 5
 
 
 class BatchSource(Protocol):
@@ -40,6 +45,12 @@ Objective = Callable[[nn.Module, dict[str, torch.Tensor]], tuple[torch.Tensor, d
 Evaluator = Callable[[nn.Module], dict[str, float]]
 
 
+class Interrupted(BertkitError):
+    """SIGINT/SIGTERM: a checkpoint was saved; exit like an interrupted shell command."""
+
+    exit_code = 130
+
+
 @dataclass
 class TrainResult:
     steps: int
@@ -49,6 +60,7 @@ class TrainResult:
     seconds: float = 0.0
     tokens: int = 0
     resumed_from: int | None = None
+    stopped: str | None = None  # "budget" when a time/token budget ended the run before `steps`
 
     def first_last(self, key: str) -> tuple[float | None, float | None]:
         values = [row[key] for row in self.history if key in row]
@@ -57,6 +69,42 @@ class TrainResult:
 
 def _to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
     return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+
+@contextlib.contextmanager
+def _stop_signals() -> Iterator[dict[str, str | None]]:
+    """SIGINT/SIGTERM set a flag instead of killing the process; the loop saves and exits at the
+    next step boundary (handlers can only be installed from the main thread)."""
+    flag: dict[str, str | None] = {"signal": None}
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+
+    def handler(signum: int, _frame: object) -> None:
+        flag["signal"] = signal.Signals(signum).name
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield flag
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _rng_state(device: torch.device) -> dict[str, torch.Tensor]:
+    state = {"torch": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def _tensorboard(run_dir: Path, purge_step: int | None) -> Any:
+    """A SummaryWriter when `tensorboard` is installed (optional dependency), else None."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        return None
+    return SummaryWriter(str(run_dir / "tensorboard"), purge_step=purge_step)
 
 
 def train(
@@ -73,136 +121,279 @@ def train(
     quiet: bool = False,
     description: str = "training",
 ) -> TrainResult:
-    """Train `model` for `train_cfg.steps` optimizer steps; `source` serves micro-batches of
-    `batch_size / grad_accum` sequences. Writes metrics.jsonl and checkpoints under `run_dir`."""
-    torch.manual_seed(train_cfg.seed)
+    """Train `model` for `train_cfg.steps` optimizer steps of `train_cfg.batch_size` sequences over all
+    processes; `source` serves micro-batches of `batch_size / grad_accum` sequences (this rank takes its
+    share). Rank 0 writes metrics.jsonl and checkpoints under `run_dir`. On return `model` holds the
+    trained weights (on any backend)."""
     device = resolve_device(engine_cfg)
-    model.to(device)
-    optimizer = build_optimizer(model, optim_cfg)
-    scheduler = build_scheduler(optimizer, train_cfg.steps, schedule_cfg)
+    backend = create_backend(engine_cfg, device)
+    rank, world = backend.rank, backend.world_size
+    main = rank == 0
+    accum = train_cfg.grad_accum
+    if (train_cfg.batch_size // accum) % world:
+        raise BertkitError(
+            f"train.batch_size {train_cfg.batch_size} / grad_accum {accum} = {train_cfg.batch_size // accum} "
+            f"sequences per micro-step cannot be split over {world} processes; "
+            f"use a batch size divisible by {accum * world}"
+        )
+    sampler = getattr(source, "sampler", None)
+    if world > 1:
+        if sampler is None or not hasattr(sampler, "shard"):
+            raise BertkitError(f"this data source cannot be sharded over {world} processes")
+        sampler.shard(rank, world)
+    quiet = quiet or not main
+    budget = parse_budget(train_cfg.budget) if train_cfg.budget else None
+
     checkpoint_dir = run_dir / "checkpoints"
     result = TrainResult(steps=0)
     step = 0
-
     # Running sums of the current logging window; part of the checkpoint so a resumed run logs the
     # exact same rows as an uninterrupted one.
     window: dict[str, float] = {}
     window_steps = 0
+    previous_seconds = 0.0
+    resume_state: tuple[dict[str, Any], dict[str, Any]] | None = None
     existing = list_checkpoints(checkpoint_dir)
     if resume and existing:
         last_step, last_path = existing[-1]
-        state = load_checkpoint(last_path, model, optimizer, scheduler)
-        source.load_state(state["loader"])
-        step, result.skipped_steps, result.tokens = state["step"], state["skipped_steps"], state["tokens"]
-        window, window_steps = state["window"], state["window_steps"]
+        model_state, training_state, trainer = read_checkpoint(last_path)
+        _check_compatible(last_path, trainer, optim_cfg)
+        # Weights go into the plain model before the backend wraps it (DDP broadcasts them, FSDP shards them).
+        load_state(model, model_state, str(last_path))
+        resume_state = (training_state, trainer)
         result.resumed_from = last_step
+
+    torch.manual_seed(train_cfg.seed + rank)
+    flops_params = non_embedding_parameters(model)
+    backend.setup(model, optim_cfg)
+    optimizer = backend.optimizer
+    scheduler = build_scheduler(optimizer, train_cfg.steps, schedule_cfg)
+    scaler = torch.amp.GradScaler("cuda") if engine_cfg.precision == "fp16" and backend.uses_amp_scaler else None
+    if resume_state is not None:
+        training_state, trainer = resume_state
+        try:
+            backend.load_optimizer_state(training_state["optimizer"], last_path)
+            scheduler.load_state_dict(training_state["scheduler"])
+            if scaler is not None and training_state.get("scaler"):
+                scaler.load_state_dict(training_state["scaler"])
+        except (KeyError, ValueError, RuntimeError, IndexError) as err:
+            raise BertkitError(
+                f"checkpoint {last_path} does not fit this optimizer/model: {str(err).splitlines()[0]}"
+            ) from None
+        rngs = training_state.get("rng", [])
+        if rank < len(rngs):
+            torch.set_rng_state(rngs[rank]["torch"])
+            if "cuda" in rngs[rank] and device.type == "cuda":
+                torch.cuda.set_rng_state(rngs[rank]["cuda"], device)
+        if sampler is not None and hasattr(sampler, "load_state"):
+            sampler.load_state(trainer["loader"])
+        else:
+            source.load_state(trainer["loader"])
+        step, result.skipped_steps, result.tokens = trainer["step"], trainer["skipped_steps"], trainer["tokens"]
+        window, window_steps = trainer["window"], trainer["window_steps"]
+        previous_seconds = float(trainer.get("train_seconds", 0.0))
+
     metrics_path = run_dir / "metrics.jsonl"
-    if result.resumed_from is None and metrics_path.exists():
-        metrics_path.unlink()
-    elif result.resumed_from is not None:
-        _truncate_metrics(metrics_path, step)
+    if main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if result.resumed_from is None and metrics_path.exists():
+            metrics_path.unlink()
+        elif result.resumed_from is not None:
+            _truncate_metrics(metrics_path, step)
+    if result.resumed_from is not None and main:
         result.history = [row for row in _read_metrics(metrics_path) if "loss" in row]
 
-    def trainer_state() -> dict[str, Any]:
-        return {
-            "loader": source.state.to_dict(),
-            "skipped_steps": result.skipped_steps,
-            "tokens": result.tokens,
-            "window": window,
-            "window_steps": window_steps,
-        }
+    started = time.perf_counter()
 
-    def checkpoint() -> None:
-        save_checkpoint(checkpoint_dir, step, model, optimizer, scheduler, trainer_state(), train_cfg.keep_last)
+    def train_seconds() -> float:
+        return previous_seconds + time.perf_counter() - started
+
+    def checkpoint() -> Path:
+        """Collective: every rank contributes its state; rank 0 writes; a write error stops every rank."""
+        model_state = backend.model_state()
+        optimizer_state = backend.optimizer_state()
+        rngs = dist.gather_objects(_rng_state(device))
+        error = None
+        if main:
+            training_state = {
+                "optimizer": optimizer_state,
+                "scheduler": scheduler.state_dict(),
+                "scaler": scaler.state_dict() if scaler is not None else None,
+                "rng": rngs,
+            }
+            trainer = {
+                "loader": (sampler.state if sampler is not None else source.state).to_dict(),
+                "skipped_steps": result.skipped_steps,
+                "tokens": result.tokens,
+                "window": window,
+                "window_steps": window_steps,
+                "train_seconds": train_seconds(),
+                "optimizer": optim_cfg.name,
+                "engine": backend.name,
+                "world_size": world,
+            }
+            try:
+                save_checkpoint(checkpoint_dir, step, model_state, training_state, trainer, train_cfg.keep_last)
+            except BertkitError as err:
+                error = str(err)
+        error = dist.broadcast_object(error)
+        if error:
+            raise BertkitError(error)
+        return checkpoint_dir / f"step-{step}"
 
     consecutive_bad = 0
-    window_tokens = 0
+    window_tokens = window_sequences = 0
     window_start = time.perf_counter()
-    started = time.perf_counter()
-    model.train()
-    with (
-        Tracker(description, total=train_cfg.steps, quiet=quiet, unit="steps") as tracker,
-        open(metrics_path, "a", encoding="utf-8") as metrics_file,
-    ):
-        tracker.advance(step)
-        while step < train_cfg.steps:
-            total_loss = torch.zeros((), device=device)
-            step_metrics: dict[str, torch.Tensor] = {}
-            step_tokens = 0
-            for _ in range(train_cfg.grad_accum):
-                batch = _to_device(source.next_batch(), device)
-                step_tokens += int(batch["attention_mask"].sum())
-                with autocast(device, engine_cfg.precision):
-                    loss, metrics = objective(model, batch)
-                (loss / train_cfg.grad_accum).backward()
-                total_loss += loss.detach() / train_cfg.grad_accum
-                for key, value in metrics.items():
-                    step_metrics[key] = step_metrics.get(key, 0) + value.detach().float() / train_cfg.grad_accum
-            grad_norm = torch.nn.utils.clip_grad_norm_(
-                model.parameters(), _clip_value(optim_cfg), error_if_nonfinite=False
-            )
-            if not (torch.isfinite(total_loss) and torch.isfinite(grad_norm)):
-                # Skip the update, keep the weights: one bad batch must not poison the run.
-                optimizer.zero_grad(set_to_none=True)
-                result.skipped_steps += 1
-                consecutive_bad += 1
-                if consecutive_bad >= MAX_CONSECUTIVE_NONFINITE:
-                    checkpoint()
-                    raise BertkitError(
-                        f"loss or gradient was NaN/inf for {consecutive_bad} steps in a row at step {step}; "
-                        f"stopped, last good state saved in {checkpoint_dir}/step-{step} "
-                        "(lower optim.lr, raise schedule.warmup_steps, or use fp32)"
+    peak = peak_flops(device, engine_cfg.precision, engine_cfg.peak_tflops) * world
+    writer = None
+    if main and engine_cfg.tensorboard:
+        writer = _tensorboard(run_dir, step if result.resumed_from is not None else None)
+    backend.module.train()
+    metrics_file = open(metrics_path, "a", encoding="utf-8") if main else None  # noqa: SIM115
+    try:
+        with Tracker(description, total=train_cfg.steps, quiet=quiet, unit="steps") as tracker, _stop_signals() as flag:
+            tracker.advance(step)
+            while step < train_cfg.steps:
+                over_budget = budget is not None and (
+                    (budget[0] == "tokens" and result.tokens >= budget[1])
+                    or (budget[0] == "seconds" and train_seconds() >= budget[1])
+                )
+                if dist.any_rank(flag["signal"] is not None or over_budget):
+                    if flag["signal"] is None and over_budget:
+                        result.stopped = "budget"
+                        checkpoint()
+                        break
+                    saved = checkpoint()
+                    raise Interrupted(
+                        f"interrupted by {flag['signal'] or 'a signal on another rank'} at step {step}; "
+                        f"checkpoint saved in {saved}; continue with --resume"
                     )
-                continue
-            consecutive_bad = 0
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            step += 1
-            result.tokens += step_tokens
-            window_tokens += step_tokens
-            window_steps += 1
-            window["loss"] = window.get("loss", 0.0) + float(total_loss)
-            for key, value in step_metrics.items():
-                window[key] = window.get(key, 0.0) + float(value)
-            if step % train_cfg.log_every == 0 or step == train_cfg.steps:
-                elapsed = time.perf_counter() - window_start
-                row: dict[str, Any] = {"step": step}
-                row.update({k: round(v / window_steps, 6) for k, v in window.items()})
-                row["lr"] = scheduler.get_last_lr()[0]
-                row["grad_norm"] = round(float(grad_norm), 4)
-                row["tokens_per_s"] = round(window_tokens / elapsed, 1) if elapsed > 0 else None
-                row["skipped_steps"] = result.skipped_steps
-                metrics_file.write(json.dumps(row) + "\n")
-                metrics_file.flush()
-                result.history.append(row)
-                window, window_steps, window_tokens, window_start = {}, 0, 0, time.perf_counter()
-                tracker.advance(0, info=f"loss {row['loss']:.3f}")
-            if evaluate and train_cfg.eval_every and step % train_cfg.eval_every == 0 and step < train_cfg.steps:
-                row = {"step": step, **{f"eval_{k}": v for k, v in _run_eval(model, evaluate).items()}}
-                metrics_file.write(json.dumps(row) + "\n")
-                metrics_file.flush()
-            if train_cfg.checkpoint_every and step % train_cfg.checkpoint_every == 0:
-                checkpoint()
-            tracker.advance(1)
-        if evaluate:
-            result.eval = _run_eval(model, evaluate)
-            metrics_file.write(json.dumps({"step": step, **{f"eval_{k}": v for k, v in result.eval.items()}}) + "\n")
+                total_loss = torch.zeros((), device=device)
+                step_metrics: dict[str, torch.Tensor] = {}
+                step_tokens = step_sequences = 0
+                for micro in range(accum):
+                    batch = _to_device(source.next_batch(), device)
+                    step_tokens += int(batch["attention_mask"].sum())
+                    step_sequences += int(batch["attention_mask"].shape[0])
+                    sync = contextlib.nullcontext() if micro == accum - 1 else backend.no_sync()
+                    with sync:
+                        with autocast(device, engine_cfg.precision):
+                            loss, metrics = objective(backend.forward_module, batch)
+                        scaled = loss / accum
+                        backend.backward(scaler.scale(scaled) if scaler is not None else scaled)
+                    total_loss += loss.detach().float() / accum
+                    for key, value in metrics.items():
+                        step_metrics[key] = step_metrics.get(key, 0) + value.detach().float() / accum
+                if scaler is not None:
+                    scaler.unscale_(optimizer)
+                grad_norm = backend.clip_grad_norm(clip_value(optim_cfg.grad_clip))
+                # One collective for everything logged: the loss is the mean over ranks' micro-batches.
+                keys = sorted(step_metrics)
+                packed = torch.stack([total_loss, *(step_metrics[k] for k in keys)]).float()
+                packed = dist.all_reduce_mean(packed)
+                step_tokens = int(dist.all_reduce_sum(step_tokens))
+                step_sequences = int(dist.all_reduce_sum(step_sequences))
+                loss_finite = bool(torch.isfinite(packed[0]))
+                if not (loss_finite and torch.isfinite(grad_norm)):
+                    # Skip the update, keep the weights: one bad batch must not poison the run.
+                    backend.zero_grad()
+                    result.skipped_steps += 1
+                    if scaler is not None and loss_finite:
+                        scaler.update()  # fp16 overflow: the scaler lowers its scale; expected, not an error
+                        continue
+                    consecutive_bad += 1
+                    if consecutive_bad >= engine_cfg.max_bad_steps:
+                        saved = checkpoint()
+                        raise BertkitError(
+                            f"loss or gradient was NaN/inf for {consecutive_bad} steps in a row at step {step}; "
+                            f"stopped, last good state saved in {saved} "
+                            "(lower optim.lr, raise schedule.warmup_steps, or use fp32)"
+                        )
+                    continue
+                consecutive_bad = 0
+                backend.optimizer_step(scaler)
+                if scaler is not None:
+                    scaler.update()
+                scheduler.step()
+                backend.zero_grad()
+                step += 1
+                result.tokens += step_tokens
+                window_tokens += step_tokens
+                window_sequences += step_sequences
+                window_steps += 1
+                window["loss"] = window.get("loss", 0.0) + float(packed[0])
+                for index, key in enumerate(keys, start=1):
+                    window[key] = window.get(key, 0.0) + float(packed[index])
+                if step % train_cfg.log_every == 0 or step == train_cfg.steps:
+                    elapsed = time.perf_counter() - window_start
+                    row: dict[str, Any] = {"step": step}
+                    row.update({k: round(v / window_steps, 6) for k, v in window.items()})
+                    row["lr"] = scheduler.get_last_lr()[0]
+                    row["grad_norm"] = round(float(grad_norm), 4)
+                    row["tokens"] = result.tokens
+                    row["tokens_per_s"] = round(window_tokens / elapsed, 1) if elapsed > 0 else None
+                    if elapsed > 0 and window_sequences:
+                        flops = training_flops(
+                            backend.module, window_tokens, window_tokens / window_sequences, flops_params
+                        )
+                        row["mfu"] = round(flops / elapsed / peak, 5)
+                    row["skipped_steps"] = result.skipped_steps
+                    if main:
+                        _write_row(metrics_file, writer, row)
+                    result.history.append(row)
+                    window, window_steps, window_start = {}, 0, time.perf_counter()
+                    window_tokens = window_sequences = 0
+                    info = f"loss {row['loss']:.3f}"
+                    if row["tokens_per_s"]:
+                        info += f" | {row['tokens_per_s']:,.0f} tok/s | MFU {100 * row.get('mfu', 0):.1f}%"
+                    tracker.advance(0, info=info)
+                if evaluate and train_cfg.eval_every and step % train_cfg.eval_every == 0 and step < train_cfg.steps:
+                    row = {"step": step, **{f"eval_{k}": v for k, v in _run_eval(backend, evaluate).items()}}
+                    if main:
+                        _write_row(metrics_file, writer, row)
+                if train_cfg.checkpoint_every and step % train_cfg.checkpoint_every == 0:
+                    checkpoint()
+                tracker.advance(1)
+            if evaluate:
+                result.eval = _run_eval(backend, evaluate)
+                if main:
+                    _write_row(metrics_file, writer, {"step": step, **{f"eval_{k}": v for k, v in result.eval.items()}})
+    finally:
+        if metrics_file is not None:
+            metrics_file.close()
+        if writer is not None:
+            writer.close()
+    backend.final_weights_into(model)
     result.steps = step
     result.seconds = time.perf_counter() - started
     return result
 
 
-def _clip_value(optim_cfg: OptimConfig) -> float:
-    return optim_cfg.grad_clip if optim_cfg.grad_clip > 0 else math.inf
+def _check_compatible(path: Path, trainer: dict[str, Any], optim_cfg: OptimConfig) -> None:
+    saved_optimizer = trainer.get("optimizer", "adamw")
+    if saved_optimizer != optim_cfg.name:
+        raise BertkitError(
+            f"checkpoint {path} was trained with optim.name={saved_optimizer}, the recipe says {optim_cfg.name}; "
+            f"resume with --set optim.name={saved_optimizer}"
+        )
 
 
-def _run_eval(model: nn.Module, evaluate: Evaluator) -> dict[str, float]:
-    was_training = model.training
-    model.eval()
+def _write_row(metrics_file: Any, writer: Any, row: dict[str, Any]) -> None:
+    metrics_file.write(json.dumps(row) + "\n")
+    metrics_file.flush()
+    if writer is not None:
+        for key, value in row.items():
+            if key != "step" and isinstance(value, int | float):
+                writer.add_scalar(key, value, row["step"])
+
+
+def _run_eval(backend: Any, evaluate: Evaluator) -> dict[str, float]:
+    module = backend.eval_module
+    was_training = module.training
+    module.eval()
     with torch.no_grad():
-        metrics = evaluate(model)
-    model.train(was_training)
+        metrics = evaluate(module)
+    module.train(was_training)
     return metrics
 
 

@@ -1,8 +1,9 @@
-"""Optimizers and learning-rate schedules."""
+"""Optimizers (AdamW, LAMB) and learning-rate schedules (linear/cosine decay, warmup-stable-decay)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -11,26 +12,93 @@ from bertkit.config.schema import OptimConfig, ScheduleConfig
 
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """BERT's rule: no weight decay on biases and LayerNorm weights (nor on any 1-D parameter)."""
+    """BERT's rule: no weight decay on biases and LayerNorm weights (nor on any 1-D parameter).
+
+    LAMB follows ALBERT and also leaves these out of the layer-wise adaptation (`adapt`)."""
     decay, no_decay = [], []
     for _, param in model.named_parameters():
         if not param.requires_grad:
             continue
         (no_decay if param.ndim < 2 else decay).append(param)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return [
+        {"params": decay, "weight_decay": weight_decay, "adapt": True},
+        {"params": no_decay, "weight_decay": 0.0, "adapt": False},
+    ]
+
+
+class Lamb(torch.optim.Optimizer):
+    """LAMB (You et al., 2019, "Large Batch Optimization for Deep Learning"), as used by ALBERT.
+
+    Adam's bias-corrected update plus decoupled weight decay, rescaled per parameter tensor by the
+    trust ratio ||w|| / ||update||, so every layer moves by a step proportional to its own size."""
+
+    def __init__(
+        self,
+        params,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-6,
+        weight_decay: float = 0.0,
+    ) -> None:
+        defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay, "adapt": True}
+        super().__init__(params, defaults)
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:
+        loss = closure() if closure is not None else None
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for param in group["params"]:
+                if param.grad is None:
+                    continue
+                state = self.state[param]
+                if not state:
+                    state["step"] = torch.zeros((), dtype=torch.float32)
+                    state["exp_avg"] = torch.zeros_like(param)
+                    state["exp_avg_sq"] = torch.zeros_like(param)
+                state["step"] += 1
+                step = float(state["step"])
+                exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+                exp_avg.mul_(beta1).add_(param.grad, alpha=1 - beta1)
+                exp_avg_sq.mul_(beta2).addcmul_(param.grad, param.grad, value=1 - beta2)
+                corrected_avg = exp_avg / (1 - beta1**step)
+                corrected_sq = exp_avg_sq / (1 - beta2**step)
+                update = corrected_avg / (corrected_sq.sqrt() + group["eps"])
+                if group["weight_decay"]:
+                    update = update.add(param, alpha=group["weight_decay"])
+                trust = 1.0
+                if group["adapt"]:
+                    weight_norm, update_norm = float(param.norm()), float(update.norm())
+                    # A zero-initialised tensor (or a zero update) falls back to the plain Adam step.
+                    if weight_norm > 0 and update_norm > 0:
+                        trust = weight_norm / update_norm
+                param.add_(update, alpha=-group["lr"] * trust)
+        return loss
 
 
 def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:
     groups = parameter_groups(model, cfg.weight_decay)
+    if cfg.name == "lamb":
+        return Lamb(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps)
+    for group in groups:
+        group.pop("adapt")
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps)
 
 
 def lr_multiplier(step: int, total_steps: int, cfg: ScheduleConfig) -> float:
-    """Linear warmup to the peak, then linear/cosine decay to `min_lr_ratio`, or constant."""
+    """Linear warmup to the peak, then linear/cosine decay to `min_lr_ratio`, constant, or
+    warmup-stable-decay (constant, then linear decay over the last `decay_fraction` of the steps)."""
     if cfg.warmup_steps and step < cfg.warmup_steps:
         return (step + 1) / cfg.warmup_steps
     if cfg.decay == "constant":
         return 1.0
+    if cfg.decay == "wsd":
+        decay_steps = max(1, round(total_steps * cfg.decay_fraction))
+        decay_start = max(cfg.warmup_steps, total_steps - decay_steps)
+        if step < decay_start:
+            return 1.0
+        progress = min(1.0, (step - decay_start) / max(1, total_steps - decay_start))
+        return cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * (1.0 - progress)
     span = max(1, total_steps - cfg.warmup_steps)
     progress = min(1.0, (step - cfg.warmup_steps) / span)
     shape = 1.0 - progress if cfg.decay == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))

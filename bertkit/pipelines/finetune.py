@@ -5,10 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from bertkit.config.recipe import FinetuneRecipe
 from bertkit.corpus.loader import split_indices
 from bertkit.engine.checkpoint import load_state
 from bertkit.engine.device import resolve_device
+from bertkit.engine.dist import is_main
 from bertkit.engine.loop import train
 from bertkit.errors import BertkitError
 from bertkit.modeldir import encoder_weights, load_model_dir, save_model_dir
@@ -50,6 +53,7 @@ def finetune(
     eval_examples = encode_examples(eval_records, tokenizer, labels, max_len) if eval_records else None
     prepare_run_dir(output, recipe, overwrite, resume)
 
+    torch.manual_seed(recipe.train.seed)  # reproducible initial weights (and the same on every rank)
     model = SequenceClassifier(BertEncoder(model_cfg), len(labels), task.classifier_dropout)
     load_state(model.encoder, encoder_weights(weights), str(model_dir))
     if task.mode == "feature":
@@ -77,14 +81,16 @@ def finetune(
         quiet=quiet,
         description="finetune",
     )
-    saved = save_model_dir(
-        output / "model",
-        model.cpu(),
-        model_cfg,
-        "sequence-classification",
-        tokenizer,
-        {"labels": labels, "task": task.model_dump(mode="json")},
-    )
+    saved = output / "model"
+    if is_main():  # under a distributed engine only rank 0 writes
+        save_model_dir(
+            output / "model",
+            model.cpu(),
+            model_cfg,
+            "sequence-classification",
+            tokenizer,
+            {"labels": labels, "task": task.model_dump(mode="json")},
+        )
     first, last = result.first_last("loss")
     summary = {
         "run_dir": str(output),

@@ -16,6 +16,7 @@ from bertkit.corpus.loader import MLMBatches, split_indices
 from bertkit.corpus.masking import MaskingSpec
 from bertkit.corpus.shards import Corpus
 from bertkit.engine.checkpoint import load_state
+from bertkit.engine.dist import is_main
 from bertkit.engine.loop import train
 from bertkit.errors import BertkitError
 from bertkit.modeldir import load_model_dir, save_model_dir
@@ -90,6 +91,7 @@ def pretrain(
     recipe = recipe.model_copy(update={"model": model_cfg})
     prepare_run_dir(output, recipe, overwrite, resume)
 
+    torch.manual_seed(recipe.train.seed)  # reproducible initial weights (and the same on every rank)
     model = MaskedLMModel(model_cfg)
     if init_weights is not None:
         load_state(model, init_weights, str(init_from), strict=False)
@@ -133,9 +135,16 @@ def pretrain(
         quiet=quiet,
         description="pretrain",
     )
-    model_dir = save_model_dir(
-        output / "model", model.cpu(), model_cfg, "masked-lm", tokenizer, {"recipe": recipe.name, "steps": result.steps}
-    )
+    model_dir = output / "model"
+    if is_main():  # under a distributed engine only rank 0 writes
+        save_model_dir(
+            output / "model",
+            model.cpu(),
+            model_cfg,
+            "masked-lm",
+            tokenizer,
+            {"recipe": recipe.name, "steps": result.steps},
+        )
     first, last = result.first_last("loss")
     summary = {
         "run_dir": str(output),
@@ -150,6 +159,7 @@ def pretrain(
         "eval": result.eval,
         "skipped_steps": result.skipped_steps,
         "resumed_from": result.resumed_from,
+        "stopped": result.stopped,
         "train_sequences": len(train_idx),
         "eval_sequences": len(eval_idx),
     }

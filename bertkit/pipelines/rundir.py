@@ -14,7 +14,28 @@ from bertkit.fsutil import check_output_dir, write_json_atomic
 
 def prepare_run_dir(output: Path, recipe: Any, overwrite: bool, resume: bool) -> None:
     """Create the run directory. With `resume`, an existing run is continued; otherwise it must be new
-    (or `overwrite` given, which deletes it first)."""
+    (or `overwrite` given, which deletes it first). Under a distributed engine rank 0 does it, and the
+    other ranks raise the same error if it fails."""
+    engine = getattr(recipe, "engine", None)
+    if engine is None or engine.backend == "single":
+        _prepare_run_dir(output, recipe, overwrite, resume)
+        return
+    from bertkit.engine import dist
+    from bertkit.engine.device import resolve_device
+
+    dist.init_process_group(resolve_device(engine))
+    error = None
+    if dist.is_main():
+        try:
+            _prepare_run_dir(output, recipe, overwrite, resume)
+        except BertkitError as err:
+            error = str(err)
+    error = dist.broadcast_object(error)
+    if error:
+        raise BertkitError(error)
+
+
+def _prepare_run_dir(output: Path, recipe: Any, overwrite: bool, resume: bool) -> None:
     import shutil
 
     if resume:
@@ -31,4 +52,8 @@ def prepare_run_dir(output: Path, recipe: Any, overwrite: bool, resume: bool) ->
 
 
 def write_summary(output: Path, summary: dict[str, Any]) -> None:
+    from bertkit.engine.dist import is_main
+
+    if not is_main():  # only rank 0 writes run files
+        return
     write_json_atomic(output / "summary.json", summary)

@@ -1,0 +1,109 @@
+"""The backend interface, implemented directly for a single process."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from bertkit.config.schema import EngineConfig, OptimConfig
+from bertkit.engine.optim import build_optimizer
+
+
+def optimizer_state_by_name(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """torch keys optimizer state by parameter position; key it by parameter name instead, so a
+    checkpoint moves between engines (and FSDP's full optimizer state dict uses the same layout)."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    ordered = [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
+    raw = optimizer.state_dict()
+    return {
+        "state": {ordered[i]: s for i, s in raw["state"].items()},
+        "param_groups": [{**g, "params": [ordered[i] for i in g["params"]]} for g in raw["param_groups"]],
+    }
+
+
+def optimizer_state_from_names(
+    model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]
+) -> dict[str, Any]:
+    """Inverse of `optimizer_state_by_name` for this optimizer's parameter order."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    index = {names[id(p)]: i for i, p in enumerate(p for g in optimizer.param_groups for p in g["params"])}
+    return {
+        "state": {index[n]: s for n, s in state["state"].items()},
+        "param_groups": [{**g, "params": [index[n] for n in g["params"]]} for g in state["param_groups"]],
+    }
+
+
+class Backend:
+    """One process, one device. Subclasses override what their engine does differently."""
+
+    name = "single"
+    # fp16 loss scaling with torch.amp.GradScaler (an engine that scales the loss itself sets False).
+    uses_amp_scaler = True
+
+    def __init__(self, cfg: EngineConfig, device: torch.device) -> None:
+        self.cfg, self.device = cfg, device
+        self.rank, self.world_size = 0, 1
+
+    # --- set-up -------------------------------------------------------------------------------
+    def setup(self, model: nn.Module, optim_cfg: OptimConfig) -> None:
+        """Place the model, build the optimizer. `self.module` is the plain model (names, weights),
+        `self.forward_module` what the objective calls (the wrapper, for gradient hooks)."""
+        self.module = model.to(self.device)
+        self.optimizer = build_optimizer(self.module, optim_cfg)
+        self.forward_module: nn.Module = torch.compile(self.module) if self.cfg.compile else self.module
+
+    @property
+    def eval_module(self) -> nn.Module:
+        """What evaluation calls: the plain model (or the sharded one, where forward is collective)."""
+        return self.module
+
+    # --- one step ------------------------------------------------------------------------------
+    def no_sync(self) -> contextlib.AbstractContextManager:
+        """Context for accumulation micro-steps whose gradients need not be synchronised yet."""
+        return contextlib.nullcontext()
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def clip_grad_norm(self, max_norm: float) -> torch.Tensor:
+        """Clip to `max_norm` (inf: measure only) and return the global gradient norm."""
+        params = [p for p in self.module.parameters() if p.grad is not None]
+        return torch.nn.utils.clip_grad_norm_(params, max_norm, error_if_nonfinite=False)
+
+    def optimizer_step(self, scaler: Any = None) -> None:
+        if scaler is not None:
+            scaler.step(self.optimizer)
+        else:
+            self.optimizer.step()
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+
+    # --- checkpoint state ----------------------------------------------------------------------
+    def model_state(self) -> dict[str, torch.Tensor]:
+        """Full (unsharded) weights on CPU; collective under distributed backends. Empty on ranks > 0
+        where the engine gathers to rank 0 only."""
+        return {k: v.detach().cpu() for k, v in self.module.state_dict().items()}
+
+    def optimizer_state(self) -> dict[str, Any]:
+        """Full optimizer state keyed by parameter name (see `optimizer_state_by_name`)."""
+        return optimizer_state_by_name(self.module, self.optimizer)
+
+    def load_optimizer_state(self, optimizer_state: dict[str, Any], source: Path) -> None:
+        """Restore the full, name-keyed optimizer state of a checkpoint (weights are loaded before setup)."""
+        self.optimizer.load_state_dict(optimizer_state_from_names(self.module, self.optimizer, optimizer_state))
+
+    def final_weights_into(self, model: nn.Module) -> None:
+        """After training, leave the trained weights in the caller's plain model (the same object here)."""
+
+    def close(self) -> None:
+        """Release process groups and engine resources."""
+
+
+def clip_value(grad_clip: float) -> float:
+    return grad_clip if grad_clip > 0 else math.inf

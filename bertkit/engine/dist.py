@@ -1,0 +1,123 @@
+"""Process-group helpers shared by the engines: who am I, is this rank 0, agree on a decision.
+
+Launchers (torchrun, the deepspeed launcher) describe the job through RANK / WORLD_SIZE / LOCAL_RANK /
+MASTER_ADDR / MASTER_PORT. A distributed backend started without a launcher runs as a group of one,
+so `--engine ddp` also works in a plain process (useful to resume a multi-process run on one machine).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+import torch
+
+
+def env_rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def env_world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def local_rank() -> int:
+    return int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def is_initialized() -> bool:
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
+
+
+def rank() -> int:
+    return torch.distributed.get_rank() if is_initialized() else env_rank()
+
+
+def world_size() -> int:
+    return torch.distributed.get_world_size() if is_initialized() else env_world_size()
+
+
+def is_main() -> bool:
+    """Only rank 0 prints and writes run files."""
+    return rank() == 0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def init_process_group(device: torch.device) -> None:
+    """Join the launcher's process group (gloo on CPU, NCCL on CUDA); a group of one without a launcher."""
+    if is_initialized():
+        return
+    if "WORLD_SIZE" not in os.environ:
+        os.environ.update(
+            {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}
+            | ({} if "MASTER_PORT" in os.environ else {"MASTER_PORT": str(_free_port())})
+        )
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    torch.distributed.init_process_group(backend=backend, device_id=device if device.type == "cuda" else None)
+
+
+def destroy_process_group() -> None:
+    if is_initialized():
+        torch.distributed.destroy_process_group()
+
+
+def broadcast_object(value: Any, src: int = 0) -> Any:
+    """Rank `src`'s value on every rank (identity without a process group)."""
+    if not is_initialized():
+        return value
+    box = [value]
+    torch.distributed.broadcast_object_list(box, src=src)
+    return box[0]
+
+
+def gather_objects(value: Any) -> list[Any]:
+    """Every rank's value, in rank order, on every rank."""
+    if not is_initialized():
+        return [value]
+    out: list[Any] = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(out, value)
+    return out
+
+
+def any_rank(flag: bool) -> bool:
+    """True on every rank if it is true on any: ranks must stop (signal, budget) at the same step."""
+    if not is_initialized():
+        return flag
+    tensor = torch.tensor([1.0 if flag else 0.0], device=_collective_device())
+    torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.MAX)
+    return bool(tensor.item())
+
+
+def _collective_device() -> torch.device:
+    # NCCL reduces only CUDA tensors; gloo only CPU ones.
+    if torch.distributed.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def all_reduce_mean(tensor: torch.Tensor) -> torch.Tensor:
+    """Mean over ranks (a copy; identity without a process group)."""
+    if not is_initialized():
+        return tensor
+    out = tensor.detach().clone().to(_collective_device())
+    torch.distributed.all_reduce(out)
+    return (out / torch.distributed.get_world_size()).to(tensor.device)
+
+
+def all_reduce_sum(value: float) -> float:
+    if not is_initialized():
+        return value
+    out = torch.tensor([value], dtype=torch.float64, device=_collective_device())
+    torch.distributed.all_reduce(out)
+    return float(out.item())
+
+
+def barrier() -> None:
+    if is_initialized():
+        torch.distributed.barrier()

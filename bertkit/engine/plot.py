@@ -1,0 +1,66 @@
+"""Training curves from metrics.jsonl as a PNG (matplotlib, imported only here)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from bertkit.errors import BertkitError
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        raise BertkitError(f"{run_dir} has no metrics.jsonl; pass a run directory written by pretrain or finetune")
+    rows = []
+    for number, line in enumerate(path.read_text("utf-8").splitlines(), start=1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                raise BertkitError(f"{path}:{number} is not valid JSON") from None
+    return rows
+
+
+def plot_run(run_dir: Path, output: Path, overwrite: bool = False) -> dict[str, Any]:
+    rows = read_metrics(run_dir)
+    train_rows = [r for r in rows if "loss" in r]
+    if not train_rows:
+        raise BertkitError(f"{run_dir}/metrics.jsonl has no training rows yet")
+    if output.exists() and not overwrite:
+        raise BertkitError(f"output {output} already exists; pass --overwrite to replace it")
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, never a window
+    import matplotlib.pyplot as plt
+
+    steps = [r["step"] for r in train_rows]
+    eval_key = next((k for r in rows for k in r if k in ("eval_mlm_loss", "eval_loss")), None)
+    fig, axes = plt.subplots(3, 1, figsize=(8, 9), sharex=True)
+    axes[0].plot(steps, [r["loss"] for r in train_rows], label="train loss")
+    if eval_key:
+        eval_rows = [r for r in rows if eval_key in r]
+        axes[0].plot([r["step"] for r in eval_rows], [r[eval_key] for r in eval_rows], "o-", label=eval_key)
+    axes[0].set_ylabel("loss")
+    axes[0].legend()
+    axes[1].plot(steps, [r["lr"] for r in train_rows], color="tab:orange")
+    axes[1].set_ylabel("learning rate")
+    throughput = [(r["step"], r["tokens_per_s"]) for r in train_rows if r.get("tokens_per_s")]
+    axes[2].plot([s for s, _ in throughput], [t for _, t in throughput], color="tab:green")
+    axes[2].set_ylabel("tokens / s")
+    axes[2].set_xlabel("step")
+    mfu = [r["mfu"] for r in train_rows if r.get("mfu")]
+    if mfu:
+        axes[2].set_title(f"mean MFU {100 * sum(mfu) / len(mfu):.2f}%", fontsize=9)
+    for axis in axes:
+        axis.grid(alpha=0.3)
+    fig.suptitle(str(run_dir))
+    fig.tight_layout()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = output.with_name(f".{output.name}.tmp.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, output)
+    return {"plot": str(output), "steps": steps[-1], "rows": len(train_rows)}

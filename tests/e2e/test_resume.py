@@ -1,0 +1,79 @@
+"""Exact resume: a run killed with SIGKILL (and another stopped with SIGTERM) and resumed gives the same
+loss curve and bitwise the same final weights as an uninterrupted run (fp32, CPU, dropout on)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from safetensors.torch import load_file
+
+STEPS = 24
+
+
+def command(corpus: Path, output: Path, *extra: str) -> list[str]:
+    sets = {
+        "train.steps": STEPS,
+        "train.batch_size": 8,
+        "train.grad_accum": 2,
+        "train.log_every": 1,
+        "train.checkpoint_every": 4,
+        "train.eval_every": 8,
+        "train.eval_batches": 2,
+        "engine.threads": 1,
+        "engine.tensorboard": "false",  # its import alone costs seconds per process
+    }
+    args = [sys.executable, "-m", "bertkit", "pretrain", "-r", "bert-tiny", "-c", str(corpus), "-o", str(output)]
+    for key, value in sets.items():
+        args += ["--set", f"{key}={value}"]
+    return [*args, "--quiet", "--json", *extra]
+
+
+def run_until(args: list[str], marker: Path, sig: signal.Signals) -> subprocess.CompletedProcess:
+    """Start the run, wait until `marker` exists, then send `sig` (the run must still be going)."""
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not marker.exists():
+        assert proc.poll() is None, f"run ended before {marker.name}: {proc.stderr.read() if proc.stderr else ''}"
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    return subprocess.CompletedProcess(args, proc.returncode, out, err)
+
+
+def curve(run_dir: Path) -> list[tuple]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    # Everything but wall-clock figures (tokens/s, MFU) must match exactly.
+    return [tuple(sorted((k, v) for k, v in row.items() if k not in ("tokens_per_s", "mfu"))) for row in rows]
+
+
+def test_sigkill_and_sigterm_then_resume_is_bitwise_exact(corpus_dir: Path, tmp_path: Path) -> None:
+    reference, interrupted = tmp_path / "reference", tmp_path / "interrupted"
+    subprocess.run(command(corpus_dir, reference), check=True, capture_output=True)
+
+    killed = run_until(command(corpus_dir, interrupted), interrupted / "checkpoints" / "step-8", signal.SIGKILL)
+    assert killed.returncode == -signal.SIGKILL
+    assert not (interrupted / "model").exists()
+
+    # Resume, then stop it politely: SIGTERM saves a checkpoint at the current step and exits 130.
+    resume = command(corpus_dir, interrupted, "--resume")
+    stopped = run_until(resume, interrupted / "checkpoints" / "step-16", signal.SIGTERM)
+    assert stopped.returncode == 130, stopped.stderr
+    assert stopped.stderr.strip().splitlines()[-1].startswith("error: interrupted by SIGTERM at step ")
+
+    finished = subprocess.run(resume, check=True, capture_output=True, text=True)
+    summary = json.loads(finished.stdout.strip().splitlines()[-1])
+    assert summary["steps"] == STEPS and summary["resumed_from"] >= 16
+
+    assert curve(interrupted) == curve(reference)
+    final = load_file(str(interrupted / "model" / "model.safetensors"))
+    expected = load_file(str(reference / "model" / "model.safetensors"))
+    assert final.keys() == expected.keys()
+    assert all(final[k].equal(expected[k]) for k in expected)
+    assert os.listdir(interrupted / "checkpoints") == os.listdir(reference / "checkpoints")

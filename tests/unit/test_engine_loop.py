@@ -1,0 +1,215 @@
+"""The training loop on a small regression problem: NaN handling, accumulation, resume, faults, budget."""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from bertkit.config.schema import EngineConfig, OptimConfig, ScheduleConfig, TrainConfig
+from bertkit.corpus.loader import EpochSampler
+from bertkit.engine import checkpoint as checkpoint_module
+from bertkit.engine.checkpoint import list_checkpoints, read_checkpoint
+from bertkit.engine.loop import Interrupted, train
+from bertkit.errors import BertkitError
+
+ENGINE = EngineConfig(device="cpu")
+OPTIM = OptimConfig(lr=0.05, weight_decay=0.01)
+SCHEDULE = ScheduleConfig(warmup_steps=2, decay="cosine")
+
+
+class Regression:
+    """y = x @ w_true + noise, served in shuffled, resumable batches."""
+
+    def __init__(self, batch_size: int, seed: int = 0) -> None:
+        rng = np.random.default_rng(42)
+        self.x = torch.from_numpy(rng.normal(size=(64, 6)).astype(np.float32))
+        self.y = self.x @ torch.arange(1.0, 7.0).unsqueeze(1) + 0.1 * torch.from_numpy(
+            rng.normal(size=(64, 1)).astype(np.float32)
+        )
+        self.batch_size = batch_size
+        self.sampler = EpochSampler(np.arange(64), seed)
+
+    @property
+    def state(self):
+        return self.sampler.state
+
+    def load_state(self, state: dict[str, int]) -> None:
+        self.sampler.load_state(state)
+
+    def next_batch(self) -> dict[str, torch.Tensor]:
+        rows = [i for _, i in self.sampler.take(self.batch_size)]
+        return {"x": self.x[rows], "y": self.y[rows], "attention_mask": torch.ones(len(rows), 4, dtype=torch.bool)}
+
+
+def objective(model: nn.Module, batch: dict[str, torch.Tensor]):
+    loss = torch.nn.functional.mse_loss(model(batch["x"]), batch["y"])
+    return loss, {"mse": loss.detach()}
+
+
+def make_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(6, 8), nn.Dropout(0.1), nn.Linear(8, 1))
+
+
+def run(tmp: Path, objective=objective, resume: bool = False, model: nn.Module | None = None, **train_kw):
+    cfg = TrainConfig(**{"steps": 12, "batch_size": 8, "log_every": 1, **train_kw})
+    model = model if model is not None else make_model()
+    result = train(model, objective, Regression(cfg.batch_size // cfg.grad_accum), tmp, cfg, OPTIM, SCHEDULE, ENGINE,
+                   resume=resume, quiet=True)  # fmt: skip
+    return model, result
+
+
+def test_trains_and_logs(tmp_path: Path) -> None:
+    model, result = run(tmp_path, steps=30)
+    first, last = result.first_last("loss")
+    assert last < 0.8 * first
+    row = result.history[-1]
+    assert {"loss", "mse", "lr", "grad_norm", "tokens_per_s", "mfu", "skipped_steps"} <= set(row)
+    assert 0 < row["mfu"] < 1
+    assert (tmp_path / "metrics.jsonl").read_text().count("\n") == 30
+
+
+def test_gradient_accumulation_matches_the_full_batch(tmp_path: Path) -> None:
+    """Equal micro-batches: the mean of micro-batch means is the full-batch mean, so weights agree."""
+    torch.manual_seed(1)
+    a = nn.Sequential(nn.Linear(6, 1))  # no dropout: the micro-steps see the same function
+    b = nn.Sequential(nn.Linear(6, 1))
+    b.load_state_dict(a.state_dict())
+    run(tmp_path / "a", model=a, grad_accum=1)
+    run(tmp_path / "b", model=b, grad_accum=4)
+    for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
+        torch.testing.assert_close(pa, pb, rtol=1e-5, atol=1e-6)
+
+
+def nan_on(calls: set[int]):
+    counter = {"n": 0}
+
+    def poisoned(model: nn.Module, batch: dict[str, torch.Tensor]):
+        counter["n"] += 1
+        loss, metrics = objective(model, batch)
+        return (loss * float("nan"), metrics) if counter["n"] in calls else (loss, metrics)
+
+    return poisoned
+
+
+def test_nan_steps_are_skipped_and_counted(tmp_path: Path) -> None:
+    model, result = run(tmp_path, objective=nan_on({4, 5, 6}))
+    assert result.steps == 12 and result.skipped_steps == 3
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    assert result.history[-1]["skipped_steps"] == 3
+
+
+def test_nan_in_a_row_stops_with_the_last_good_state(tmp_path: Path) -> None:
+    snapshot: dict[str, torch.Tensor] = {}
+
+    def poisoned(model: nn.Module, batch: dict[str, torch.Tensor]):
+        loss, metrics = objective(model, batch)
+        if poisoned.calls >= 5:  # type: ignore[attr-defined]
+            snapshot.update({k: v.detach().clone() for k, v in model.state_dict().items()})
+            loss = loss * float("inf")
+        poisoned.calls += 1  # type: ignore[attr-defined]
+        return loss, metrics
+
+    poisoned.calls = 0  # type: ignore[attr-defined]
+    with pytest.raises(BertkitError, match=r"NaN/inf for 5 steps in a row at step 5; stopped, last good state saved"):
+        run(tmp_path, objective=poisoned)
+    (step, path), *_ = list_checkpoints(tmp_path / "checkpoints")
+    assert step == 5
+    weights, _, trainer = read_checkpoint(path)
+    assert trainer["skipped_steps"] == 5
+    for key, value in snapshot.items():
+        assert torch.equal(weights[key], value)
+
+
+def test_resume_in_process_is_bitwise_exact(tmp_path: Path) -> None:
+    full, _ = run(tmp_path / "full", checkpoint_every=5, grad_accum=2)
+    part = tmp_path / "part"
+    run(part, checkpoint_every=5, grad_accum=2)
+    for step, path in list_checkpoints(part / "checkpoints"):
+        if step > 5:
+            import shutil
+
+            shutil.rmtree(path)
+    resumed, result = run(part, resume=True, checkpoint_every=5, grad_accum=2)
+    assert result.resumed_from == 5
+    for pa, pb in zip(full.state_dict().values(), resumed.state_dict().values(), strict=True):
+        assert torch.equal(pa, pb)
+    rows = lambda d: [(r["step"], r["loss"], r["lr"], r["grad_norm"]) for r in run_rows(d)]  # noqa: E731
+    assert rows(tmp_path / "full") == rows(part)
+
+
+def run_rows(run_dir: Path) -> list[dict]:
+    import json
+
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if '"loss"' in line]
+
+
+def test_full_disk_while_checkpointing_damages_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_save = checkpoint_module.torch.save
+    calls = {"n": 0}
+
+    def failing_save(obj, path, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:  # the second checkpoint: the disk is full half-way through
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_save(obj, path, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint_module.torch, "save", failing_save)
+    with pytest.raises(BertkitError, match=r"could not write checkpoint step-8 .*No space left on device.*step-4"):
+        run(tmp_path, checkpoint_every=4)
+    monkeypatch.undo()
+    checkpoints = tmp_path / "checkpoints"
+    assert [s for s, _ in list_checkpoints(checkpoints)] == [4]
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["step-4"]  # no temporary leftovers
+    read_checkpoint(checkpoints / "step-4")  # still whole
+    _, result = run(tmp_path, resume=True, checkpoint_every=4)
+    assert result.resumed_from == 4 and result.steps == 12
+
+
+def test_corrupt_and_incompatible_checkpoints(tmp_path: Path) -> None:
+    run(tmp_path, checkpoint_every=6, steps=6)
+    with pytest.raises(BertkitError, match="optim.name=adamw"):
+        train(make_model(), objective, Regression(8), tmp_path, TrainConfig(steps=12, batch_size=8),
+              OptimConfig(name="lamb"), SCHEDULE, ENGINE, resume=True, quiet=True)  # fmt: skip
+    with pytest.raises(BertkitError, match="does not fit this model"):
+        run(tmp_path, resume=True, model=nn.Sequential(nn.Linear(6, 4), nn.Dropout(0.1), nn.Linear(4, 1)))
+    weights = tmp_path / "checkpoints" / "step-6" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    with pytest.raises(BertkitError, match="cannot read"):
+        run(tmp_path, resume=True)
+
+
+def test_token_budget_stops_cleanly_with_a_checkpoint(tmp_path: Path) -> None:
+    # 8 sequences x 4 tokens = 32 tokens per step: a 100-token budget ends after step 4.
+    _, result = run(tmp_path, budget="100tok")
+    assert result.stopped == "budget" and result.steps == 4
+    assert [s for s, _ in list_checkpoints(tmp_path / "checkpoints")] == [4]
+
+
+def test_sigterm_saves_a_checkpoint_and_exits_130(tmp_path: Path) -> None:
+    def signalled(model: nn.Module, batch: dict[str, torch.Tensor]):
+        signalled.calls += 1  # type: ignore[attr-defined]
+        if signalled.calls == 3:  # type: ignore[attr-defined]
+            os.kill(os.getpid(), signal.SIGTERM)
+        return objective(model, batch)
+
+    signalled.calls = 0  # type: ignore[attr-defined]
+    with pytest.raises(Interrupted, match="interrupted by SIGTERM at step 3; checkpoint saved") as caught:
+        run(tmp_path, objective=signalled)
+    assert caught.value.exit_code == 130
+    assert [s for s, _ in list_checkpoints(tmp_path / "checkpoints")] == [3]
+    _, result = run(tmp_path, resume=True)
+    assert result.steps == 12
+
+
+def test_tensorboard_events_when_installed(tmp_path: Path) -> None:
+    pytest.importorskip("tensorboard")
+    run(tmp_path, steps=3)
+    assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
