@@ -94,17 +94,35 @@ def from_hf_state(hf_config: dict[str, Any], state: dict[str, torch.Tensor], sou
         raise BertkitError(f"{source} lacks the encoder tensor for {absent[0]}; is num_hidden_layers right?")
     if cfg.pooler and "encoder.pooler.dense.weight" not in weights:
         cfg = cfg.model_copy(update={"pooler": False})  # e.g. a BertForMaskedLM checkpoint
+    _check_shapes(cfg, weights, source)
     heads = {name.split("_head.")[0] for name in weights if "_head." in name}
-    objective = ObjectiveConfig(
-        mlm=1.0 if "mlm" in heads or cfg.family == "electra" else 0.0,
-        nsp=1.0 if "nsp" in heads else 0.0,
-        sop=1.0 if "sop" in heads else 0.0,
-        rtd=50.0 if cfg.family == "electra" else 0.0,
-    )
-    if not objective.active:
-        objective = ObjectiveConfig()
+    weights_of = {
+        "mlm": 1.0 if "mlm" in heads or cfg.family == "electra" else 0.0,
+        "nsp": 1.0 if "nsp" in heads else 0.0,
+        "sop": 1.0 if "sop" in heads else 0.0,
+        "rtd": 50.0 if cfg.family == "electra" else 0.0,
+    }
+    # A bare encoder (AutoModel checkpoint) carries no head: it is described as an MLM model without one.
+    objective = ObjectiveConfig(**weights_of) if any(weights_of.values()) else ObjectiveConfig()
     architectures = hf_config.get("architectures") or [hf_model_type(cfg)]
     return HFModel(cfg, objective, weights, str(architectures[0]))
+
+
+def _check_shapes(cfg: ModelConfig, weights: dict[str, torch.Tensor], source: str) -> None:
+    """Every tensor must have the shape its config.json implies (built on the meta device: no memory)."""
+    from bertkit.models.pretraining import build_pretraining_model
+
+    heads = ObjectiveConfig(mlm=1.0, nsp=1.0 if cfg.pooler and cfg.family == "bert" else 0.0,
+                            sop=1.0 if cfg.pooler and cfg.family == "albert" else 0.0,
+                            rtd=50.0 if cfg.family == "electra" else 0.0)  # fmt: skip
+    with torch.device("meta"):
+        expected = build_pretraining_model(cfg, heads).state_dict()
+    for key, value in weights.items():
+        if key in expected and tuple(expected[key].shape) != tuple(value.shape):
+            raise BertkitError(
+                f"{source}: {key} has shape {tuple(value.shape)} but its config.json implies "
+                f"{tuple(expected[key].shape)}; the weights do not fit the config"
+            )
 
 
 def is_hf_dir(path: Path) -> bool:
