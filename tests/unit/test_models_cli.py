@@ -154,3 +154,29 @@ def test_bad_inputs_are_one_line(tmp_path: Path, corpus_dir: Path, minilm_dir: P
     (broken / "config.json").write_text(json.dumps({**config, "vocab_size": 30000}))
     assert "30522" in run_error("export", str(broken), "--output", str(tmp_path / "y"))
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
+def test_real_minilm_loads_as_a_model_dir_with_parity(minilm_dir: Path) -> None:
+    """`--model`/`--teacher`/`--init-from` read HF dirs through load_model_dir: the real MiniLM BERT gives
+    transformers' hidden states, and its encoder fits the encoder that finetune builds, strictly."""
+    transformers = pytest.importorskip("transformers")
+    from bertkit.engine.checkpoint import load_state
+    from bertkit.modeldir import encoder_weights, load_model_dir
+    from bertkit.models.bert import BertEncoder
+
+    _, meta, cfg, weights, tokenizer = load_model_dir(minilm_dir)
+    assert meta["architecture"] == "huggingface:BertModel" and cfg.hidden_size == 384 and cfg.num_layers == 6
+    encoder = BertEncoder(cfg).eval()
+    load_state(encoder, encoder_weights(weights), str(minilm_dir))  # strict: every tensor placed
+    hf = transformers.AutoModel.from_pretrained(minilm_dir).eval()
+    texts = ["Generators yield values lazily.", "A module is a file containing Python definitions."]
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
+    batch = hf_tokenizer(texts, return_tensors="pt", padding=True)
+    length = int(batch["attention_mask"][0].sum())
+    assert batch["input_ids"][0, 1 : length - 1].tolist() == tokenizer.encode_batch(texts[:1])[0]
+    with torch.no_grad():
+        theirs = hf(**batch)
+        mine = encoder(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+    valid = batch["attention_mask"].bool()
+    assert (theirs.last_hidden_state - mine.last_hidden_state)[valid].abs().max().item() <= 1e-5
+    assert (theirs.pooler_output - mine.pooled).abs().max().item() <= 1e-5
