@@ -134,7 +134,7 @@ def test_init_from_real_minilm(tmp_path: Path, minilm_dir: Path, text_file: Path
         assert torch.allclose(trained[key], real[key], atol=1e-6), key
 
 
-def test_bad_inputs_are_one_line(tmp_path: Path, corpus_dir: Path, minilm_dir: Path) -> None:
+def test_bad_inputs_are_one_line(tmp_path: Path, corpus_dir: Path, minilm_dir: Path, tokenizer_dir: Path) -> None:
     assert "keep one" in run_error("recipes", "show", "bert-base", "--set", "objective.sop=1")
     assert "model.pooler=true" in run_error("recipes", "show", "albert-base", "--set", "model.pooler=false")
     assert "model.family=albert" in run_error("recipes", "show", "bert-base", "--set", "model.sharing=all-shared")
@@ -154,6 +154,12 @@ def test_bad_inputs_are_one_line(tmp_path: Path, corpus_dir: Path, minilm_dir: P
     (broken / "config.json").write_text(json.dumps({**config, "vocab_size": 30000}))
     assert "30522" in run_error("export", str(broken), "--output", str(tmp_path / "y"))
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+    # A tokenizer whose vocabulary is not the model's.
+    (broken / "config.json").write_text(json.dumps(config))
+    for name in ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy(tokenizer_dir / name, broken / name)
+    error = run_error("export", str(broken), "--output", str(tmp_path / "z"))
+    assert "tokenizer has 2000 tokens but the model's vocabulary is 30522" in error
 
 
 def test_real_minilm_loads_as_a_model_dir_with_parity(minilm_dir: Path) -> None:
