@@ -10,7 +10,7 @@ from bertkit.cli.common import JSON_HELP, OVERWRITE_HELP, QUIET_HELP, emit, guar
 
 HEAD_HELP = (
     "Which Hugging Face class the checkpoint is for: pretraining (AutoModelForPreTraining, the default), "
-    "mlm (AutoModelForMaskedLM) or base (AutoModel)."
+    "mlm (AutoModelForMaskedLM), base (AutoModel) or, for ELECTRA, generator (ElectraForMaskedLM)."
 )
 
 

@@ -10,13 +10,14 @@ from bertkit.fsutil import atomic_output_dir
 from bertkit.interop.hf import HF_CONFIG, HF_WEIGHTS, HFHead, to_hf_checkpoint, write_hf_dir
 from bertkit.modeldir import load_model_dir
 
-HEADS: tuple[HFHead, ...] = ("pretraining", "mlm", "base")
+HEADS: tuple[HFHead, ...] = ("pretraining", "mlm", "base", "generator")
 
 
 def export_hf(model_path: Path, output: Path, head: str = "pretraining", overwrite: bool = False) -> dict[str, Any]:
     """Write config.json, model.safetensors and the tokenizer files; `head` picks the HF class:
     `pretraining` (AutoModelForPreTraining: every pretraining head the family has in HF), `mlm`
-    (AutoModelForMaskedLM) or `base` (AutoModel, the encoder alone). Each loads into its class with no
+    (AutoModelForMaskedLM), `base` (AutoModel, the encoder alone) or, for ELECTRA, `generator`
+    (ElectraForMaskedLM). Each loads into its class with no
     missing or unexpected weights."""
     if head not in HEADS:
         raise BertkitError(f"--head must be one of {', '.join(HEADS)}, got '{head}'")

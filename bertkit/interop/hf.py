@@ -21,7 +21,7 @@ from bertkit.errors import BertkitError
 from bertkit.interop import hf_albert, hf_bert, hf_distilbert, hf_electra
 from bertkit.interop.keymap import Entry, to_hf, to_ours
 
-HFHead = Literal["pretraining", "mlm", "base"]
+HFHead = Literal["pretraining", "mlm", "base", "generator"]
 HF_CONFIG, HF_WEIGHTS = "config.json", "model.safetensors"
 
 # HF model_type -> (key map module, prefix of the base model inside task models, class prefix)
@@ -160,13 +160,17 @@ def export_plan(cfg: ModelConfig, available_heads: set[str], head: HFHead) -> tu
     """(HF class, heads to write, whether to write the pooler) for the requested kind of checkpoint."""
     model_type = hf_model_type(cfg)
     _, _, cls = _module(model_type)
+    if head == "generator" and model_type != "electra":
+        raise BertkitError("--head generator exports ELECTRA's generator; this model is not an ELECTRA model")
+    if head == "generator":
+        return "ElectraForMaskedLM", {"generator"}, False
     if head == "base":
         return f"{cls}Model", set(), cfg.pooler and model_type != "distilbert"
     if model_type == "electra":
         if head == "mlm":
             raise BertkitError(
-                "the ELECTRA discriminator has no MLM head (the generator is not kept); "
-                "use --head pretraining (ElectraForPreTraining) or --head base"
+                "the ELECTRA discriminator has no MLM head; use --head pretraining (ElectraForPreTraining), "
+                "--head base, or --head generator (the generator, as ElectraForMaskedLM)"
             )
         return "ElectraForPreTraining", {"rtd"}, False
     pair = {"bert": "nsp", "albert": "sop"}.get(model_type)
@@ -182,7 +186,10 @@ def to_hf_checkpoint(
     available = {name.split("_head.")[0] for name in weights if "_head." in name}
     architecture, heads, pooler = export_plan(cfg, available, head)
     _, prefix, _ = _module(hf_model_type(cfg))
-    entries = _entries(cfg, prefix if head != "base" else "", pooler, heads)
+    if head == "generator":
+        entries, config_cfg = hf_electra.generator_entries(cfg), cfg.generator_config()
+    else:
+        entries, config_cfg = _entries(cfg, prefix if head != "base" else "", pooler, heads), cfg
     missing = [e.ours for e in entries if e.ours not in weights]
     if missing:
         what = "head" if "_head." in missing[0] else "tensor"
@@ -190,7 +197,8 @@ def to_hf_checkpoint(
             f"this model has no {what} {missing[0]} needed for {architecture}; "
             f"{'try --head base' if what == 'head' else 'is the model directory complete?'}"
         )
-    config = {**config_to_hf(cfg), "architectures": [architecture], "tie_word_embeddings": True}
+    hf_config = hf_electra.config_to_hf(config_cfg) if head == "generator" else config_to_hf(config_cfg)
+    config = {**hf_config, "architectures": [architecture], "tie_word_embeddings": True}
     return config, to_hf(entries, weights)
 
 

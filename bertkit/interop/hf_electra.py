@@ -11,7 +11,7 @@ from typing import Any
 from bertkit.config.schema import GeneratorConfig, ModelConfig
 from bertkit.errors import BertkitError
 from bertkit.interop import hf_bert
-from bertkit.interop.keymap import Entry, linear
+from bertkit.interop.keymap import Entry, fused, linear, tensor
 
 
 def encoder_entries(cfg: ModelConfig, prefix: str, pooler: bool) -> list[Entry]:
@@ -27,6 +27,28 @@ def head_entries(cfg: ModelConfig, heads: set[str]) -> list[Entry]:
     return linear("rtd_head.dense", "discriminator_predictions.dense") + linear(
         "rtd_head.prediction", "discriminator_predictions.dense_prediction"
     )
+
+
+def generator_entries(cfg: ModelConfig) -> list[Entry]:
+    """ELECTRA's generator as an HF ElectraForMaskedLM: the shared embeddings (stored under the
+    discriminator in bertkit) plus the generator's own projection, layers and MLM head."""
+    generator = cfg.generator_config()
+    embeddings = [e for e in hf_bert.encoder_entries(generator, "electra.", pooler=False) if ".embeddings." in e.ours]
+    entries = list(embeddings)
+    if generator.embedding_dim != generator.hidden_size:
+        entries += linear("generator.embed_proj", "electra.embeddings_project")
+    for i in range(generator.num_layers):
+        hf, ours = f"electra.encoder.layer.{i}.", f"generator.layers.{i}."
+        entries += fused(f"{ours}attention.qkv", tuple(f"{hf}attention.self.{n}" for n in ("query", "key", "value")))
+        entries += linear(f"{ours}attention.out", f"{hf}attention.output.dense")
+        entries += linear(f"{ours}attn_norm", f"{hf}attention.output.LayerNorm")
+        entries += linear(f"{ours}ffn.up", f"{hf}intermediate.dense")
+        entries += linear(f"{ours}ffn.down", f"{hf}output.dense")
+        entries += linear(f"{ours}ffn_norm", f"{hf}output.LayerNorm")
+    entries += linear("generator_head.dense", "generator_predictions.dense")
+    entries += linear("generator_head.norm", "generator_predictions.LayerNorm")
+    entries += tensor("generator_head.bias", "generator_lm_head.bias")
+    return entries
 
 
 def config_to_hf(cfg: ModelConfig) -> dict[str, Any]:

@@ -186,3 +186,24 @@ def test_real_minilm_loads_as_a_model_dir_with_parity(minilm_dir: Path) -> None:
     valid = batch["attention_mask"].bool()
     assert (theirs.last_hidden_state - mine.last_hidden_state)[valid].abs().max().item() <= 1e-5
     assert (theirs.pooler_output - mine.pooled).abs().max().item() <= 1e-5
+
+
+def test_electra_generator_exports_as_masked_lm(electra_run: Path, tmp_path: Path) -> None:
+    """The generator (with the shared embeddings) as HF ElectraForMaskedLM: same hidden states and MLM logits."""
+    transformers = pytest.importorskip("transformers")
+    from bertkit.modeldir import load_model_dir
+
+    run("export", str(electra_run), "--output", str(tmp_path / "gen"), "--head", "generator")
+    assert _loading_info(transformers.ElectraForMaskedLM, tmp_path / "gen") == {}
+    hf = transformers.ElectraForMaskedLM.from_pretrained(tmp_path / "gen").eval()
+    _, _, cfg, weights, _ = load_model_dir(electra_run)
+    ours = build_pretraining_model(cfg, load_recipe("electra-tiny").objective).eval()  # type: ignore[union-attr]
+    ours.load_state_dict(weights)
+    ids = torch.randint(5, cfg.vocab_size, (2, 12), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids, dtype=torch.bool)
+    with torch.no_grad():
+        theirs = hf(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+        hidden = ours.generator(attention_mask=mask, embedded=ours.encoder.embeddings(ids)).last_hidden_state
+        logits = ours.generator_head(hidden, ours.encoder.word_embeddings)
+    assert (theirs.hidden_states[-1] - hidden).abs().max().item() <= 1e-5
+    assert (theirs.logits - logits).abs().max().item() <= 1e-5
