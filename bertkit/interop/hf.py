@@ -145,6 +145,9 @@ def load_hf_dir(directory: Path) -> HFModel:
         return from_hf_state(hf_config, read_weights(weights_file), str(directory))
     except KeyError as err:
         raise BertkitError(f"{config_file} lacks the field {err}") from None
+    except ValueError as err:  # pydantic's ValidationError: a config bertkit's ModelConfig rejects
+        detail = " ".join(str(err).split())
+        raise BertkitError(f"{config_file} describes a model bertkit cannot build: {detail[:300]}") from None
 
 
 def load_hf_encoder(directory: Path) -> tuple[ModelConfig, dict[str, torch.Tensor]]:

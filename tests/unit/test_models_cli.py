@@ -154,6 +154,8 @@ def test_bad_inputs_are_one_line(tmp_path: Path, corpus_dir: Path, minilm_dir: P
     (broken / "config.json").write_text(json.dumps({**config, "vocab_size": 30000}))
     assert "30522" in run_error("export", str(broken), "--output", str(tmp_path / "y"))
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+    (broken / "config.json").write_text(json.dumps({**config, "num_attention_heads": 7}))
+    assert "cannot build" in run_error("export", str(broken), "--output", str(tmp_path / "w"))
     # A tokenizer whose vocabulary is not the model's.
     (broken / "config.json").write_text(json.dumps(config))
     for name in ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):
