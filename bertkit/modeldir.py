@@ -1,7 +1,9 @@
 """A bertkit model directory: `model.safetensors` + `bertkit_model.json` + the tokenizer files.
 
 `pretrain` and `finetune` write one as `RUN_DIR/model`; every command that takes a model accepts either
-that directory or the run directory around it.
+that directory or the run directory around it, or a local Hugging Face checkpoint directory
+(`config.json` + `model.safetensors` + tokenizer files) of a supported family, read through the explicit
+key maps in bertkit/interop.
 """
 
 from __future__ import annotations
@@ -47,27 +49,46 @@ def save_model_dir(
 
 
 def find_model_dir(path: Path) -> Path:
+    from bertkit.interop.hf import is_hf_dir
+
     path = Path(path)
     for candidate in (path, path / "model"):
         if (candidate / MODEL_META).is_file():
             return candidate
     if not path.exists():
         raise BertkitError(f"model directory not found: {path}")
+    if is_hf_dir(path):
+        return path
     raise BertkitError(
-        f"{path} is not a bertkit model or run directory (no {MODEL_META}); "
-        "pass the output of `bertkit pretrain` or `bertkit finetune`"
+        f"{path} is not a bertkit model or run directory (no {MODEL_META}) nor a Hugging Face model directory "
+        "(no config.json); pass the output of `bertkit pretrain` or `bertkit finetune`, or an HF checkpoint"
     )
 
 
 def load_model_dir(path: Path) -> tuple[Path, dict[str, Any], ModelConfig, dict[str, torch.Tensor], Tokenizer]:
-    """Return (model dir, metadata, model config, weights, tokenizer), checking they agree."""
+    """Return (model dir, metadata, model config, weights, tokenizer), checking they agree.
+
+    Weights are in the key space of bertkit's pretraining model (`encoder.*`, `mlm_head.*`, ...); for a
+    Hugging Face directory the metadata names the HF architecture and the heads found, as `objective`.
+    """
     model_dir = find_model_dir(path)
-    meta = read_json(model_dir / MODEL_META, "model metadata")
-    try:
-        cfg = ModelConfig.model_validate(meta["model"])
-    except Exception as err:
-        raise BertkitError(f"{model_dir / MODEL_META} has an invalid model section: {err}") from None
-    weights = read_weights(model_dir / WEIGHTS)
+    if (model_dir / MODEL_META).is_file():
+        meta = read_json(model_dir / MODEL_META, "model metadata")
+        try:
+            cfg = ModelConfig.model_validate(meta["model"])
+        except Exception as err:
+            raise BertkitError(f"{model_dir / MODEL_META} has an invalid model section: {err}") from None
+        weights = read_weights(model_dir / WEIGHTS)
+    else:
+        from bertkit.interop.hf import load_hf_dir
+
+        hf = load_hf_dir(model_dir)
+        cfg, weights = hf.config, hf.weights
+        meta = {
+            "architecture": f"huggingface:{hf.architecture}",
+            "model": cfg.model_dump(mode="json"),
+            "objective": hf.objective.model_dump(mode="json"),
+        }
     tokenizer = load_tokenizer(model_dir)
     if tokenizer.vocab_size != cfg.vocab_size:
         raise BertkitError(

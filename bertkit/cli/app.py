@@ -6,7 +6,7 @@ from __future__ import annotations
 import typer
 
 from bertkit import __version__
-from bertkit.cli import corpus, finetune, plot, pretrain, quickstart, recipes, tokenize
+from bertkit.cli import corpus, export, finetune, plot, pretrain, quickstart, recipes, tokenize
 
 app = typer.Typer(
     name="bertkit",
@@ -23,6 +23,7 @@ app.command("pretrain")(pretrain.pretrain_command)
 app.command("finetune")(finetune.finetune_command)
 app.add_typer(recipes.app, name="recipes")
 app.command("quickstart")(quickstart.quickstart_command)
+app.command("export")(export.export_command)
 app.command("plot")(plot.plot_command)
 
 

@@ -26,7 +26,9 @@ def pretrain_command(
     output: Path = typer.Option(..., "--output", "-o", help="Run directory to write."),
     corpus: Path | None = typer.Option(None, "--corpus", "-c", help="Corpus directory from build-corpus."),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
-    init_from: Path | None = typer.Option(None, "--init-from", help="Start from this bertkit model or run directory."),
+    init_from: Path | None = typer.Option(
+        None, "--init-from", help="Start from a bertkit model/run dir or a local HF checkpoint dir."
+    ),
     engine: str | None = typer.Option(None, "--engine", help=ENGINE_HELP),
     budget: str | None = typer.Option(None, "--budget", help=BUDGET_HELP),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --output from its last checkpoint."),
@@ -34,7 +36,7 @@ def pretrain_command(
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
-    """Pretrain an encoder with masked language modelling on a built corpus."""
+    """Pretrain an encoder on a built corpus with the recipe's objectives (MLM, NSP, SOP, RTD, SBO)."""
     from bertkit.config.recipe import load_recipe
     from bertkit.pipelines.pretrain import pretrain
 

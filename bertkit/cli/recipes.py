@@ -18,7 +18,7 @@ def _describe(name: str, overrides: list[str] | None = None) -> dict:
     if recipe.kind == "pretrain":
         from bertkit.models.pretraining import count_parameters
 
-        info["parameters"] = count_parameters(recipe.model)  # type: ignore[union-attr]
+        info["parameters"] = count_parameters(recipe.model, recipe.objective)  # type: ignore[union-attr]
     return info
 
 
@@ -70,4 +70,4 @@ def show_command(
         return
     print(yaml.safe_dump(resolved, sort_keys=False).rstrip())
     if "parameters" in info:
-        print(f"# parameters (encoder): {info['parameters']:,}")
+        print(f"# parameters (kept network: encoder + heads): {info['parameters']:,}")

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ValidationError, model_validator
 
 from bertkit.config.schema import (
     DataConfig,
@@ -19,6 +19,7 @@ from bertkit.config.schema import (
     StrictModel,
     TaskConfig,
     TrainConfig,
+    check_model_objective,
 )
 from bertkit.errors import BertkitError
 
@@ -36,6 +37,11 @@ class PretrainRecipe(StrictModel):
     schedule: ScheduleConfig = ScheduleConfig()
     train: TrainConfig = TrainConfig()
     engine: EngineConfig = EngineConfig()
+
+    @model_validator(mode="after")
+    def _model_fits_objective(self) -> PretrainRecipe:
+        check_model_objective(self.model, self.objective)
+        return self
 
 
 class FinetuneRecipe(StrictModel):

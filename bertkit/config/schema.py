@@ -13,12 +13,27 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+Family = Literal["bert", "roberta", "albert", "electra", "spanbert", "distilbert"]
+Sharing = Literal["none", "all-shared", "shared-ffn", "shared-attention"]
+
+
+class GeneratorConfig(StrictModel):
+    """ELECTRA's generator: a smaller masked LM whose samples the discriminator has to detect."""
+
+    # Generator hidden size as a fraction of the discriminator's (1/4 for small and large, 1/3 for base).
+    hidden_fraction: float = Field(0.25, gt=0.0, le=1.0)
+    # None: as many layers as the discriminator (the paper shrinks width, not depth).
+    num_layers: int | None = Field(None, gt=0)
+
+
 class ModelConfig(StrictModel):
     """Shape of a BERT-family encoder. Defaults are BERT-base."""
 
-    family: Literal["bert", "roberta"] = "bert"
+    family: Family = "bert"
     vocab_size: int = Field(30522, gt=0)
     hidden_size: int = Field(768, gt=0)
+    # ALBERT/ELECTRA factorize the embeddings: tokens live in E dimensions, projected to H. None means E = H.
+    embedding_size: int | None = Field(None, gt=0)
     num_layers: int = Field(12, gt=0)
     num_heads: int = Field(12, gt=0)
     intermediate_size: int = Field(3072, gt=0)
@@ -34,6 +49,15 @@ class ModelConfig(StrictModel):
     position_offset: int = Field(0, ge=0)
     pooler: bool = True
     norm: Literal["post", "pre"] = "post"
+    # ALBERT's cross-layer parameter sharing: all-shared (one layer applied num_layers times), or only the
+    # attention / only the feed-forward sub-layer shared (ALBERT paper, Table 4).
+    sharing: Sharing = "none"
+    # ELECTRA only: the generator trained alongside the discriminator (this config is the discriminator).
+    generator: GeneratorConfig | None = None
+
+    @property
+    def embedding_dim(self) -> int:
+        return self.embedding_size or self.hidden_size
 
     @model_validator(mode="after")
     def _heads_divide_hidden(self) -> ModelConfig:
@@ -42,7 +66,43 @@ class ModelConfig(StrictModel):
                 f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}; "
                 "pick a head count that divides it"
             )
+        if self.sharing != "none" and self.family != "albert":
+            raise ValueError(f"sharing '{self.sharing}' is ALBERT's; set model.family=albert or model.sharing=none")
+        if self.generator is not None and self.family != "electra":
+            raise ValueError("model.generator is ELECTRA's; set model.family=electra or remove model.generator")
+        if self.family == "electra" and self.generator is None:
+            raise ValueError("an ELECTRA model needs model.generator (e.g. hidden_fraction: 0.25)")
+        if self.family == "electra" and self.pooler:
+            raise ValueError("ELECTRA's discriminator has no pooler; set model.pooler=false")
+        if self.family == "distilbert" and (self.type_vocab_size or self.pooler):
+            raise ValueError(
+                "DistilBERT has no segment embeddings and no pooler; set type_vocab_size: 0, pooler: false"
+            )
+        if self.pad_token_id >= self.vocab_size:
+            raise ValueError(f"pad_token_id {self.pad_token_id} is outside the vocabulary of {self.vocab_size}")
         return self
+
+    def generator_config(self) -> ModelConfig:
+        """The ELECTRA generator's own shape: narrower, same embeddings (E) and depth unless set."""
+        if self.generator is None:
+            raise ValueError("this model has no generator")
+        hidden = max(1, round(self.hidden_size * self.generator.hidden_fraction))
+        # The official code keeps 64-dimensional heads: hidden 64 -> 1 head, 256 -> 4 heads.
+        heads = max(1, hidden // 64)
+        while hidden % heads:
+            heads -= 1
+        return self.model_copy(
+            update={
+                "family": "bert",
+                "hidden_size": hidden,
+                "num_heads": heads,
+                "intermediate_size": hidden * 4,
+                "num_layers": self.generator.num_layers or self.num_layers,
+                "embedding_size": self.embedding_dim,
+                "pooler": False,
+                "generator": None,
+            }
+        )
 
 
 class MaskingConfig(StrictModel):
@@ -70,9 +130,48 @@ class DataConfig(StrictModel):
 
 
 class ObjectiveConfig(StrictModel):
-    """Which losses to train, with their weights."""
+    """Which losses to train, with their weights (0 turns a loss off)."""
 
     mlm: float = Field(1.0, ge=0.0)
+    # Next-sentence prediction (BERT) and sentence-order prediction (ALBERT), on the pooled output.
+    nsp: float = Field(0.0, ge=0.0)
+    sop: float = Field(0.0, ge=0.0)
+    # Replaced-token detection (ELECTRA): loss = mlm (generator) + rtd * disc, rtd = 50 in the paper.
+    rtd: float = Field(0.0, ge=0.0)
+    # Span boundary objective (SpanBERT), and the longest span it has a relative-position embedding for.
+    sbo: float = Field(0.0, ge=0.0)
+    sbo_max_span: int = Field(10, gt=0)
+
+    @model_validator(mode="after")
+    def _compatible(self) -> ObjectiveConfig:
+        if self.nsp and self.sop:
+            raise ValueError(
+                "nsp and sop both predict from the pooled output of a segment pair; keep one (set the other to 0)"
+            )
+        if not any((self.mlm, self.nsp, self.sop, self.rtd, self.sbo)):
+            raise ValueError("every objective weight is 0; set at least objective.mlm > 0")
+        if self.sbo and not self.mlm:
+            raise ValueError("sbo is trained with span-masked MLM; set objective.mlm > 0")
+        return self
+
+    @property
+    def active(self) -> list[str]:
+        return [name for name in ("mlm", "nsp", "sop", "rtd", "sbo") if getattr(self, name) > 0]
+
+
+def check_model_objective(model: ModelConfig, objective: ObjectiveConfig) -> None:
+    """Combinations of model and objective that cannot train; one message that names the fix."""
+    if (objective.nsp or objective.sop) and not model.pooler:
+        name = "nsp" if objective.nsp else "sop"
+        raise ValueError(f"objective.{name} reads the pooled output, but model.pooler is false; set model.pooler=true")
+    if objective.nsp and model.type_vocab_size < 2:
+        raise ValueError("objective.nsp needs two segment types; set model.type_vocab_size=2 (or objective.nsp=0)")
+    if model.family == "electra" and not objective.rtd:
+        raise ValueError("an ELECTRA model trains with replaced-token detection; set objective.rtd (50 in the paper)")
+    if objective.rtd and model.family != "electra":
+        raise ValueError("objective.rtd needs a generator; use model.family=electra (see the electra-* recipes)")
+    if objective.rtd and (objective.nsp or objective.sop or objective.sbo):
+        raise ValueError("ELECTRA trains mlm (generator) + rtd only; set objective.nsp/sop/sbo to 0")
 
 
 class OptimConfig(StrictModel):

@@ -1,112 +1,212 @@
-"""Read Hugging Face BERT/RoBERTa checkpoints (config.json + model.safetensors) into bertkit's encoder.
-
-The key map is explicit and total: every HF tensor is either mapped, knowingly ignored, or an error.
-HF keeps separate query/key/value projections; bertkit fuses them into one `qkv` matrix (one matmul
-instead of three), so the map concatenates them in q, k, v order.
+"""Hugging Face interchange: read HF checkpoints into bertkit's models and write bertkit models as HF
+checkpoints (config.json + model.safetensors + tokenizer files), through one explicit key map per family
+(hf_bert, hf_albert, hf_electra, hf_distilbert). Every HF tensor is either mapped, knowingly ignored
+(buffers and tied copies), or an error. `transformers` itself is never imported here.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
+from typing import Any, Literal
 
 import torch
 
-from bertkit.config.schema import ModelConfig
+from bertkit.config.schema import ModelConfig, ObjectiveConfig
 from bertkit.engine.checkpoint import read_weights
 from bertkit.errors import BertkitError
+from bertkit.interop import hf_albert, hf_bert, hf_distilbert, hf_electra
+from bertkit.interop.keymap import Entry, to_hf, to_ours
 
-SUPPORTED_MODEL_TYPES = ("bert", "roberta")
-# Tensors HF checkpoints carry that are buffers or heads bertkit's encoder does not have.
-_IGNORED = re.compile(r"^(embeddings\.position_ids|embeddings\.token_type_ids)$")
+HFHead = Literal["pretraining", "mlm", "base", "generator"]
+HF_CONFIG, HF_WEIGHTS = "config.json", "model.safetensors"
 
-_EMBEDDINGS = {
-    "embeddings.word_embeddings.weight": "embeddings.word_embeddings.weight",
-    "embeddings.position_embeddings.weight": "embeddings.position_embeddings.weight",
-    "embeddings.token_type_embeddings.weight": "embeddings.token_type_embeddings.weight",
-    "embeddings.LayerNorm.weight": "embeddings.norm.weight",
-    "embeddings.LayerNorm.bias": "embeddings.norm.bias",
-    "pooler.dense.weight": "pooler.dense.weight",
-    "pooler.dense.bias": "pooler.dense.bias",
+# HF model_type -> (key map module, prefix of the base model inside task models, class prefix)
+_MODEL_TYPES: dict[str, tuple[ModuleType, str, str]] = {
+    "bert": (hf_bert, "bert.", "Bert"),
+    "roberta": (hf_bert, "roberta.", "Roberta"),
+    "albert": (hf_albert, "albert.", "Albert"),
+    "electra": (hf_electra, "electra.", "Electra"),
+    "distilbert": (hf_distilbert, "distilbert.", "DistilBert"),
 }
-_LAYER = {
-    "attention.output.dense": "attention.out",
-    "attention.output.LayerNorm": "attn_norm",
-    "intermediate.dense": "ffn.up",
-    "output.dense": "ffn.down",
-    "output.LayerNorm": "ffn_norm",
-}
-_QKV = ("query", "key", "value")
+_FAMILY_TO_TYPE = {"bert": "bert", "spanbert": "bert", "roberta": "roberta", "albert": "albert",
+                   "electra": "electra", "distilbert": "distilbert"}  # fmt: skip
+# Buffers and tied copies of the word embeddings / output biases that HF may or may not store.
+_IGNORED = re.compile(
+    r"(^|\.)embeddings\.(position_ids|token_type_ids)$"
+    r"|^cls\.predictions\.decoder\.|^lm_head\.decoder\.|^predictions\.decoder\.|^vocab_projector\.weight$"
+)
+# Heads of task models that bertkit's pretraining model has no place for (fine-tuned checkpoints).
+_TASK_HEADS = re.compile(r"^(classifier|qa_outputs|pre_classifier|sequence_summary)\.")
 
 
-def config_from_hf(hf: dict) -> ModelConfig:
-    model_type = hf.get("model_type")
-    if model_type not in SUPPORTED_MODEL_TYPES:
-        raise BertkitError(
-            f"model_type '{model_type}' is not supported; bertkit reads: {', '.join(SUPPORTED_MODEL_TYPES)}"
-        )
-    if hf.get("position_embedding_type", "absolute") != "absolute":
-        raise BertkitError("only absolute position embeddings are supported")
-    pad = int(hf.get("pad_token_id", 0) or 0)
-    return ModelConfig(
-        family=model_type,
-        vocab_size=hf["vocab_size"],
-        hidden_size=hf["hidden_size"],
-        num_layers=hf["num_hidden_layers"],
-        num_heads=hf["num_attention_heads"],
-        intermediate_size=hf["intermediate_size"],
-        max_position_embeddings=hf["max_position_embeddings"],
-        type_vocab_size=hf.get("type_vocab_size", 2),
-        hidden_act=hf.get("hidden_act", "gelu"),
-        hidden_dropout=hf.get("hidden_dropout_prob", 0.1),
-        attention_dropout=hf.get("attention_probs_dropout_prob", 0.1),
-        layer_norm_eps=hf.get("layer_norm_eps", 1e-12),
-        pad_token_id=pad,
-        # RoBERTa numbers real tokens from padding_idx + 1.
-        position_offset=pad + 1 if model_type == "roberta" else 0,
-        pooler=True,
-    )
+def hf_model_type(cfg: ModelConfig) -> str:
+    return _FAMILY_TO_TYPE[cfg.family]
 
 
-def encoder_from_hf_state(state: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
-    """Map an HF base-model state dict (any `bert.`/`roberta.` prefix stripped) to bertkit encoder keys."""
-    prefix = f"{cfg.family}."
-    base = {k.removeprefix(prefix): v for k, v in state.items() if k.startswith(prefix)} or dict(state)
-    out: dict[str, torch.Tensor] = {}
-    used: set[str] = set()
-    for hf_key, ours in _EMBEDDINGS.items():
-        if hf_key in base:
-            out[ours] = base[hf_key]
-            used.add(hf_key)
-    for i in range(cfg.num_layers):
-        hf_layer, our_layer = f"encoder.layer.{i}.", f"layers.{i}."
-        for kind in ("weight", "bias"):
-            parts = [f"{hf_layer}attention.self.{name}.{kind}" for name in _QKV]
-            missing = [p for p in parts if p not in base]
-            if missing:
-                raise BertkitError(f"Hugging Face checkpoint lacks {missing[0]}; is num_hidden_layers right?")
-            out[f"{our_layer}attention.qkv.{kind}"] = torch.cat([base[p] for p in parts], dim=0)
-            used.update(parts)
-            for hf_name, our_name in _LAYER.items():
-                key = f"{hf_layer}{hf_name}.{kind}"
-                if key in base:
-                    out[f"{our_layer}{our_name}.{kind}"] = base[key]
-                    used.add(key)
-    head_like = re.compile(r"^(cls|lm_head|classifier|qa_outputs|discriminator_predictions)\.")
-    leftover = [k for k in base if k not in used and not _IGNORED.match(k) and not head_like.match(k)]
+def _module(model_type: str) -> tuple[ModuleType, str, str]:
+    if model_type not in _MODEL_TYPES:
+        raise BertkitError(f"model_type '{model_type}' is not supported; bertkit reads: {', '.join(_MODEL_TYPES)}")
+    return _MODEL_TYPES[model_type]
+
+
+def config_to_hf(cfg: ModelConfig) -> dict[str, Any]:
+    return _module(hf_model_type(cfg))[0].config_to_hf(cfg)
+
+
+def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
+    return _module(str(hf.get("model_type")))[0].config_from_hf(hf)
+
+
+def _entries(cfg: ModelConfig, prefix: str, pooler: bool, heads: set[str]) -> list[Entry]:
+    module = _module(hf_model_type(cfg))[0]
+    return module.encoder_entries(cfg, prefix, pooler) + module.head_entries(cfg, heads)
+
+
+# ---------------------------------------------------------------------------------------------- import
+
+
+@dataclass
+class HFModel:
+    config: ModelConfig
+    objective: ObjectiveConfig  # the heads the checkpoint carries, as objective weights
+    weights: dict[str, torch.Tensor]  # in bertkit's pretraining-model key space (encoder.*, mlm_head.*, ...)
+    architecture: str
+
+
+def from_hf_state(hf_config: dict[str, Any], state: dict[str, torch.Tensor], source: str) -> HFModel:
+    cfg = config_from_hf(hf_config)
+    _, prefix, _ = _module(hf_model_type(cfg))
+    # Task models store the encoder under `bert.` (etc.); base models store it at the root.
+    has_prefix = any(key.startswith(prefix) for key in state)
+    entries = _entries(cfg, prefix if has_prefix else "", cfg.pooler, {"mlm", "nsp", "sop", "rtd"})
+    weights = to_ours(entries, state, source)
+    used = {key for entry in entries for key in entry.hf if key in state}
+    leftover = [k for k in state if k not in used and not _IGNORED.search(k) and not _TASK_HEADS.match(k)]
     if leftover:
-        raise BertkitError(f"Hugging Face checkpoint has tensors bertkit cannot place: {leftover[:3]}")
-    return out
+        raise BertkitError(f"{source} has tensors bertkit cannot place: {leftover[:3]}")
+    needed = [e.ours for e in _entries(cfg, "", False, set())]
+    absent = [key for key in needed if key not in weights]
+    if absent:
+        raise BertkitError(f"{source} lacks the encoder tensor for {absent[0]}; is num_hidden_layers right?")
+    if cfg.pooler and "encoder.pooler.dense.weight" not in weights:
+        cfg = cfg.model_copy(update={"pooler": False})  # e.g. a BertForMaskedLM checkpoint
+    _check_shapes(cfg, weights, source)
+    heads = {name.split("_head.")[0] for name in weights if "_head." in name}
+    weights_of = {
+        "mlm": 1.0 if "mlm" in heads or cfg.family == "electra" else 0.0,
+        "nsp": 1.0 if "nsp" in heads else 0.0,
+        "sop": 1.0 if "sop" in heads else 0.0,
+        "rtd": 50.0 if cfg.family == "electra" else 0.0,
+    }
+    # A bare encoder (AutoModel checkpoint) carries no head: it is described as an MLM model without one.
+    objective = ObjectiveConfig(**weights_of) if any(weights_of.values()) else ObjectiveConfig()
+    architectures = hf_config.get("architectures") or [hf_model_type(cfg)]
+    return HFModel(cfg, objective, weights, str(architectures[0]))
 
 
-def load_hf_encoder(directory: Path) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
+def _check_shapes(cfg: ModelConfig, weights: dict[str, torch.Tensor], source: str) -> None:
+    """Every tensor must have the shape its config.json implies (built on the meta device: no memory)."""
+    from bertkit.models.pretraining import build_pretraining_model
+
+    heads = ObjectiveConfig(mlm=1.0, nsp=1.0 if cfg.pooler and cfg.family == "bert" else 0.0,
+                            sop=1.0 if cfg.pooler and cfg.family == "albert" else 0.0,
+                            rtd=50.0 if cfg.family == "electra" else 0.0)  # fmt: skip
+    with torch.device("meta"):
+        expected = build_pretraining_model(cfg, heads).state_dict()
+    for key, value in weights.items():
+        if key in expected and tuple(expected[key].shape) != tuple(value.shape):
+            raise BertkitError(
+                f"{source}: {key} has shape {tuple(value.shape)} but its config.json implies "
+                f"{tuple(expected[key].shape)}; the weights do not fit the config"
+            )
+
+
+def is_hf_dir(path: Path) -> bool:
+    return (Path(path) / HF_CONFIG).is_file()
+
+
+def load_hf_dir(directory: Path) -> HFModel:
     """Read `config.json` and `model.safetensors` from a local HF directory (never pickle files)."""
     directory = Path(directory)
-    config_file, weights_file = directory / "config.json", directory / "model.safetensors"
+    config_file, weights_file = directory / HF_CONFIG, directory / HF_WEIGHTS
     if not config_file.is_file():
         raise BertkitError(f"{directory} has no config.json; not a Hugging Face model directory")
     if not weights_file.is_file():
         raise BertkitError(f"{directory} has no model.safetensors (bertkit never loads pickled .bin weights)")
-    cfg = config_from_hf(json.loads(config_file.read_text("utf-8")))
-    return cfg, encoder_from_hf_state(read_weights(weights_file), cfg)
+    try:
+        hf_config = json.loads(config_file.read_text("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise BertkitError(f"{config_file} is not valid JSON: {err}") from None
+    try:
+        return from_hf_state(hf_config, read_weights(weights_file), str(directory))
+    except KeyError as err:
+        raise BertkitError(f"{config_file} lacks the field {err}") from None
+    except ValueError as err:  # pydantic's ValidationError: a config bertkit's ModelConfig rejects
+        detail = " ".join(str(err).split())
+        raise BertkitError(f"{config_file} describes a model bertkit cannot build: {detail[:300]}") from None
+
+
+def load_hf_encoder(directory: Path) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
+    """The encoder alone (keys without the `encoder.` prefix), as the walking skeleton exposed it."""
+    model = load_hf_dir(directory)
+    return model.config, {k.removeprefix("encoder."): v for k, v in model.weights.items() if k.startswith("encoder.")}
+
+
+# ---------------------------------------------------------------------------------------------- export
+
+
+def export_plan(cfg: ModelConfig, available_heads: set[str], head: HFHead) -> tuple[str, set[str], bool]:
+    """(HF class, heads to write, whether to write the pooler) for the requested kind of checkpoint."""
+    model_type = hf_model_type(cfg)
+    _, _, cls = _module(model_type)
+    if head == "generator" and model_type != "electra":
+        raise BertkitError("--head generator exports ELECTRA's generator; this model is not an ELECTRA model")
+    if head == "generator":
+        return "ElectraForMaskedLM", {"generator"}, False
+    if head == "base":
+        return f"{cls}Model", set(), cfg.pooler and model_type != "distilbert"
+    if model_type == "electra":
+        if head == "mlm":
+            raise BertkitError(
+                "the ELECTRA discriminator has no MLM head; use --head pretraining (ElectraForPreTraining), "
+                "--head base, or --head generator (the generator, as ElectraForMaskedLM)"
+            )
+        return "ElectraForPreTraining", {"rtd"}, False
+    pair = {"bert": "nsp", "albert": "sop"}.get(model_type)
+    if head == "pretraining" and pair and pair in available_heads:
+        return f"{cls}ForPreTraining", {"mlm", pair}, True
+    return f"{cls}ForMaskedLM", {"mlm"}, False
+
+
+def to_hf_checkpoint(
+    cfg: ModelConfig, weights: dict[str, torch.Tensor], head: HFHead = "pretraining"
+) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """bertkit pretraining-model weights -> (HF config.json dict, HF state dict)."""
+    available = {name.split("_head.")[0] for name in weights if "_head." in name}
+    architecture, heads, pooler = export_plan(cfg, available, head)
+    _, prefix, _ = _module(hf_model_type(cfg))
+    if head == "generator":
+        entries, config_cfg = hf_electra.generator_entries(cfg), cfg.generator_config()
+    else:
+        entries, config_cfg = _entries(cfg, prefix if head != "base" else "", pooler, heads), cfg
+    missing = [e.ours for e in entries if e.ours not in weights]
+    if missing:
+        what = "head" if "_head." in missing[0] else "tensor"
+        raise BertkitError(
+            f"this model has no {what} {missing[0]} needed for {architecture}; "
+            f"{'try --head base' if what == 'head' else 'is the model directory complete?'}"
+        )
+    hf_config = hf_electra.config_to_hf(config_cfg) if head == "generator" else config_to_hf(config_cfg)
+    config = {**hf_config, "architectures": [architecture], "tie_word_embeddings": True}
+    return config, to_hf(entries, weights)
+
+
+def write_hf_dir(directory: Path, config: dict[str, Any], state: dict[str, torch.Tensor]) -> None:
+    from safetensors.torch import save_file
+
+    (directory / HF_CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    save_file(state, str(directory / HF_WEIGHTS), metadata={"format": "pt"})

@@ -1,4 +1,8 @@
-"""The BERT encoder (also RoBERTa and the DistilBERT/TinyBERT shapes), in the order data flows through it."""
+"""The encoder every family shares, in the order data flows through it.
+
+BERT, RoBERTa, SpanBERT and the DistilBERT/TinyBERT shapes use it as is; ALBERT adds factorized embeddings
+(E -> H projection) and cross-layer sharing; ELECTRA's discriminator and generator add the projection.
+"""
 
 from __future__ import annotations
 
@@ -31,12 +35,29 @@ class Pooler(nn.Module):
         return torch.tanh(self.dense(hidden[:, 0]))
 
 
+def _build_layers(cfg: ModelConfig) -> nn.ModuleList:
+    """Distinct layers, or ALBERT's shared ones: all-shared keeps a single layer; shared-attention and
+    shared-ffn keep one full layer 0 and, after it, layers that own only the sub-layer not shared."""
+    if cfg.sharing == "all-shared":
+        return nn.ModuleList([EncoderLayer(cfg)])
+    own_attention = cfg.sharing != "shared-attention"
+    own_ffn = cfg.sharing != "shared-ffn"
+    return nn.ModuleList(
+        EncoderLayer(cfg, own_attention=i == 0 or own_attention, own_ffn=i == 0 or own_ffn)
+        for i in range(cfg.num_layers)
+    )
+
+
 class BertEncoder(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, with_embeddings: bool = True) -> None:
         super().__init__()
         self.config = cfg
-        self.embeddings = Embeddings(cfg)
-        self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.num_layers))
+        # ELECTRA's generator reads the discriminator's embeddings, so it is built without its own.
+        self.embeddings = Embeddings(cfg) if with_embeddings else None
+        # ALBERT always projects (even when E = H); the others only when the widths differ.
+        projects = cfg.embedding_dim != cfg.hidden_size or cfg.family == "albert"
+        self.embed_proj = nn.Linear(cfg.embedding_dim, cfg.hidden_size) if projects else None
+        self.layers = _build_layers(cfg)
         # Pre-LN stacks need a final norm; post-LN layers already end in one.
         self.final_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps) if cfg.norm == "pre" else None
         self.pooler = Pooler(cfg.hidden_size) if cfg.pooler else None
@@ -44,21 +65,29 @@ class BertEncoder(nn.Module):
 
     def forward(
         self,
-        input_ids: torch.Tensor,
+        input_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         output_hidden_states: bool = False,
         output_attentions: bool = False,
+        embedded: torch.Tensor | None = None,
     ) -> EncoderOutput:
-        x = self.embeddings(input_ids, token_type_ids, position_ids)
+        """`embedded` replaces the embedding lookup (width E) for an encoder built without embeddings."""
+        if embedded is None:
+            if self.embeddings is None or input_ids is None:
+                raise ValueError("this encoder has no embeddings of its own; pass `embedded`")
+            embedded = self.embeddings(input_ids, token_type_ids, position_ids)
+        x = self.embed_proj(embedded) if self.embed_proj is not None else embedded
         # (B, 1, 1, T) boolean mask: True where a key may be attended to. None lets SDPA pick its fastest kernel.
         mask = attention_mask.bool()[:, None, None, :] if attention_mask is not None else None
         out = EncoderOutput(last_hidden_state=x)
         if output_hidden_states:
             out.hidden_states.append(x)
-        for layer in self.layers:
-            x, attn = layer(x, mask, need_weights=output_attentions)
+        first = self.layers[0]
+        for i in range(self.config.num_layers):
+            layer = first if len(self.layers) == 1 else self.layers[i]
+            x, attn = layer(x, mask, need_weights=output_attentions, shared=first)
             if output_hidden_states:
                 out.hidden_states.append(x)
             if output_attentions:
@@ -69,3 +98,8 @@ class BertEncoder(nn.Module):
         out.last_hidden_state = x
         out.pooled = self.pooler(x) if self.pooler is not None else None
         return out
+
+    @property
+    def word_embeddings(self) -> torch.Tensor:
+        assert self.embeddings is not None
+        return self.embeddings.word_embeddings.weight

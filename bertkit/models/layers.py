@@ -19,16 +19,19 @@ ACTIVATIONS = {
 
 
 class Embeddings(nn.Module):
-    """Token + absolute position (+ segment) embeddings, then LayerNorm and dropout."""
+    """Token + absolute position (+ segment) embeddings, then LayerNorm and dropout.
+
+    Width is the embedding size E, which ALBERT and ELECTRA keep below the hidden size H (the encoder
+    projects E -> H); for BERT E = H.
+    """
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.word_embeddings = nn.Embedding(cfg.vocab_size, cfg.hidden_size, padding_idx=cfg.pad_token_id)
-        self.position_embeddings = nn.Embedding(cfg.max_position_embeddings, cfg.hidden_size)
-        self.token_type_embeddings = (
-            nn.Embedding(cfg.type_vocab_size, cfg.hidden_size) if cfg.type_vocab_size > 0 else None
-        )
-        self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        dim = cfg.embedding_dim
+        self.word_embeddings = nn.Embedding(cfg.vocab_size, dim, padding_idx=cfg.pad_token_id)
+        self.position_embeddings = nn.Embedding(cfg.max_position_embeddings, dim)
+        self.token_type_embeddings = nn.Embedding(cfg.type_vocab_size, dim) if cfg.type_vocab_size > 0 else None
+        self.norm = nn.LayerNorm(dim, eps=cfg.layer_norm_eps)
         self.dropout = nn.Dropout(cfg.hidden_dropout)
         self.position_offset = cfg.position_offset
 
@@ -98,28 +101,43 @@ class FeedForward(nn.Module):
 
 
 class EncoderLayer(nn.Module):
-    """One transformer layer; post-LN as in BERT, or pre-LN (more stable at high learning rates)."""
+    """One transformer layer; post-LN as in BERT, or pre-LN (more stable at high learning rates).
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    ALBERT's partial sharing builds layers that own only one of the two sub-layers: `own_attention=False`
+    (or `own_ffn=False`) leaves it out, and the encoder passes the shared one in at call time, so the
+    shared weights are stored once in the state dict.
+    """
+
+    def __init__(self, cfg: ModelConfig, own_attention: bool = True, own_ffn: bool = True) -> None:
         super().__init__()
-        self.attention = SelfAttention(cfg)
-        self.attn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
-        self.ffn = FeedForward(cfg)
-        self.ffn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.attention = SelfAttention(cfg) if own_attention else None
+        self.attn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps) if own_attention else None
+        self.ffn = FeedForward(cfg) if own_ffn else None
+        self.ffn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps) if own_ffn else None
         self.dropout = nn.Dropout(cfg.hidden_dropout)
         self.pre_norm = cfg.norm == "pre"
 
     def forward(
-        self, x: torch.Tensor, mask: torch.Tensor | None, need_weights: bool = False
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None,
+        need_weights: bool = False,
+        shared: EncoderLayer | None = None,
     ) -> tuple[torch.Tensor, AttentionOutput]:
+        # The sub-layers this layer shares come from `shared` (layer 0 of the encoder).
+        att = self if self.attention is not None else shared
+        ff = self if self.ffn is not None else shared
+        if att is None or ff is None:
+            raise ValueError("a layer that shares a sub-layer must be called with `shared`")
+        attention_fn, attn_norm_fn, ffn, ffn_norm = att.attention, att.attn_norm, ff.ffn, ff.ffn_norm
         if self.pre_norm:
-            attn = self.attention(self.attn_norm(x), mask, need_weights)
+            attn = attention_fn(attn_norm_fn(x), mask, need_weights)
             x = x + self.dropout(attn.hidden)
-            x = x + self.dropout(self.ffn(self.ffn_norm(x)))
+            x = x + self.dropout(ffn(ffn_norm(x)))
         else:
-            attn = self.attention(x, mask, need_weights)
-            x = self.attn_norm(x + self.dropout(attn.hidden))
-            x = self.ffn_norm(x + self.dropout(self.ffn(x)))
+            attn = attention_fn(x, mask, need_weights)
+            x = attn_norm_fn(x + self.dropout(attn.hidden))
+            x = ffn_norm(x + self.dropout(ffn(x)))
         return x, attn
 
 

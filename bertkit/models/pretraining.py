@@ -1,24 +1,41 @@
-"""Encoder + pretraining heads as one module, so engines can wrap a single nn.Module."""
+"""Encoder + pretraining heads as one module, so engines can wrap a single nn.Module.
+
+The forward pass takes batch tensors and returns every head's outputs from one encoder pass; the
+objectives (bertkit/objectives) turn them into losses.
+"""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from bertkit.config.schema import ModelConfig
+from bertkit.config.schema import ModelConfig, ObjectiveConfig
 from bertkit.models.bert import BertEncoder
-from bertkit.models.heads import MLMHead
+from bertkit.models.heads import MLMHead, PairHead, SBOHead
+
+# Only RoBERTa's LM head fixes its activation (GeLU); the others follow the encoder's hidden_act.
+MLM_HEAD_ACT = {"roberta": "gelu"}
 
 
-class MaskedLMModel(nn.Module):
-    """Returns MLM logits only at the masked positions: sparse prediction skips the V-wide matmul
-    for the ~85% of tokens that carry no label."""
+def gather_rows(hidden: torch.Tensor, flat_positions: torch.Tensor) -> torch.Tensor:
+    """Rows of a (B, T, H) tensor at flat indices into B*T."""
+    return hidden.reshape(-1, hidden.shape[-1]).index_select(0, flat_positions)
 
-    def __init__(self, cfg: ModelConfig) -> None:
+
+class PretrainingModel(nn.Module):
+    """Encoder + the heads its objectives need: MLM (sparse: logits only at the masked positions, which
+    skips the V-wide matmul for the ~85% of tokens without a label), NSP or SOP on the pooled output,
+    SBO on span boundaries."""
+
+    def __init__(self, cfg: ModelConfig, objective: ObjectiveConfig | None = None) -> None:
         super().__init__()
-        self.config = cfg
+        objective = objective or ObjectiveConfig()
+        self.config, self.objective_config = cfg, objective
         self.encoder = BertEncoder(cfg)
-        self.mlm_head = MLMHead(cfg)
+        self.mlm_head = MLMHead(cfg, MLM_HEAD_ACT.get(cfg.family)) if objective.mlm else None
+        self.nsp_head = PairHead(cfg) if objective.nsp else None
+        self.sop_head = PairHead(cfg) if objective.sop else None
+        self.sbo_head = SBOHead(cfg, objective.sbo_max_span) if objective.sbo else None
 
     def forward(
         self,
@@ -26,16 +43,59 @@ class MaskedLMModel(nn.Module):
         attention_mask: torch.Tensor | None = None,
         mlm_positions: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
+        sbo_left: torch.Tensor | None = None,
+        sbo_right: torch.Tensor | None = None,
+        sbo_offsets: torch.Tensor | None = None,
+        mlm_labels: torch.Tensor | None = None,  # accepted so every family takes the same batch; unused here
     ) -> dict[str, torch.Tensor]:
-        hidden = self.encoder(input_ids, attention_mask, token_type_ids).last_hidden_state
-        flat = hidden.reshape(-1, hidden.shape[-1])
-        selected = flat if mlm_positions is None else flat.index_select(0, mlm_positions)
-        decoder = self.encoder.embeddings.word_embeddings.weight
-        return {"mlm_logits": self.mlm_head(selected, decoder)}
+        encoded = self.encoder(input_ids, attention_mask, token_type_ids)
+        hidden = encoded.last_hidden_state
+        decoder = self.encoder.word_embeddings
+        out: dict[str, torch.Tensor] = {"last_hidden_state": hidden}
+        if self.mlm_head is not None:
+            selected = (
+                hidden.reshape(-1, hidden.shape[-1]) if mlm_positions is None else gather_rows(hidden, mlm_positions)
+            )
+            out["mlm_logits"] = self.mlm_head(selected, decoder)
+        pair_head = self.nsp_head or self.sop_head
+        if pair_head is not None and encoded.pooled is not None:
+            out["pair_logits"] = pair_head(encoded.pooled)
+        if self.sbo_head is not None and sbo_left is not None and sbo_right is not None and sbo_offsets is not None:
+            out["sbo_logits"] = self.sbo_head(
+                gather_rows(hidden, sbo_left), gather_rows(hidden, sbo_right), sbo_offsets, decoder
+            )
+        return out
 
 
-def count_parameters(cfg: ModelConfig, with_heads: bool = False) -> int:
-    """Parameter count computed on the meta device: exact, instant, and no memory for the weights."""
+# The name the MLM-only pipelines have always used.
+MaskedLMModel = PretrainingModel
+
+
+def build_pretraining_model(cfg: ModelConfig, objective: ObjectiveConfig | None = None) -> nn.Module:
+    if cfg.family == "electra":
+        from bertkit.models.electra import ElectraPretraining
+
+        return ElectraPretraining(cfg, objective)
+    return PretrainingModel(cfg, objective)
+
+
+# Trained only to help pretraining, never kept: ELECTRA's generator and SpanBERT's SBO head.
+_NOT_KEPT = ("generator.", "generator_head.", "sbo_head.")
+
+
+def count_parameters(cfg: ModelConfig, objective: ObjectiveConfig | None = None, with_heads: bool = True) -> int:
+    """Parameter count computed on the meta device: exact, instant, and no memory for the weights.
+
+    What is counted is the network kept after pretraining: the encoder (with its pooler, if any) and the
+    heads that ship with it (MLM, NSP/SOP, ELECTRA's discriminator head). Not counted: ELECTRA's generator
+    and SpanBERT's SBO head, which exist only during pretraining. `with_heads=False` counts the encoder.
+    """
+    if objective is None:
+        objective = ObjectiveConfig(rtd=50.0) if cfg.family == "electra" else ObjectiveConfig()
     with torch.device("meta"):
-        model: nn.Module = MaskedLMModel(cfg) if with_heads else BertEncoder(cfg)
-    return sum(p.numel() for p in model.parameters())
+        model = build_pretraining_model(cfg, objective)
+    return sum(
+        p.numel()
+        for name, p in model.named_parameters()
+        if (with_heads or name.startswith("encoder.")) and not name.startswith(_NOT_KEPT)
+    )

@@ -4,28 +4,19 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import nn
+
+from bertkit.objectives.base import Metrics, Objective, accuracy
 
 
-class MLMObjective:
-    """Cross-entropy of the MLM head at the masked positions the loader chose."""
+class MLMObjective(Objective):
+    """Cross-entropy of the MLM head at the masked positions the loader chose. The model returns logits
+    only at those positions (sparse prediction), never for the whole sequence."""
 
     name = "mlm"
+    requires = ("mlm_positions", "mlm_labels")
 
-    def __init__(self, weight: float = 1.0) -> None:
-        self.weight = weight
-
-    def __call__(
-        self, model: nn.Module, batch: dict[str, torch.Tensor]
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        outputs = model(
-            input_ids=batch["input_ids"],
-            attention_mask=batch["attention_mask"],
-            mlm_positions=batch["mlm_positions"],
-            token_type_ids=batch.get("token_type_ids"),
-        )
+    def loss(self, outputs: dict[str, torch.Tensor], batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Metrics]:
         logits = outputs["mlm_logits"].float()
-        loss = F.cross_entropy(logits, batch["mlm_labels"])
-        with torch.no_grad():
-            accuracy = (logits.argmax(-1) == batch["mlm_labels"]).float().mean()
-        return self.weight * loss, {"mlm_loss": loss.detach(), "mlm_acc": accuracy}
+        labels = batch["mlm_labels"]
+        loss = F.cross_entropy(logits, labels)
+        return loss, {"mlm_loss": loss.detach(), "mlm_acc": accuracy(logits, labels)}

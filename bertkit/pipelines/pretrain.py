@@ -1,4 +1,8 @@
-"""`bertkit pretrain`: a corpus and a recipe in, a run directory with a trained encoder out."""
+"""`bertkit pretrain`: a corpus and a recipe in, a run directory with a trained encoder out.
+
+The recipe's model section picks the family (bertkit/models) and its objective section the losses
+(bertkit/objectives); both go through the one training loop.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +15,9 @@ import torch
 from torch import nn
 
 from bertkit.config.recipe import PretrainRecipe
+from bertkit.config.schema import ModelConfig, ObjectiveConfig
 from bertkit.corpus.build import TOKENIZER_SUBDIR
-from bertkit.corpus.loader import MLMBatches, split_indices
+from bertkit.corpus.loader import LoaderState, MLMBatches, split_indices
 from bertkit.corpus.masking import MaskingSpec
 from bertkit.corpus.shards import Corpus
 from bertkit.engine.checkpoint import load_state
@@ -20,13 +25,104 @@ from bertkit.engine.dist import is_main
 from bertkit.engine.loop import train
 from bertkit.errors import BertkitError
 from bertkit.modeldir import load_model_dir, save_model_dir
-from bertkit.models.pretraining import MaskedLMModel
-from bertkit.objectives.mlm import MLMObjective
+from bertkit.models.pretraining import build_pretraining_model
+from bertkit.objectives import build_objective
+from bertkit.objectives.base import Objective
 from bertkit.pipelines.rundir import prepare_run_dir, write_summary
-from bertkit.tokenizers.base import load_tokenizer
+from bertkit.tokenizers.base import Tokenizer, load_tokenizer
+
+# What a corpus must be built with for an objective's batch fields to exist: (manifest option, values, flag).
+CORPUS_NEEDS = {
+    "nsp": ("format", ("segment-pair", "sentence-pair"), "--format segment-pair (or sentence-pair)"),
+    "sop": ("format", ("sop",), "--format sop"),
+    "sbo": ("mask_strategy", ("span",), "--mask-strategy span"),
+}
+# Fields that fix the shapes of the weights: a checkpoint given to --init-from must agree on all of them.
+SHAPE_FIELDS = (
+    "hidden_size",
+    "embedding_dim",
+    "num_layers",
+    "num_heads",
+    "intermediate_size",
+    "max_position_embeddings",
+    "type_vocab_size",
+    "sharing",
+)
+_SAME_FAMILY = {"spanbert": "bert"}  # SpanBERT checkpoints are BERT checkpoints
 
 
-def _mlm_evaluator(
+def check_corpus_fits(objective: ObjectiveConfig, manifest: dict[str, Any], corpus_dir: Path) -> None:
+    options = manifest.get("options", {})
+    for name in objective.active:
+        if name not in CORPUS_NEEDS:
+            continue
+        option, accepted, flag = CORPUS_NEEDS[name]
+        have = options.get(option, "full-sentences" if option == "format" else "token")
+        if have not in accepted:
+            raise BertkitError(
+                f"objective.{name} needs a corpus built with {flag}, but {corpus_dir} has {option} '{have}'; "
+                f"rebuild it with `bertkit build-corpus ... {flag.split(' (')[0]}` or set objective.{name}=0"
+            )
+
+
+class CheckedBatches:
+    """Passes batches through, checking once that they carry every field the objective reads, so a loader
+    that cannot serve an objective fails with one line instead of a KeyError deep in a loss."""
+
+    def __init__(self, source: Any, objective: Objective) -> None:
+        self.source, self.objective, self.checked = source, objective, False
+
+    @property
+    def state(self) -> LoaderState:
+        return self.source.state
+
+    def load_state(self, state: dict[str, int]) -> None:
+        self.source.load_state(state)
+
+    def next_batch(self) -> dict[str, torch.Tensor]:
+        batch = self.source.next_batch()
+        if not self.checked:
+            missing = [field for field in self.objective.requires if field not in batch]
+            if missing:
+                raise BertkitError(
+                    f"the corpus loader serves no '{missing[0]}' field, which this recipe's objectives need; "
+                    "build the corpus with the matching --format / --mask-strategy (see `bertkit build-corpus --help`)"
+                )
+            self.checked = True
+        return batch
+
+
+def _fit_init_checkpoint(recipe_cfg: ModelConfig, init_cfg: ModelConfig, init_from: Path, recipe: str) -> ModelConfig:
+    """The recipe's model with the checkpoint's vocabulary; one line naming every shape that differs."""
+    recipe_family = _SAME_FAMILY.get(recipe_cfg.family, recipe_cfg.family)
+    init_family = _SAME_FAMILY.get(init_cfg.family, init_cfg.family)
+    if recipe_family != init_family:
+        raise BertkitError(
+            f"--init-from {init_from} is a {init_cfg.family} model but recipe '{recipe}' trains {recipe_cfg.family}; "
+            "pick a recipe of the same family"
+        )
+    differing = [
+        (name, getattr(init_cfg, name), getattr(recipe_cfg, name))
+        for name in SHAPE_FIELDS
+        if getattr(init_cfg, name) != getattr(recipe_cfg, name)
+    ]
+    if differing:
+        what = ", ".join(f"{name} {theirs} vs {ours}" for name, theirs, ours in differing)
+        fix = " ".join(
+            f"--set model.{'embedding_size' if name == 'embedding_dim' else name}={theirs}"
+            for name, theirs, _ in differing
+        )
+        raise BertkitError(f"--init-from {init_from} does not fit recipe '{recipe}' ({what}); add {fix}")
+    return recipe_cfg.model_copy(
+        update={
+            "vocab_size": init_cfg.vocab_size,
+            "pad_token_id": init_cfg.pad_token_id,
+            "position_offset": init_cfg.position_offset,
+        }
+    )
+
+
+def _evaluator(
     corpus: Corpus,
     indices: np.ndarray,
     spec: MaskingSpec,
@@ -34,27 +130,43 @@ def _mlm_evaluator(
     batch_size: int,
     max_batches: int,
     device: torch.device,
+    objective: Objective,
 ):
     def evaluate(model: nn.Module) -> dict[str, float]:
-        # A fresh, unshuffled loader with a fixed seed: every evaluation sees the same masks.
-        batches = MLMBatches(corpus, indices, batch_size, spec, pad_id, seed=1234, shuffle=False)
-        objective = MLMObjective()
-        total_loss = total_correct = total_count = 0.0
-        for _ in range(min(max_batches, math.ceil(len(indices) / batch_size))):
-            batch = {k: v.to(device) for k, v in batches.next_batch().items()}
-            loss, metrics = objective(model, batch)
-            count = batch["mlm_labels"].numel()
-            total_loss += float(loss) * count
-            total_correct += float(metrics["mlm_acc"]) * count
-            total_count += count
-        mean = total_loss / max(1.0, total_count)
-        return {
-            "mlm_loss": round(mean, 4),
-            "mlm_acc": round(total_correct / max(1.0, total_count), 4),
-            "perplexity": round(math.exp(min(mean, 50.0)), 2),
-        }
+        # A fresh, unshuffled loader with a fixed seed: every evaluation sees the same masks. ELECTRA's
+        # generator samples during evaluation too; forking the RNG keeps training's random stream intact.
+        batches = CheckedBatches(
+            MLMBatches(corpus, indices, batch_size, spec, pad_id, seed=1234, shuffle=False), objective
+        )
+        totals: dict[str, float] = {}
+        count = 0
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(1234)
+            for _ in range(min(max_batches, math.ceil(len(indices) / batch_size))):
+                batch = {k: v.to(device) for k, v in batches.next_batch().items()}
+                _, metrics = objective(model, batch)
+                weight = batch["mlm_labels"].numel()
+                for key, value in metrics.items():
+                    totals[key] = totals.get(key, 0.0) + float(value) * weight
+                count += weight
+        result = {key: round(value / max(1, count), 4) for key, value in totals.items()}
+        if "mlm_loss" in result:
+            result["perplexity"] = round(math.exp(min(result["mlm_loss"], 50.0)), 2)
+        return result
 
     return evaluate
+
+
+def _masking_spec(recipe: PretrainRecipe, tokenizer: Tokenizer) -> MaskingSpec:
+    masking = recipe.data.masking
+    return MaskingSpec(
+        masking.prob,
+        masking.mask_fraction,
+        masking.random_fraction,
+        tokenizer.mask_id,
+        tokenizer.special_ids,
+        tokenizer.vocab_size,
+    )
 
 
 def pretrain(
@@ -68,19 +180,29 @@ def pretrain(
     if recipe.data.train is None:
         raise BertkitError("no training corpus: pass --corpus DIR (or --set data.train=DIR)")
     corpus = Corpus(recipe.data.train)
+    check_corpus_fits(recipe.objective, corpus.manifest, recipe.data.train)
     tokenizer = load_tokenizer(recipe.data.train / TOKENIZER_SUBDIR)
     model_cfg = recipe.model
     init_weights = None
     if init_from is not None:
-        _, _, model_cfg, init_weights, init_tokenizer = load_model_dir(init_from)
+        _, _, init_cfg, init_weights, init_tokenizer = load_model_dir(init_from)
         if init_tokenizer.fingerprint() != tokenizer.fingerprint():
             raise BertkitError(
                 f"--init-from {init_from} was trained with a different tokenizer than the corpus "
                 f"{recipe.data.train}; rebuild the corpus with that model's tokenizer"
             )
+        model_cfg = _fit_init_checkpoint(model_cfg, init_cfg, init_from, recipe.name)
     else:
         # From scratch, the vocabulary is the corpus tokenizer's: a recipe cannot know its size in advance.
-        model_cfg = model_cfg.model_copy(update={"vocab_size": tokenizer.vocab_size, "pad_token_id": tokenizer.pad_id})
+        update: dict[str, Any] = {"vocab_size": tokenizer.vocab_size, "pad_token_id": tokenizer.pad_id}
+        if model_cfg.family == "roberta":
+            update["position_offset"] = tokenizer.pad_id + 1  # RoBERTa numbers positions from padding_idx + 1
+        model_cfg = model_cfg.model_copy(update=update)
+    if tokenizer.vocab_size != model_cfg.vocab_size:
+        raise BertkitError(
+            f"the corpus tokenizer has {tokenizer.vocab_size} tokens but the model's vocabulary is "
+            f"{model_cfg.vocab_size}; build the corpus with the model's tokenizer"
+        )
     longest = int(corpus.lengths().max())
     if longest + model_cfg.position_offset > model_cfg.max_position_embeddings:
         raise BertkitError(
@@ -92,18 +214,16 @@ def pretrain(
     prepare_run_dir(output, recipe, overwrite, resume)
 
     torch.manual_seed(recipe.train.seed)  # reproducible initial weights (and the same on every rank)
-    model = MaskedLMModel(model_cfg)
+    model = build_pretraining_model(model_cfg, recipe.objective)
     if init_weights is not None:
+        absent = [
+            k for k in model.state_dict() if k.startswith("encoder.") and "pooler" not in k and k not in init_weights
+        ]
+        if absent:
+            raise BertkitError(f"--init-from {init_from} does not fit this model: it has no {absent[0]}")
         load_state(model, init_weights, str(init_from), strict=False)
-    masking = recipe.data.masking
-    spec = MaskingSpec(
-        masking.prob,
-        masking.mask_fraction,
-        masking.random_fraction,
-        tokenizer.mask_id,
-        tokenizer.special_ids,
-        tokenizer.vocab_size,
-    )
+    objective = build_objective(recipe.objective)
+    spec = _masking_spec(recipe, tokenizer)
     seed = recipe.train.seed
     if recipe.data.eval is not None:
         eval_corpus = Corpus(recipe.data.eval)
@@ -112,18 +232,18 @@ def pretrain(
         eval_corpus = corpus
         train_idx, eval_idx = split_indices(len(corpus), recipe.data.eval_fraction, seed)
     micro = recipe.train.batch_size // recipe.train.grad_accum
-    source = MLMBatches(corpus, train_idx, micro, spec, tokenizer.pad_id, seed)
+    source = CheckedBatches(MLMBatches(corpus, train_idx, micro, spec, tokenizer.pad_id, seed), objective)
     from bertkit.engine.device import resolve_device
 
     device = resolve_device(recipe.engine)
     evaluate = (
-        _mlm_evaluator(eval_corpus, eval_idx, spec, tokenizer.pad_id, micro, recipe.train.eval_batches, device)
+        _evaluator(eval_corpus, eval_idx, spec, tokenizer.pad_id, micro, recipe.train.eval_batches, device, objective)
         if len(eval_idx)
         else None
     )
     result = train(
         model,
-        MLMObjective(recipe.objective.mlm),
+        objective,
         source,
         output,
         recipe.train,
@@ -138,18 +258,20 @@ def pretrain(
     model_dir = output / "model"
     if is_main():  # under a distributed engine only rank 0 writes
         save_model_dir(
-            output / "model",
+            model_dir,
             model.cpu(),
             model_cfg,
-            "masked-lm",
+            "pretraining",
             tokenizer,
-            {"recipe": recipe.name, "steps": result.steps},
+            {"recipe": recipe.name, "steps": result.steps, "objective": recipe.objective.model_dump(mode="json")},
         )
     first, last = result.first_last("loss")
     summary = {
         "run_dir": str(output),
         "model_dir": str(model_dir),
         "recipe": recipe.name,
+        "family": model_cfg.family,
+        "objectives": recipe.objective.active,
         "parameters": sum(p.numel() for p in model.encoder.parameters()),
         "steps": result.steps,
         "tokens": result.tokens,
