@@ -76,6 +76,11 @@ class CheckedBatches:
     def state(self) -> LoaderState:
         return self.source.state
 
+    @property
+    def sampler(self) -> Any:
+        # The engine shards the wrapped loader's sampler over data-parallel ranks.
+        return self.source.sampler
+
     def load_state(self, state: dict[str, int]) -> None:
         self.source.load_state(state)
 
