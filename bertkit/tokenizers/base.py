@@ -113,6 +113,10 @@ class Tokenizer:
             "tokenizer_class": "PreTrainedTokenizerFast",
             "model_max_length": 512,
             "clean_up_tokenization_spaces": False,
+            # BERT, ALBERT and ELECTRA have segment embeddings; RoBERTa (byte-level BPE) has none.
+            "model_input_names": ["input_ids", "attention_mask"]
+            if self.kind == "bbpe"
+            else ["input_ids", "token_type_ids", "attention_mask"],
             **{f"{role}_token": getattr(self.specials, role) for role in ROLES},
         }
         (directory / "tokenizer_config.json").write_text(json.dumps(hf_config, indent=2) + "\n", "utf-8")

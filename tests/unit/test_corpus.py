@@ -137,18 +137,12 @@ def test_loader_resumes_exactly(corpus_dir: Path, tokenizer_dir: Path) -> None:
 
 
 def test_word_starts_follow_each_tokenizer_family(tmp_path: Path, text_file: Path, tokenizer_dir: Path) -> None:
-    from tokenizers import SentencePieceBPETokenizer
-
-    from bertkit.tokenizers.base import SpecialTokens, Tokenizer
     from bertkit.tokenizers.train import train_tokenizer
 
     text = text_file.read_text(encoding="utf-8").split("\n\n")[:40]
     block = [[line for line in doc.splitlines() if line] for doc in text]
     train_tokenizer("bbpe", [text_file], tmp_path / "bbpe", vocab_size=1500)
-    sp = SentencePieceBPETokenizer()
-    sp.train_from_iterator(text, vocab_size=1500, special_tokens=["<pad>", "<unk>", "<s>", "</s>", "<mask>"])
-    sp_specials = SpecialTokens(pad="<pad>", unk="<unk>", cls="<s>", sep="</s>", mask="<mask>")
-    Tokenizer(sp._tokenizer, "sentencepiece", sp_specials).save(tmp_path / "sp")
+    train_tokenizer("sentencepiece-bpe", [text_file], tmp_path / "sp", vocab_size=1500)
     for directory, marker in ((tokenizer_dir, "##"), (tmp_path / "bbpe", "Ġ"), (tmp_path / "sp", "▁")):
         _init_worker(str(directory), "rules", True)
         ids, starts, _, _ = _tokenize_block(block)
@@ -223,7 +217,7 @@ def test_bad_input(tmp_path: Path, text_file: Path, tokenizer_dir: Path) -> None
     notok = tmp_path / "notok"
     notok.mkdir()
     (notok / "vocab.txt").write_text("[PAD]\n[UNK]\nhello\n", encoding="utf-8")
-    assert "special tokens" in cli_error(
+    assert "cannot find the cls, sep, mask token" in cli_error(
         "--input", str(text_file), "--tokenizer", str(notok), "--output", str(tmp_path / "out")
     )
     assert "unknown --format" in cli_error("--input", str(text_file), "--format", "triples", *base)
