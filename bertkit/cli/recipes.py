@@ -18,7 +18,7 @@ def _describe(name: str, overrides: list[str] | None = None) -> dict:
     if recipe.kind == "pretrain":
         from bertkit.models.pretraining import count_parameters
 
-        info["parameters"] = count_parameters(recipe.model, recipe.objective)  # type: ignore[union-attr]
+        info["parameters"] = count_parameters(recipe.model, objective=recipe.objective)  # type: ignore[union-attr]
     return info
 
 

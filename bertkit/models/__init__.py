@@ -1,1 +1,8 @@
-"""Model code: forward passes only. No losses, no I/O, no distributed code."""
+"""Model code: forward passes only. No losses, no I/O, no distributed code.
+
+layers.py      embeddings, self-attention, feed-forward, encoder layer (pre/post-LN, GeLU variants, dropout)
+bert.py        the encoder every family shares (ALBERT's factorized embeddings and layer sharing included)
+heads.py       MLM, NSP/SOP, RTD and SBO heads
+electra.py     generator + discriminator with shared embeddings
+pretraining.py encoder + heads as one module per recipe; parameter counts on the meta device
+"""

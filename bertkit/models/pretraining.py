@@ -83,7 +83,7 @@ def build_pretraining_model(cfg: ModelConfig, objective: ObjectiveConfig | None 
 _NOT_KEPT = ("generator.", "generator_head.", "sbo_head.")
 
 
-def count_parameters(cfg: ModelConfig, objective: ObjectiveConfig | None = None, with_heads: bool = True) -> int:
+def count_parameters(cfg: ModelConfig, with_heads: bool = True, objective: ObjectiveConfig | None = None) -> int:
     """Parameter count computed on the meta device: exact, instant, and no memory for the weights.
 
     What is counted is the network kept after pretraining: the encoder (with its pooler, if any) and the

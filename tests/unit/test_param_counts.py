@@ -42,7 +42,7 @@ KNOWN_GAPS = {"electra-small": 0.035, "albert-xxlarge": 0.06}
 @pytest.mark.parametrize("name", sorted(PAPER))
 def test_count_matches_paper(name: str) -> None:
     recipe = load_recipe(name)
-    count = count_parameters(recipe.model, recipe.objective)  # type: ignore[union-attr]
+    count = count_parameters(recipe.model, objective=recipe.objective)  # type: ignore[union-attr]
     tolerance = KNOWN_GAPS.get(name, 0.02)
     assert abs(count - PAPER[name]) / PAPER[name] <= tolerance, f"{name}: {count / 1e6:.2f}M vs {PAPER[name] / 1e6}M"
 
@@ -56,7 +56,7 @@ def test_encoder_count_equals_transformers(name: str) -> None:
     with torch.device("meta"):
         hf_model = transformers.AutoModel.from_config(hf_config)
     expected = sum(p.numel() for p in hf_model.parameters())
-    assert count_parameters(cfg, recipe.objective, with_heads=False) == expected  # type: ignore[union-attr]
+    assert count_parameters(cfg, with_heads=False, objective=recipe.objective) == expected  # type: ignore[union-attr]
 
 
 def test_albert_sharing_modes_match_albert_table_4() -> None:
@@ -77,6 +77,5 @@ def test_recipes_show_reports_the_count() -> None:
     result = CliRunner().invoke(app, ["recipes", "show", "albert-base", "--json"])
     assert result.exit_code == 0, result.output
     shown = json.loads(result.stdout.strip().splitlines()[-1])
-    assert shown["parameters"] == count_parameters(
-        load_recipe("albert-base").model, load_recipe("albert-base").objective
-    )  # type: ignore[union-attr]
+    recipe = load_recipe("albert-base")
+    assert shown["parameters"] == count_parameters(recipe.model, objective=recipe.objective)  # type: ignore[union-attr]
