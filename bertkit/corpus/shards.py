@@ -66,7 +66,9 @@ class _Stream:
         self._buffer.append(array)
         self._buffered += array.size
         self.count += array.size
-        if self._buffered >= self._flush_items:
+        # Also bound the number of pending arrays: one small array per sequence costs ~100 bytes of
+        # Python object overhead, which would otherwise grow with the corpus until the item limit.
+        if self._buffered >= self._flush_items or len(self._buffer) >= 4096:
             self.flush()
 
     def flush(self) -> None:

@@ -95,23 +95,27 @@ def test_corpus_benchmark(tmp_path: Path, text_file: Path, tokenizer_dir: Path, 
         result = measure([sys.executable, "-c", HF_RECIPE, *args])
         rows.append(("HF datasets.map + group_texts", path, workers, result, int(result["stdout"].split()[-1])))
 
-    ours(small, 1)
-    ours(large, 1)
-    ours(large, 2)
-    hf(small, 1)
-    hf(large, 1)
-    hf(large, 2)
+    header = (
+        f"{'tool':32} {'input':>8} {'workers':>7} {'seconds':>8} {'MB/s':>7} {'peak RSS MiB':>13} {'sequences':>10}"
+    )
+    log_path = os.environ.get("BERTKIT_BENCH_LOG")  # figures also survive an interrupted run
+    order = ((ours, large, 1), (hf, large, 1), (ours, small, 1), (ours, large, 2), (hf, large, 2), (hf, small, 1))
     with capsys.disabled():
         print(f"\ncorpus benchmark on {os.cpu_count()} CPU cores, real text repeated to size, max length 128")
-        print(
-            f"{'tool':32} {'input':>8} {'workers':>7} {'seconds':>8} {'MB/s':>7} {'peak RSS MiB':>13} {'sequences':>10}"
-        )
-        for name, path, workers, result, sequences in rows:
+        print(header, flush=True)
+        # Rows print as they finish: the whole run takes a while on a small machine.
+        for run, path, workers in order:
+            run(path, workers)
+            name, path, workers, result, sequences = rows[-1]
             mb = path.stat().st_size / 2**20
-            print(
+            line = (
                 f"{name:32} {mb:7.0f}M {workers:7d} {result['seconds']:8.1f} {mb / result['seconds']:7.2f} "
                 f"{result['peak_rss_mib']:13.0f} {sequences:10d}"
             )
+            print(line, flush=True)
+            if log_path:
+                with open(log_path, "a", encoding="utf-8") as log:
+                    log.write(line + "\n")
     large_rss, small_rss = rows[0][3]["peak_rss_mib"], rows[2][3]["peak_rss_mib"]
     # Bounded memory: four times the text may not cost more than a little more memory.
     assert large_rss < small_rss * 1.25 + 20, (small_rss, large_rss)
