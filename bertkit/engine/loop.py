@@ -307,7 +307,8 @@ def train(
                         raise BertkitError(
                             f"loss or gradient was NaN/inf for {consecutive_bad} steps in a row at step {step}; "
                             f"stopped, last good state saved in {saved} "
-                            "(lower optim.lr, raise schedule.warmup_steps, or use fp32)"
+                            "(lower optim.lr or raise schedule.warmup_steps"
+                            f"{', or use fp32' if engine_cfg.precision != 'fp32' else ''})"
                         )
                     continue
                 consecutive_bad = 0

@@ -213,3 +213,37 @@ def test_tensorboard_events_when_installed(tmp_path: Path) -> None:
     pytest.importorskip("tensorboard")
     run(tmp_path, steps=3)
     assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_fp16_needs_a_gpu(tmp_path: Path) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    with pytest.raises(BertkitError, match="fp16 .*needs a GPU"):
+        train(make_model(), objective, Regression(8), tmp_path, TrainConfig(steps=2, batch_size=8), OPTIM, SCHEDULE,
+              EngineConfig(precision="fp16"), quiet=True)  # fmt: skip
+
+
+def test_bf16_autocast_on_cpu_tracks_fp32(tmp_path: Path) -> None:
+    curves = {}
+    for precision in ("fp32", "bf16"):
+        model = make_model()
+        engine = EngineConfig(device="cpu", precision=precision, tensorboard=False)
+        result = train(model, objective, Regression(8), tmp_path / precision, TrainConfig(steps=20, batch_size=8,
+                       log_every=1), OPTIM, SCHEDULE, engine, quiet=True)  # fmt: skip
+        curves[precision] = [row["loss"] for row in result.history]
+        assert all(p.dtype == torch.float32 for p in model.parameters())  # fp32 master weights
+    assert curves["bf16"] != curves["fp32"]  # autocast really ran in bf16...
+    assert curves["bf16"] == pytest.approx(curves["fp32"], rel=2e-2)  # ...and trains the same
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_gpu_mixed_precision(tmp_path: Path, precision: str) -> None:
+    cfg = TrainConfig(steps=30, batch_size=8, log_every=1, checkpoint_every=10)
+    engine = EngineConfig(device="cuda", precision=precision, tensorboard=False)
+    result = train(make_model(), objective, Regression(8), tmp_path, cfg, OPTIM, SCHEDULE, engine, quiet=True)
+    first, last = result.first_last("loss")
+    assert last < first and result.steps == 30
+    _, state, _ = read_checkpoint(tmp_path / "checkpoints" / "step-30")
+    assert (state["scaler"] is not None) == (precision == "fp16")
