@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -49,20 +50,26 @@ def measure(command: list[str]) -> dict[str, float]:
     """Run `command`; wall time and peak RSS (MiB) of its whole process tree."""
     import psutil
 
-    started = time.perf_counter()
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ})
-    root = psutil.Process(proc.pid)
-    peak = 0
-    while proc.poll() is None:
-        try:
-            tree = [root, *root.children(recursive=True)]
-            peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
-        except psutil.Error:
-            pass
-        time.sleep(0.05)
-    out, err = proc.communicate()
+    # Output goes to files, not pipes: a child that writes more than a pipe buffer (datasets' progress bars
+    # do) would block forever on a pipe nobody reads while we poll its memory.
+    with tempfile.TemporaryFile() as out_file, tempfile.TemporaryFile() as err_file:
+        started = time.perf_counter()
+        proc = subprocess.Popen(command, stdout=out_file, stderr=err_file, env={**os.environ})
+        root = psutil.Process(proc.pid)
+        peak = 0
+        while proc.poll() is None:
+            try:
+                tree = [root, *root.children(recursive=True)]
+                peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
+            except psutil.Error:
+                pass
+            time.sleep(0.05)
+        seconds = time.perf_counter() - started
+        out_file.seek(0)
+        err_file.seek(0)
+        out, err = out_file.read(), err_file.read()
     assert proc.returncode == 0, err.decode()[-2000:]
-    return {"seconds": time.perf_counter() - started, "peak_rss_mib": peak / 2**20, "stdout": out.decode()}
+    return {"seconds": seconds, "peak_rss_mib": peak / 2**20, "stdout": out.decode()}
 
 
 def real_text(source: Path, target: Path, megabytes: int) -> Path:
