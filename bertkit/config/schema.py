@@ -246,7 +246,8 @@ class EngineConfig(StrictModel):
     max_bad_steps: int = Field(5, gt=0, description="stop after this many NaN/inf steps in a row")
     # Peak device throughput for MFU, in TFLOP/s; None uses the built-in table (see bertkit/engine/flops.py).
     peak_tflops: float | None = Field(None, gt=0)
-    tensorboard: bool = Field(True, description="also write TensorBoard event files (when tensorboard is installed)")
+    # Off by default: TensorBoard's writer costs seconds per run, which tiny CPU runs notice.
+    tensorboard: bool = Field(False, description="also write TensorBoard event files (needs tensorboard installed)")
     compile: bool = Field(False, description="torch.compile the model (faster steps after a compile delay)")
 
 

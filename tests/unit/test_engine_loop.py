@@ -211,7 +211,9 @@ def test_sigterm_saves_a_checkpoint_and_exits_130(tmp_path: Path) -> None:
 
 def test_tensorboard_events_when_installed(tmp_path: Path) -> None:
     pytest.importorskip("tensorboard")
-    run(tmp_path, steps=3)
+    cfg = TrainConfig(steps=3, batch_size=8, log_every=1)
+    engine = ENGINE.model_copy(update={"tensorboard": True})
+    train(make_model(), objective, Regression(8), tmp_path, cfg, OPTIM, SCHEDULE, engine, quiet=True)
     assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
 
 
