@@ -10,6 +10,17 @@ from bertkit.errors import BertkitError
 from bertkit.interop.keymap import Entry, fused, linear, tensor
 
 
+def layer_entries(ours: str, hf: str) -> list[Entry]:
+    """One transformer layer in HF's BertLayer naming (BERT, RoBERTa and ELECTRA share it)."""
+    entries = fused(f"{ours}attention.qkv", tuple(f"{hf}attention.self.{n}" for n in ("query", "key", "value")))
+    entries += linear(f"{ours}attention.out", f"{hf}attention.output.dense")
+    entries += linear(f"{ours}attn_norm", f"{hf}attention.output.LayerNorm")
+    entries += linear(f"{ours}ffn.up", f"{hf}intermediate.dense")
+    entries += linear(f"{ours}ffn.down", f"{hf}output.dense")
+    entries += linear(f"{ours}ffn_norm", f"{hf}output.LayerNorm")
+    return entries
+
+
 def encoder_entries(cfg: ModelConfig, prefix: str, pooler: bool) -> list[Entry]:
     entries = [
         *tensor("encoder.embeddings.word_embeddings.weight", f"{prefix}embeddings.word_embeddings.weight"),
@@ -18,13 +29,7 @@ def encoder_entries(cfg: ModelConfig, prefix: str, pooler: bool) -> list[Entry]:
         *linear("encoder.embeddings.norm", f"{prefix}embeddings.LayerNorm"),
     ]
     for i in range(cfg.num_layers):
-        hf, ours = f"{prefix}encoder.layer.{i}.", f"encoder.layers.{i}."
-        entries += fused(f"{ours}attention.qkv", tuple(f"{hf}attention.self.{n}" for n in ("query", "key", "value")))
-        entries += linear(f"{ours}attention.out", f"{hf}attention.output.dense")
-        entries += linear(f"{ours}attn_norm", f"{hf}attention.output.LayerNorm")
-        entries += linear(f"{ours}ffn.up", f"{hf}intermediate.dense")
-        entries += linear(f"{ours}ffn.down", f"{hf}output.dense")
-        entries += linear(f"{ours}ffn_norm", f"{hf}output.LayerNorm")
+        entries += layer_entries(f"encoder.layers.{i}.", f"{prefix}encoder.layer.{i}.")
     if pooler:
         entries += linear("encoder.pooler.dense", f"{prefix}pooler.dense")
     return entries

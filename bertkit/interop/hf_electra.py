@@ -11,7 +11,7 @@ from typing import Any
 from bertkit.config.schema import GeneratorConfig, ModelConfig
 from bertkit.errors import BertkitError
 from bertkit.interop import hf_bert
-from bertkit.interop.keymap import Entry, fused, linear, tensor
+from bertkit.interop.keymap import Entry, linear, tensor
 
 
 def encoder_entries(cfg: ModelConfig, prefix: str, pooler: bool) -> list[Entry]:
@@ -38,13 +38,7 @@ def generator_entries(cfg: ModelConfig) -> list[Entry]:
     if generator.embedding_dim != generator.hidden_size:
         entries += linear("generator.embed_proj", "electra.embeddings_project")
     for i in range(generator.num_layers):
-        hf, ours = f"electra.encoder.layer.{i}.", f"generator.layers.{i}."
-        entries += fused(f"{ours}attention.qkv", tuple(f"{hf}attention.self.{n}" for n in ("query", "key", "value")))
-        entries += linear(f"{ours}attention.out", f"{hf}attention.output.dense")
-        entries += linear(f"{ours}attn_norm", f"{hf}attention.output.LayerNorm")
-        entries += linear(f"{ours}ffn.up", f"{hf}intermediate.dense")
-        entries += linear(f"{ours}ffn.down", f"{hf}output.dense")
-        entries += linear(f"{ours}ffn_norm", f"{hf}output.LayerNorm")
+        entries += hf_bert.layer_entries(f"generator.layers.{i}.", f"electra.encoder.layer.{i}.")
     entries += linear("generator_head.dense", "generator_predictions.dense")
     entries += linear("generator_head.norm", "generator_predictions.LayerNorm")
     entries += tensor("generator_head.bias", "generator_lm_head.bias")
