@@ -11,6 +11,7 @@ from typing import Any
 
 from bertkit.config.schema import ModelConfig
 from bertkit.errors import BertkitError
+from bertkit.interop import hf_bert
 from bertkit.interop.keymap import Entry, fused, linear, tensor
 
 
@@ -58,22 +59,10 @@ def config_to_hf(cfg: ModelConfig) -> dict[str, Any]:
         raise BertkitError("Hugging Face ALBERT is post-LayerNorm; a model.norm=pre encoder has no HF class")
     return {
         "model_type": "albert",
-        "vocab_size": cfg.vocab_size,
+        **hf_bert.shared_config_fields(cfg),
         "embedding_size": cfg.embedding_dim,
-        "hidden_size": cfg.hidden_size,
-        "num_hidden_layers": cfg.num_layers,
         "num_hidden_groups": _groups(cfg),
         "inner_group_num": 1,
-        "num_attention_heads": cfg.num_heads,
-        "intermediate_size": cfg.intermediate_size,
-        "hidden_act": cfg.hidden_act,
-        "hidden_dropout_prob": cfg.hidden_dropout,
-        "attention_probs_dropout_prob": cfg.attention_dropout,
-        "max_position_embeddings": cfg.max_position_embeddings,
-        "type_vocab_size": cfg.type_vocab_size,
-        "layer_norm_eps": cfg.layer_norm_eps,
-        "pad_token_id": cfg.pad_token_id,
-        "initializer_range": 0.02,
         "classifier_dropout_prob": 0.1,
     }
 

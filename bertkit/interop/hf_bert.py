@@ -65,8 +65,12 @@ def config_to_hf(cfg: ModelConfig) -> dict[str, Any]:
         )
     if cfg.family != "roberta" and cfg.position_offset:
         raise BertkitError("Hugging Face BERT numbers positions from 0; this model has a position_offset")
+    return {"model_type": model_type(cfg), **shared_config_fields(cfg), "position_embedding_type": "absolute"}
+
+
+def shared_config_fields(cfg: ModelConfig) -> dict[str, Any]:
+    """The config.json fields that BertConfig, RobertaConfig, ElectraConfig and AlbertConfig name alike."""
     return {
-        "model_type": model_type(cfg),
         "vocab_size": cfg.vocab_size,
         "hidden_size": cfg.hidden_size,
         "num_hidden_layers": cfg.num_layers,
@@ -80,7 +84,6 @@ def config_to_hf(cfg: ModelConfig) -> dict[str, Any]:
         "layer_norm_eps": cfg.layer_norm_eps,
         "pad_token_id": cfg.pad_token_id,
         "initializer_range": 0.02,
-        "position_embedding_type": "absolute",
     }
 
 
