@@ -9,26 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
+from cli_helpers import run_error, run_json, runner
 
 from bertkit.cli.app import app
-
-runner = CliRunner()
-
-
-def run(*args: str) -> dict:
-    result = runner.invoke(app, [*args, "--json", "--quiet"])
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
-def run_error(*args: str) -> str:
-    result = runner.invoke(app, list(args))
-    assert result.exit_code == 2, result.output
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    assert "Traceback" not in result.output
-    return lines[0]
 
 
 def test_help_does_not_import_torch() -> None:
@@ -40,7 +23,9 @@ def test_help_does_not_import_torch() -> None:
 
 
 def test_tokenize_train_and_encode(tmp_path: Path, text_file: Path) -> None:
-    out = run("tokenize", "train", "--input", str(text_file), "--output", str(tmp_path / "tok"), "--vocab-size", "1500")
+    out = run_json(
+        "tokenize", "train", "--input", str(text_file), "--output", str(tmp_path / "tok"), "--vocab-size", "1500"
+    )
     assert out["vocab_size"] == 1500
     assert {"tokenizer.json", "vocab.txt", "bertkit_tokenizer.json"} <= set(out["files"])
     vocab = (tmp_path / "tok" / "vocab.txt").read_text(encoding="utf-8").splitlines()
@@ -62,7 +47,7 @@ def test_tokenize_train_and_encode(tmp_path: Path, text_file: Path) -> None:
 
 
 def test_build_corpus_and_inspect(tmp_path: Path, text_file: Path, tokenizer_dir: Path) -> None:
-    out = run(
+    out = run_json(
         "build-corpus",
         "--input",
         str(text_file),
@@ -79,7 +64,7 @@ def test_build_corpus_and_inspect(tmp_path: Path, text_file: Path, tokenizer_dir
     assert tokens.size == out["num_tokens"] == offsets[-1]
     assert np.diff(offsets).max() <= 32
     assert (tokens[offsets[:-1]] == 2).all()  # every sequence starts with [CLS]
-    info = run("corpus", "inspect", str(tmp_path / "corpus"), "-n", "1")
+    info = run_json("corpus", "inspect", str(tmp_path / "corpus"), "-n", "1")
     assert info["sequences"] == out["num_sequences"]
     assert "[MASK]" in info["examples"][0]["masked_input"]
 
@@ -99,7 +84,7 @@ def test_pretrain_writes_run_dir(pretrained_run: Path) -> None:
 
 
 def test_pretrain_cli_and_init_from(tmp_path: Path, corpus_dir: Path, pretrained_run: Path) -> None:
-    out = run(
+    out = run_json(
         "pretrain",
         "--recipe",
         "bert-tiny",
@@ -121,7 +106,7 @@ def test_pretrain_cli_and_init_from(tmp_path: Path, corpus_dir: Path, pretrained
 
 
 def test_finetune_on_real_reviews(tmp_path: Path, pretrained_run: Path, sentiment_csv: Path) -> None:
-    out = run(
+    out = run_json(
         "finetune",
         "--model",
         str(pretrained_run),
@@ -146,7 +131,7 @@ def test_finetune_on_real_reviews(tmp_path: Path, pretrained_run: Path, sentimen
 def test_feature_based_finetune_freezes_encoder(tmp_path: Path, pretrained_run: Path, sentiment_csv: Path) -> None:
     from safetensors.numpy import load_file
 
-    run(
+    run_json(
         "finetune",
         "--model",
         str(pretrained_run),
@@ -168,10 +153,10 @@ def test_feature_based_finetune_freezes_encoder(tmp_path: Path, pretrained_run: 
 
 
 def test_recipes_list_and_show() -> None:
-    listed = run("recipes", "list")
+    listed = run_json("recipes", "list")
     names = {r["name"] for r in listed["recipes"]}
     assert {"bert-base", "roberta-base", "bert-tiny", "roberta-tiny", "finetune-classification"} <= names
-    shown = run("recipes", "show", "bert-base", "--set", "optim.lr=3e-4")
+    shown = run_json("recipes", "show", "bert-base", "--set", "optim.lr=3e-4")
     assert shown["recipe"]["optim"]["lr"] == 3e-4
     assert shown["parameters"] > 100_000_000
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from typer.testing import CliRunner
+from cli_helpers import error_line, runner
 
 from bertkit.cli.app import app
 
-runner = CliRunner()
 FAST = ["--set", "train.batch_size=8", "--set", "train.log_every=1", "--set", "engine.tensorboard=false", "--quiet"]
 
 
@@ -17,18 +16,11 @@ def invoke(*args: str):
     return runner.invoke(app, [str(a) for a in args])
 
 
-def one_error_line(result) -> str:
-    assert result.exit_code == 2, result.output
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    return lines[0]
-
-
 def test_exploding_learning_rate_stops_with_a_checkpoint(corpus_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "nan"
     explode = ["--set", "optim.lr=1e30", "--set", "schedule.warmup_steps=0", "--set", "engine.max_bad_steps=2"]
     result = invoke("pretrain", "-r", "bert-tiny", "-c", corpus_dir, "-o", out, *FAST, *explode)
-    line = one_error_line(result)
+    line = error_line(result)
     assert "NaN/inf for 2 steps in a row at step 1" in line and "last good state saved" in line
     assert list((out / "checkpoints").glob("step-*"))
     assert not (out / "model").exists()
@@ -48,16 +40,12 @@ def test_budget_then_plot(corpus_dir: Path, tmp_path: Path) -> None:
     assert plotted.exit_code == 0, plotted.output
     png = Path(json.loads(plotted.stdout.strip().splitlines()[-1])["plot"])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
-    assert "already exists" in one_error_line(invoke("plot", out))
-    assert "no metrics.jsonl" in one_error_line(invoke("plot", tmp_path))
+    assert "already exists" in error_line(invoke("plot", out))
+    assert "no metrics.jsonl" in error_line(invoke("plot", tmp_path))
 
 
 def test_bad_engine_options(corpus_dir: Path, tmp_path: Path) -> None:
-    line = one_error_line(
-        invoke("pretrain", "-r", "bert-tiny", "-c", corpus_dir, "-o", tmp_path / "x", "--engine", "mpi")
-    )
+    line = error_line(invoke("pretrain", "-r", "bert-tiny", "-c", corpus_dir, "-o", tmp_path / "x", "--engine", "mpi"))
     assert "engine.backend" in line
-    line = one_error_line(
-        invoke("pretrain", "-r", "bert-tiny", "-c", corpus_dir, "-o", tmp_path / "y", "--budget", "soon")
-    )
+    line = error_line(invoke("pretrain", "-r", "bert-tiny", "-c", corpus_dir, "-o", tmp_path / "y", "--budget", "soon"))
     assert "cannot read budget 'soon'" in line

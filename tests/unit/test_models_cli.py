@@ -10,29 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from typer.testing import CliRunner
+from cli_helpers import run_error, run_json
 
-from bertkit.cli.app import app
 from bertkit.config.recipe import load_recipe
 from bertkit.modeldir import save_model_dir
 from bertkit.models.pretraining import build_pretraining_model
 from bertkit.tokenizers import load_tokenizer
-
-runner = CliRunner()
-
-
-def run(*args: str) -> dict:
-    result = runner.invoke(app, [*args, "--json", "--quiet"])
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
-def run_error(*args: str) -> str:
-    result = runner.invoke(app, list(args))
-    assert result.exit_code == 2, result.output
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    return lines[0]
 
 
 def _loading_info(auto_class, directory: Path) -> dict:
@@ -43,7 +26,7 @@ def _loading_info(auto_class, directory: Path) -> dict:
 @pytest.fixture(scope="module")
 def electra_run(tmp_path_factory: pytest.TempPathFactory, corpus_dir: Path) -> Path:
     out = tmp_path_factory.mktemp("electra") / "run"
-    summary = run("pretrain", "--recipe", "electra-tiny", "--corpus", str(corpus_dir), "--output", str(out),
+    summary = run_json("pretrain", "--recipe", "electra-tiny", "--corpus", str(corpus_dir), "--output", str(out),
                   "--set", "train.steps=30", "--set", "train.log_every=10", "--set", "train.batch_size=16",
                   "--set", "engine.threads=1")  # fmt: skip
     assert summary["family"] == "electra" and summary["objectives"] == ["mlm", "rtd"]
@@ -60,7 +43,7 @@ def test_electra_tiny_pretrains_end_to_end(electra_run: Path) -> None:
 
 def test_electra_export_loads_as_discriminator(electra_run: Path, tmp_path: Path) -> None:
     transformers = pytest.importorskip("transformers")
-    out = run("export", str(electra_run), "--to", "hf", "--output", str(tmp_path / "hf"))
+    out = run_json("export", str(electra_run), "--to", "hf", "--output", str(tmp_path / "hf"))
     assert out["architecture"] == "ElectraForPreTraining"
     assert {"config.json", "model.safetensors", "tokenizer.json", "vocab.txt"} <= set(out["files"])
     assert _loading_info(transformers.ElectraForPreTraining, tmp_path / "hf") == {}
@@ -110,7 +93,9 @@ def test_export_every_family_loads_cleanly(name: str, tmp_path: Path, tokenizer_
         if head == "pretraining" and name.startswith(("spanbert", "tinybert")):
             # BERT checkpoints without an NSP head: AutoModelForPreTraining would build BertForPreTraining.
             auto_class = transformers.AutoModelForMaskedLM
-        out = run("export", str(tmp_path / "model"), "--to", "hf", "--output", str(tmp_path / head), "--head", head)
+        out = run_json(
+            "export", str(tmp_path / "model"), "--to", "hf", "--output", str(tmp_path / head), "--head", head
+        )
         assert _loading_info(auto_class, tmp_path / head) == {}, (name, head, out["architecture"])
 
 
@@ -125,9 +110,9 @@ def test_init_from_real_minilm(tmp_path: Path, minilm_dir: Path, text_file: Path
     assert "does not fit recipe 'bert-tiny'" in error and "--set model.hidden_size=384" in error
     shape = ["--set", "model.hidden_size=384", "--set", "model.num_layers=6", "--set", "model.num_heads=12",
              "--set", "model.intermediate_size=1536", "--set", "model.max_position_embeddings=512"]  # fmt: skip
-    run(*common, *shape, "--output", str(tmp_path / "run"), "--set", "train.steps=2", "--set", "train.batch_size=4",
-        "--set", "optim.lr=1e-12", "--set", "schedule.warmup_steps=0", "--set", "train.eval_batches=1",
-        "--set", "engine.threads=1")  # fmt: skip
+    run_json(*common, *shape, "--output", str(tmp_path / "run"), "--set", "train.steps=2",
+             "--set", "train.batch_size=4", "--set", "optim.lr=1e-12", "--set", "schedule.warmup_steps=0",
+             "--set", "train.eval_batches=1", "--set", "engine.threads=1")  # fmt: skip
     trained = read_weights(tmp_path / "run" / "model" / "model.safetensors")
     real = load_hf_dir(minilm_dir).weights
     for key in ("encoder.embeddings.word_embeddings.weight", "encoder.layers.5.attention.qkv.weight"):
@@ -195,7 +180,7 @@ def test_electra_generator_exports_as_masked_lm(electra_run: Path, tmp_path: Pat
     transformers = pytest.importorskip("transformers")
     from bertkit.modeldir import load_model_dir
 
-    run("export", str(electra_run), "--output", str(tmp_path / "gen"), "--head", "generator")
+    run_json("export", str(electra_run), "--output", str(tmp_path / "gen"), "--head", "generator")
     assert _loading_info(transformers.ElectraForMaskedLM, tmp_path / "gen") == {}
     hf = transformers.ElectraForMaskedLM.from_pretrained(tmp_path / "gen").eval()
     _, _, cfg, weights, _ = load_model_dir(electra_run)

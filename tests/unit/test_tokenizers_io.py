@@ -9,29 +9,14 @@ import shutil
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from cli_helpers import run_error, run_json, runner
 
 from bertkit.cli.app import app
 from bertkit.corpus.sources import ReadStats, expand_inputs, iter_documents
 from bertkit.tokenizers import load_tokenizer
 from bertkit.tokenizers.train import TrainOptions, train_tokenizer
 
-runner = CliRunner()
 KOREAN = Path(__file__).parent.parent / "data" / "korean.txt"
-
-
-def run_json(*args: str, input: str | bytes | None = None) -> dict:
-    result = runner.invoke(app, [*args, "--json", "--quiet"], input=input)
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
-def run_error(*args: str) -> str:
-    result = runner.invoke(app, list(args))
-    assert result.exit_code == 2, result.output
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    return lines[0]
 
 
 @pytest.fixture(scope="module")

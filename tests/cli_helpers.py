@@ -1,0 +1,35 @@
+"""Running the bertkit CLI in-process from tests: a JSON result, or the single error line.
+
+Importable from every test directory because pytest puts this folder (it holds the root conftest.py)
+on sys.path.
+"""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from bertkit.cli.app import app
+
+runner = CliRunner()
+
+
+def run_json(*args: str, input: str | bytes | None = None) -> dict:
+    """Run a command with --json --quiet; it must succeed, and its last stdout line is the result."""
+    result = runner.invoke(app, [*args, "--json", "--quiet"], input=input)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def error_line(result) -> str:
+    """A failed invocation must exit 2 with exactly one `error:` line on stderr and no traceback."""
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+def run_error(*args: str) -> str:
+    return error_line(runner.invoke(app, list(args)))
