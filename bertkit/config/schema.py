@@ -236,9 +236,21 @@ class TrainConfig(StrictModel):
         return self
 
 
+class DeepSpeedConfig(StrictModel):
+    """DeepSpeed ZeRO (engine.backend=deepspeed). The DeepSpeed config is generated from the recipe
+    (batch sizes, accumulation, clipping, stage); `config` adds the rest (bucket sizes, offload...)."""
+
+    # 1 shards optimizer state, 2 also gradients, 3 also parameters (stage 0 is plain data parallel: use ddp).
+    zero_stage: int = Field(2, ge=1, le=3)
+    # A DeepSpeed JSON config merged over the generated one. Keys the recipe owns (batch sizes,
+    # accumulation, clipping, optimizer, scheduler, precision) must not appear in it.
+    config: Path | None = None
+
+
 class EngineConfig(StrictModel):
     # single: one process. ddp/fsdp: launched with torchrun (FSDP2 fully_shard); without a launcher, a group of one.
-    backend: Literal["single", "ddp", "fsdp"] = "single"
+    # deepspeed: ZeRO stage engine.deepspeed.zero_stage, launched with torchrun or the deepspeed launcher.
+    backend: Literal["single", "ddp", "fsdp", "deepspeed"] = "single"
     device: Literal["auto", "cpu", "cuda"] = "auto"
     # fp16 uses dynamic loss scaling and needs a GPU; bf16 autocast runs on CPU and GPU.
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
@@ -249,6 +261,14 @@ class EngineConfig(StrictModel):
     # Off by default: TensorBoard's writer costs seconds per run, which tiny CPU runs notice.
     tensorboard: bool = Field(False, description="also write TensorBoard event files (needs tensorboard installed)")
     compile: bool = Field(False, description="torch.compile the model (faster steps after a compile delay)")
+    deepspeed: DeepSpeedConfig = Field(default_factory=DeepSpeedConfig)
+
+    @model_validator(mode="after")
+    def _deepspeed_precision(self) -> EngineConfig:
+        if self.backend == "deepspeed" and self.precision == "fp16":
+            # ZeRO owns the (partitioned) gradients, so torch's GradScaler cannot unscale them.
+            raise ValueError("engine.precision=fp16 is not supported with engine.backend=deepspeed; use bf16")
+        return self
 
 
 class TaskConfig(StrictModel):

@@ -165,7 +165,7 @@ def train(
 
     torch.manual_seed(train_cfg.seed + rank)
     flops_params = non_embedding_parameters(model)
-    backend.setup(model, optim_cfg)
+    backend.setup(model, optim_cfg, train_cfg)
     optimizer = backend.optimizer
     scheduler = build_scheduler(optimizer, train_cfg.steps, schedule_cfg)
     scaler = torch.amp.GradScaler("cuda") if engine_cfg.precision == "fp16" and backend.uses_amp_scaler else None
@@ -284,9 +284,6 @@ def train(
                     total_loss += loss.detach().float() / accum
                     for key, value in metrics.items():
                         step_metrics[key] = step_metrics.get(key, 0) + value.detach().float() / accum
-                if scaler is not None:
-                    scaler.unscale_(optimizer)
-                grad_norm = backend.clip_grad_norm(clip_value(optim_cfg.grad_clip))
                 # One collective for everything logged: the loss is the mean over ranks' micro-batches.
                 keys = sorted(step_metrics)
                 packed = torch.stack([total_loss, *(step_metrics[k] for k in keys)]).float()
@@ -294,13 +291,17 @@ def train(
                 step_tokens = int(dist.all_reduce_sum(step_tokens))
                 step_sequences = int(dist.all_reduce_sum(step_sequences))
                 loss_finite = bool(torch.isfinite(packed[0]))
-                if not (loss_finite and torch.isfinite(grad_norm)):
-                    # Skip the update, keep the weights: one bad batch must not poison the run.
-                    backend.zero_grad()
+                if loss_finite:
+                    # Clips, and applies the update only if the gradient norm is finite.
+                    grad_norm = backend.step(clip_value(optim_cfg.grad_clip), scaler)
+                else:
+                    backend.discard_gradients()
+                    grad_norm = torch.tensor(float("nan"))
+                if not torch.isfinite(grad_norm):
+                    # No update: one bad batch must not poison the run.
                     result.skipped_steps += 1
                     if scaler is not None and loss_finite:
-                        scaler.update()  # fp16 overflow: the scaler lowers its scale; expected, not an error
-                        continue
+                        continue  # fp16 overflow: the scaler lowered its scale; expected, not an error
                     consecutive_bad += 1
                     if consecutive_bad >= engine_cfg.max_bad_steps:
                         saved = checkpoint()
@@ -312,11 +313,7 @@ def train(
                         )
                     continue
                 consecutive_bad = 0
-                backend.optimizer_step(scaler)
-                if scaler is not None:
-                    scaler.update()
                 scheduler.step()
-                backend.zero_grad()
                 step += 1
                 result.tokens += step_tokens
                 window_tokens += step_tokens

@@ -6,7 +6,7 @@ BERT, RoBERTa, SpanBERT and the DistilBERT/TinyBERT shapes use it as is; ALBERT 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -15,13 +15,13 @@ from bertkit.config.schema import ModelConfig
 from bertkit.models.layers import Embeddings, EncoderLayer, init_weights
 
 
-@dataclass
-class EncoderOutput:
+class EncoderOutput(NamedTuple):
+    # A NamedTuple, not a dataclass: engines that hook module outputs (DeepSpeed ZeRO-3) can see its tensors.
     last_hidden_state: torch.Tensor
-    pooled: torch.Tensor | None = None
-    hidden_states: list[torch.Tensor] = field(default_factory=list)  # embeddings output + every layer
-    attentions: list[torch.Tensor] = field(default_factory=list)  # softmax probabilities per layer
-    attention_scores: list[torch.Tensor] = field(default_factory=list)  # pre-softmax QK^T/sqrt(d)
+    pooled: torch.Tensor | None
+    hidden_states: list[torch.Tensor]  # embeddings output + every layer (empty unless asked for)
+    attentions: list[torch.Tensor]  # softmax probabilities per layer (empty unless asked for)
+    attention_scores: list[torch.Tensor]  # pre-softmax QK^T/sqrt(d) (empty unless asked for)
 
 
 class Pooler(nn.Module):
@@ -81,23 +81,22 @@ class BertEncoder(nn.Module):
         x = self.embed_proj(embedded) if self.embed_proj is not None else embedded
         # (B, 1, 1, T) boolean mask: True where a key may be attended to. None lets SDPA pick its fastest kernel.
         mask = attention_mask.bool()[:, None, None, :] if attention_mask is not None else None
-        out = EncoderOutput(last_hidden_state=x)
-        if output_hidden_states:
-            out.hidden_states.append(x)
+        hidden_states: list[torch.Tensor] = [x] if output_hidden_states else []
+        attentions: list[torch.Tensor] = []
+        attention_scores: list[torch.Tensor] = []
         first = self.layers[0]
         for i in range(self.config.num_layers):
             layer = first if len(self.layers) == 1 else self.layers[i]
             x, attn = layer(x, mask, need_weights=output_attentions, shared=first)
             if output_hidden_states:
-                out.hidden_states.append(x)
+                hidden_states.append(x)
             if output_attentions:
-                out.attentions.append(attn.probs)
-                out.attention_scores.append(attn.scores)
+                attentions.append(attn.probs)
+                attention_scores.append(attn.scores)
         if self.final_norm is not None:
             x = self.final_norm(x)
-        out.last_hidden_state = x
-        out.pooled = self.pooler(x) if self.pooler is not None else None
-        return out
+        pooled = self.pooler(x) if self.pooler is not None else None
+        return EncoderOutput(x, pooled, hidden_states, attentions, attention_scores)
 
     @property
     def word_embeddings(self) -> torch.Tensor:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -54,8 +54,8 @@ class Embeddings(nn.Module):
         return self.dropout(self.norm(x))
 
 
-@dataclass
-class AttentionOutput:
+class AttentionOutput(NamedTuple):
+    # A NamedTuple, not a dataclass: engines that hook module outputs (DeepSpeed ZeRO-3) can see its tensors.
     hidden: torch.Tensor
     probs: torch.Tensor | None = None  # (B, heads, T, T) after softmax, when asked for
     scores: torch.Tensor | None = None  # (B, heads, T, T) QK^T/sqrt(d) before masking (TinyBERT)

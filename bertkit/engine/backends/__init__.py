@@ -1,7 +1,7 @@
 """Execution backends: how one training step runs on one or many processes.
 
 The loop talks to a small interface (`Backend`); each backend wraps the model its own way (DDP,
-FSDP2 `fully_shard`) and is imported only when chosen, so the model code and the
+FSDP2 `fully_shard`, DeepSpeed ZeRO) and is imported only when chosen, so the model code and the
 single-process path never import any of them.
 """
 
@@ -22,6 +22,10 @@ def create_backend(cfg: EngineConfig, device: torch.device) -> Backend:
         from bertkit.engine.backends.fsdp import FSDPBackend
 
         return FSDPBackend(cfg, device)
+    if cfg.backend == "deepspeed":
+        from bertkit.engine.backends.deepspeed import DeepSpeedBackend
+
+        return DeepSpeedBackend(cfg, device)
     return Backend(cfg, device)
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from bertkit.config.schema import EngineConfig, OptimConfig
+from bertkit.config.schema import EngineConfig, OptimConfig, TrainConfig
 from bertkit.engine.optim import build_optimizer
 
 
@@ -50,9 +50,10 @@ class Backend:
         self.rank, self.world_size = 0, 1
 
     # --- set-up -------------------------------------------------------------------------------
-    def setup(self, model: nn.Module, optim_cfg: OptimConfig) -> None:
-        """Place the model, build the optimizer. `self.module` is the plain model (names, weights),
-        `self.forward_module` what the objective calls (the wrapper, for gradient hooks)."""
+    def setup(self, model: nn.Module, optim_cfg: OptimConfig, train_cfg: TrainConfig) -> None:
+        """Place the model, build the optimizer (`train_cfg`: the batch shape, for engines that want it).
+        `self.module` is the plain model (names, weights), `self.forward_module` what the objective
+        calls (the wrapper, for gradient hooks)."""
         self.module = model.to(self.device)
         self.optimizer = build_optimizer(self.module, optim_cfg)
         self.forward_module: nn.Module = torch.compile(self.module) if self.cfg.compile else self.module
@@ -75,11 +76,25 @@ class Backend:
         params = [p for p in self.module.parameters() if p.grad is not None]
         return torch.nn.utils.clip_grad_norm_(params, max_norm, error_if_nonfinite=False)
 
-    def optimizer_step(self, scaler: Any = None) -> None:
+    def step(self, max_norm: float, scaler: Any = None) -> torch.Tensor:
+        """Clip and apply the accumulated gradients; return the global gradient norm. A non-finite
+        norm means the update was not applied (the caller counts the step as skipped)."""
         if scaler is not None:
-            scaler.step(self.optimizer)
-        else:
-            self.optimizer.step()
+            scaler.unscale_(self.optimizer)
+        norm = self.clip_grad_norm(max_norm)
+        if torch.isfinite(norm):
+            if scaler is not None:
+                scaler.step(self.optimizer)
+            else:
+                self.optimizer.step()
+        if scaler is not None:
+            scaler.update()  # an fp16 overflow lowers the scale: expected, not an error
+        self.zero_grad()
+        return norm
+
+    def discard_gradients(self) -> None:
+        """Drop the accumulated gradients without an update (the loss was NaN/inf)."""
+        self.zero_grad()
 
     def zero_grad(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from bertkit.config.schema import EngineConfig, OptimConfig
+from bertkit.config.schema import EngineConfig, OptimConfig, TrainConfig
 from bertkit.engine import dist
 from bertkit.engine.backends.base import Backend
 from bertkit.engine.optim import build_optimizer
@@ -23,7 +23,7 @@ class DDPBackend(Backend):
         dist.init_process_group(device)
         self.rank, self.world_size = dist.rank(), dist.world_size()
 
-    def setup(self, model: nn.Module, optim_cfg: OptimConfig) -> None:
+    def setup(self, model: nn.Module, optim_cfg: OptimConfig, train_cfg: TrainConfig) -> None:
         self.module = model.to(self.device)
         # DDP broadcasts rank 0's weights at construction, so every rank starts from the same model.
         # find_unused_parameters: a pretraining model carries parts its objective does not use (the

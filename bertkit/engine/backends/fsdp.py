@@ -21,7 +21,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
-from bertkit.config.schema import EngineConfig, OptimConfig
+from bertkit.config.schema import EngineConfig, OptimConfig, TrainConfig
 from bertkit.engine import dist
 from bertkit.engine.backends.base import Backend
 from bertkit.engine.optim import build_optimizer
@@ -35,7 +35,7 @@ class FSDPBackend(Backend):
         dist.init_process_group(device)
         self.rank, self.world_size = dist.rank(), dist.world_size()
 
-    def setup(self, model: nn.Module, optim_cfg: OptimConfig) -> None:
+    def setup(self, model: nn.Module, optim_cfg: OptimConfig, train_cfg: TrainConfig) -> None:
         # fully_shard rewrites the module in place; shard a copy so the caller's model stays a plain
         # module that the pipeline can save (the trained weights are copied back at the end).
         module = copy.deepcopy(model).to(self.device)
