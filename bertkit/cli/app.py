@@ -3,6 +3,8 @@ so `bertkit --help` answers instantly."""
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
 from bertkit import __version__
@@ -40,5 +42,16 @@ def root(
     """Raw text to a pretrained, distilled and fine-tuned BERT-family encoder."""
 
 
+def default_resume_value(argv: list[str]) -> list[str]:
+    """`--resume` takes a mode (last|auto), but a bare `--resume` (last on the line, or followed by another
+    option) must keep meaning `last`. Click cannot give an option an optional value, so the argument list is
+    completed here, before Typer parses it."""
+    args = list(argv)
+    for i in reversed(range(len(args))):  # backwards, so an insertion never shifts what is still to visit
+        if args[i] == "--resume" and (i + 1 == len(args) or args[i + 1].startswith("-")):
+            args.insert(i + 1, "last")
+    return args
+
+
 def main() -> None:
-    app()
+    app(args=default_resume_value(sys.argv[1:]))

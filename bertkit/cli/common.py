@@ -18,6 +18,11 @@ JSON_HELP = "Print one JSON object (paths, counts, metrics) as the last line of 
 QUIET_HELP = "No progress bars or status lines (accepted by every command, for uniform pipelines)."
 OVERWRITE_HELP = "Replace the output directory if it exists."
 ENGINE_HELP = "Execution engine (engine.backend): single, or ddp / fsdp (launch with torchrun --nproc-per-node N)."
+RESUME_HELP = (
+    "Continue the run in --output: 'last' (the default of a bare --resume) from its newest checkpoint, which must "
+    "exist; 'auto' from its newest checkpoint if there is one, else start from scratch (for job scripts restarted "
+    "after preemption)."
+)
 BUDGET_HELP = "Stop (with a checkpoint) after this much time or data, e.g. 30m, 2h, 5Mtok (train.budget)."
 
 

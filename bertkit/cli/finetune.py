@@ -12,6 +12,7 @@ from bertkit.cli.common import (
     JSON_HELP,
     OVERWRITE_HELP,
     QUIET_HELP,
+    RESUME_HELP,
     emit_main,
     engine_overrides,
     guarded,
@@ -35,7 +36,7 @@ def finetune_command(
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
     engine: str | None = typer.Option(None, "--engine", help=ENGINE_HELP),
     budget: str | None = typer.Option(None, "--budget", help=BUDGET_HELP),
-    resume: bool = typer.Option(False, "--resume", help="Continue the run in --output from its last checkpoint."),
+    resume: str | None = typer.Option(None, "--resume", metavar="last|auto", help=RESUME_HELP),
     overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
@@ -43,7 +44,9 @@ def finetune_command(
     """Fine-tune a pretrained encoder for text classification (single texts or pairs)."""
     from bertkit.config.recipe import load_recipe
     from bertkit.pipelines.finetune import finetune
+    from bertkit.pipelines.rundir import resume_mode
 
+    resume_mode(resume, overwrite)  # a bad --resume fails before the examples are encoded
     overrides = list(set_) + engine_overrides(engine, budget)
     for key, value in (("text_field", text_field), ("text_pair_field", text_pair_field), ("label_field", label_field)):
         if value is not None:

@@ -12,6 +12,7 @@ from bertkit.cli.common import (
     JSON_HELP,
     OVERWRITE_HELP,
     QUIET_HELP,
+    RESUME_HELP,
     emit_main,
     engine_overrides,
     guarded,
@@ -31,7 +32,7 @@ def pretrain_command(
     ),
     engine: str | None = typer.Option(None, "--engine", help=ENGINE_HELP),
     budget: str | None = typer.Option(None, "--budget", help=BUDGET_HELP),
-    resume: bool = typer.Option(False, "--resume", help="Continue the run in --output from its last checkpoint."),
+    resume: str | None = typer.Option(None, "--resume", metavar="last|auto", help=RESUME_HELP),
     overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
@@ -39,7 +40,9 @@ def pretrain_command(
     """Pretrain an encoder on a built corpus with the recipe's objectives (MLM, NSP, SOP, RTD, SBO)."""
     from bertkit.config.recipe import load_recipe
     from bertkit.pipelines.pretrain import pretrain
+    from bertkit.pipelines.rundir import resume_mode
 
+    resume_mode(resume, overwrite)  # a bad --resume fails before the corpus is read
     overrides = list(set_) + ([f"data.train={corpus}"] if corpus else []) + engine_overrides(engine, budget)
     loaded = load_recipe(recipe, overrides, kind="pretrain")
     summary = pretrain(loaded, output, init_from, overwrite, resume, quiet)  # type: ignore[arg-type]

@@ -34,7 +34,7 @@ def finetune(
     output: Path,
     eval_file: Path | None = None,
     overwrite: bool = False,
-    resume: bool = False,
+    resume: bool | str | None = False,
     quiet: bool = False,
 ) -> dict[str, Any]:
     task = recipe.task
@@ -51,7 +51,7 @@ def finetune(
     max_len = min(task.max_seq_len, model_cfg.max_position_embeddings - model_cfg.position_offset)
     train_examples = encode_examples(records, tokenizer, labels, max_len)
     eval_examples = encode_examples(eval_records, tokenizer, labels, max_len) if eval_records else None
-    prepare_run_dir(output, recipe, overwrite, resume)
+    resumed = prepare_run_dir(output, recipe, overwrite, resume)
 
     torch.manual_seed(recipe.train.seed)  # reproducible initial weights (and the same on every rank)
     model = SequenceClassifier(BertEncoder(model_cfg), len(labels), task.classifier_dropout)
@@ -77,7 +77,7 @@ def finetune(
         recipe.schedule,
         recipe.engine,
         evaluate,
-        resume=resume,
+        resume=resumed,
         quiet=quiet,
         description="finetune",
     )
@@ -103,6 +103,7 @@ def finetune(
         "loss_first": first,
         "loss_last": last,
         "eval": result.eval,
+        "resumed_from": result.resumed_from,
         "mode": task.mode,
     }
     write_summary(output, summary)

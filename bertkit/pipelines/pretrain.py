@@ -179,7 +179,7 @@ def pretrain(
     output: Path,
     init_from: Path | None = None,
     overwrite: bool = False,
-    resume: bool = False,
+    resume: bool | str | None = False,
     quiet: bool = False,
 ) -> dict[str, Any]:
     if recipe.data.train is None:
@@ -216,7 +216,7 @@ def pretrain(
             "or rebuild the corpus with a smaller --max-seq-len"
         )
     recipe = recipe.model_copy(update={"model": model_cfg})
-    prepare_run_dir(output, recipe, overwrite, resume)
+    resumed = prepare_run_dir(output, recipe, overwrite, resume)
 
     torch.manual_seed(recipe.train.seed)  # reproducible initial weights (and the same on every rank)
     model = build_pretraining_model(model_cfg, recipe.objective)
@@ -256,7 +256,7 @@ def pretrain(
         recipe.schedule,
         recipe.engine,
         evaluate,
-        resume=resume,
+        resume=resumed,
         quiet=quiet,
         description="pretrain",
     )
