@@ -17,7 +17,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 JSON_HELP = "Print one JSON object (paths, counts, metrics) as the last line of stdout; progress goes to stderr."
 QUIET_HELP = "No progress bars or status lines (accepted by every command, for uniform pipelines)."
 OVERWRITE_HELP = "Replace the output directory if it exists."
-ENGINE_HELP = "Execution engine (engine.backend): single, or ddp / fsdp (launch with torchrun --nproc-per-node N)."
+ENGINE_HELP = (
+    "Execution engine (engine.backend): single, or ddp / fsdp / deepspeed (ZeRO stage engine.deepspeed.zero_stage), "
+    "launched with torchrun --nproc-per-node N (or the deepspeed launcher with --no_local_rank)."
+)
 RESUME_HELP = (
     "Continue the run in --output: 'last' (the default of a bare --resume) from its newest checkpoint, which must "
     "exist; 'auto' from its newest checkpoint if there is one, else start from scratch (for job scripts restarted "

@@ -19,6 +19,7 @@ from bertkit.config.schema import (
     StrictModel,
     TaskConfig,
     TrainConfig,
+    check_engine_optimizer,
     check_model_objective,
 )
 from bertkit.errors import BertkitError
@@ -41,6 +42,7 @@ class PretrainRecipe(StrictModel):
     @model_validator(mode="after")
     def _model_fits_objective(self) -> PretrainRecipe:
         check_model_objective(self.model, self.objective)
+        check_engine_optimizer(self.engine, self.optim)
         return self
 
 
@@ -53,6 +55,11 @@ class FinetuneRecipe(StrictModel):
     schedule: ScheduleConfig = ScheduleConfig()
     train: TrainConfig = TrainConfig(steps=300, batch_size=32)
     engine: EngineConfig = EngineConfig()
+
+    @model_validator(mode="after")
+    def _engine_fits_optimizer(self) -> FinetuneRecipe:
+        check_engine_optimizer(self.engine, self.optim)
+        return self
 
 
 Recipe = PretrainRecipe | FinetuneRecipe
@@ -127,7 +134,10 @@ def format_validation_error(err: ValidationError, model: type[BaseModel], source
         fix = f"did you mean '{'.'.join([*map(str, loc[:-1]), close[0]])}'?" if close else ""
         return f"{source}: unknown key '{dotted}'; {fix or 'valid keys here: ' + ', '.join(valid)}"
     more = f" (and {len(err.errors()) - 1} more)" if len(err.errors()) > 1 else ""
-    return f"{source}: bad value for '{dotted}': {first['msg']}{more}"
+    message = first["msg"].removeprefix("Value error, ")  # our validators' own messages say what to fix
+    if not loc:  # a check across sections (model vs objective, engine vs optimizer)
+        return f"{source}: {message}{more}"
+    return f"{source}: bad value for '{dotted}': {message}{more}"
 
 
 def validate_recipe(raw: dict[str, Any], source: str, kind: str | None = None) -> Recipe:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Literal
@@ -236,6 +237,22 @@ class TrainConfig(StrictModel):
         return self
 
 
+# DeepSpeed config keys that the recipe decides; a user's DeepSpeed file may add anything else.
+DEEPSPEED_RECIPE_KEYS = (
+    "train_batch_size",
+    "train_micro_batch_size_per_gpu",
+    "gradient_accumulation_steps",
+    "gradient_clipping",
+    "optimizer",
+    "scheduler",
+    "fp16",
+    "bf16",
+    "amp",
+    "torch_autocast",
+    "managed_gradient_accumulation",
+)
+
+
 class DeepSpeedConfig(StrictModel):
     """DeepSpeed ZeRO (engine.backend=deepspeed). The DeepSpeed config is generated from the recipe
     (batch sizes, accumulation, clipping, stage); `config` adds the rest (bucket sizes, offload...)."""
@@ -245,6 +262,37 @@ class DeepSpeedConfig(StrictModel):
     # A DeepSpeed JSON config merged over the generated one. Keys the recipe owns (batch sizes,
     # accumulation, clipping, optimizer, scheduler, precision) must not appear in it.
     config: Path | None = None
+
+    def user_config(self) -> dict:
+        """The JSON object in `config` ({} without one), checked against what the recipe owns."""
+        if self.config is None:
+            return {}
+        try:
+            user = json.loads(self.config.read_text("utf-8"))
+        except FileNotFoundError:
+            raise ValueError(f"engine.deepspeed.config: {self.config} does not exist") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise ValueError(f"engine.deepspeed.config: {self.config} is not a JSON file ({err})") from None
+        if not isinstance(user, dict):
+            raise ValueError(f"engine.deepspeed.config: {self.config} must hold a JSON object")
+        owned = sorted(key for key in user if key in DEEPSPEED_RECIPE_KEYS)
+        if owned:
+            raise ValueError(
+                f"engine.deepspeed.config sets {', '.join(owned)}, which the recipe decides "
+                "(train.batch_size, train.grad_accum, optim.*, engine.precision); remove them from the file"
+            )
+        stage = user.get("zero_optimization", {}).get("stage", self.zero_stage)
+        if stage != self.zero_stage:
+            raise ValueError(
+                f"engine.deepspeed.config says ZeRO stage {stage}, the recipe {self.zero_stage}; "
+                "set engine.deepspeed.zero_stage and leave the stage out of the file"
+            )
+        return user
+
+    @model_validator(mode="after")
+    def _config_file_fits(self) -> DeepSpeedConfig:
+        self.user_config()  # fail at recipe load, before any run directory is made
+        return self
 
 
 class EngineConfig(StrictModel):
@@ -269,6 +317,16 @@ class EngineConfig(StrictModel):
             # ZeRO owns the (partitioned) gradients, so torch's GradScaler cannot unscale them.
             raise ValueError("engine.precision=fp16 is not supported with engine.backend=deepspeed; use bf16")
         return self
+
+
+def check_engine_optimizer(engine: EngineConfig, optim: OptimConfig) -> None:
+    """Combinations of engine and optimizer that cannot work, refused when the recipe is read."""
+    if engine.backend == "deepspeed" and optim.name == "lamb":
+        # LAMB's trust ratio is per parameter tensor; ZeRO flattens parameters into partitions.
+        raise ValueError(
+            "optim.name=lamb is not supported with engine.backend=deepspeed (ZeRO flattens the tensors whose "
+            "norms LAMB needs); use optim.name=adamw, or engine.backend=ddp/fsdp for LAMB"
+        )
 
 
 class TaskConfig(StrictModel):

@@ -36,6 +36,11 @@ class PretrainingModel(nn.Module):
         self.nsp_head = PairHead(cfg) if objective.nsp else None
         self.sop_head = PairHead(cfg) if objective.sop else None
         self.sbo_head = SBOHead(cfg, objective.sbo_max_span) if objective.sbo else None
+        if self.nsp_head is None and self.sop_head is None and self.encoder.pooler is not None:
+            # No head reads the pooled output. The pooler stays (exports carry it, as BERT checkpoints do)
+            # but is frozen: an engine that updates every parameter it owns, gradient or not (ZeRO's
+            # weight decay), must leave it exactly where one process leaves it.
+            self.encoder.pooler.requires_grad_(False)
 
     def forward(
         self,

@@ -1,9 +1,12 @@
-"""Multi-process training under torchrun (gloo on CPU): DDP and FSDP2 reproduce the single-process loss
-curve for the same global batch, checkpoints move between engines, and bad set-ups fail clearly.
+"""Multi-process training under torchrun (gloo on CPU): DDP, FSDP2 and DeepSpeed ZeRO 1-3 reproduce the
+single-process loss curve for the same global batch, checkpoints move between engines, and bad set-ups
+fail clearly.
 
 N processes with micro-batch b see exactly the sequences one process sees with N accumulation
 micro-steps of b (EpochSampler shards the global order), and both average the micro-batch losses, so
-the curves agree to fp32 rounding (the all-reduce sums in another order)."""
+the curves agree to fp32 rounding (the all-reduce sums in another order). The micro-batch size must
+match: the MLM loss is a mean over each micro-batch's masked tokens, so 4 micro-batches of 2 weigh
+tokens differently from 2 micro-batches of 4."""
 
 from __future__ import annotations
 
@@ -47,6 +50,14 @@ def pretrain(corpus: Path, output: Path, *args: str, procs: int = 1, check: bool
     return result
 
 
+def resume_copy(run: Path, destination: Path) -> Path:
+    """A copy of a finished run as it was at step 3: its later checkpoint and its model removed."""
+    shutil.copytree(run, destination)
+    shutil.rmtree(destination / "checkpoints" / f"step-{STEPS}")
+    shutil.rmtree(destination / "model")
+    return destination
+
+
 def losses(run_dir: Path) -> list[tuple[int, float]]:
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return [(row["step"], row["loss"]) for row in rows if "loss" in row]
@@ -82,6 +93,24 @@ def ddp_run(corpus_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return output
 
 
+@pytest.fixture(scope="module")
+def single_micro2_run(corpus_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The reference for 2 processes x 2 accumulation micro-steps: one process, 4 micro-steps of 2."""
+    output = tmp_path_factory.mktemp("dist") / "single-micro2"
+    pretrain(corpus_dir, output, *sets(**{"train.grad_accum": 4}))
+    return output
+
+
+@pytest.fixture(scope="module")
+def zero3_run(corpus_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """2 processes x 4 sequences, DeepSpeed ZeRO-3 (parameters, gradients and optimizer state sharded)."""
+    output = tmp_path_factory.mktemp("dist") / "zero3"
+    result = pretrain(corpus_dir, output, *sets(**{"engine.deepspeed.zero_stage": 3}), "--engine", "deepspeed",
+                      procs=2)  # fmt: skip
+    assert result.stdout.count('"run_dir"') == 1  # only rank 0 prints
+    return output
+
+
 def test_ddp_two_processes_match_one_process(single_run: Path, ddp_run: Path) -> None:
     assert_same_curve(ddp_run, single_run)
     assert_same_weights(ddp_run, single_run)
@@ -95,10 +124,7 @@ def test_ddp_two_processes_match_one_process(single_run: Path, ddp_run: Path) ->
 @pytest.mark.slow
 def test_ddp_checkpoint_resumes_under_fsdp(corpus_dir: Path, single_run: Path, ddp_run: Path, tmp_path: Path) -> None:
     """Stop the DDP run at step 3 (drop its later checkpoint), resume it with FSDP2 in 2 processes."""
-    moved = tmp_path / "moved"
-    shutil.copytree(ddp_run, moved)
-    shutil.rmtree(moved / "checkpoints" / f"step-{STEPS}")
-    shutil.rmtree(moved / "model")
+    moved = resume_copy(ddp_run, tmp_path / "moved")
     result = pretrain(corpus_dir, moved, *sets(), "--engine", "fsdp", "--resume", procs=2)
     assert json.loads(result.stdout.strip().splitlines()[-1])["resumed_from"] == 3
     assert result.stdout.count('"run_dir"') == 1  # only rank 0 prints
@@ -125,20 +151,83 @@ def test_fsdp_two_processes_match_one_process(corpus_dir: Path, single_run: Path
 
 @pytest.mark.slow
 def test_single_checkpoint_resumes_under_ddp_with_accumulation(
-    corpus_dir: Path, single_run: Path, tmp_path: Path
+    corpus_dir: Path, single_micro2_run: Path, tmp_path: Path
 ) -> None:
-    moved = tmp_path / "moved"
-    shutil.copytree(single_run, moved)
-    shutil.rmtree(moved / "checkpoints" / f"step-{STEPS}")
-    # 2 processes x 2 micro-steps x 2 sequences: the same 8 sequences per step again.
+    moved = resume_copy(single_micro2_run, tmp_path / "moved")
+    # 2 processes x 2 micro-steps x 2 sequences: the same micro-batches of 2 as the reference.
     pretrain(corpus_dir, moved, *sets(**{"train.grad_accum": 2}), "--engine", "ddp", "--resume", procs=2)
+    assert_same_curve(moved, single_micro2_run)
+    assert_same_weights(moved, single_micro2_run)
+
+
+def test_deepspeed_zero3_two_processes_match_one_process(single_run: Path, zero3_run: Path) -> None:
+    assert_same_curve(zero3_run, single_run)
+    assert_same_weights(zero3_run, single_run)
+    trainer = json.loads((zero3_run / "checkpoints" / f"step-{STEPS}" / "trainer_state.json").read_text())
+    assert trainer["engine"] == "deepspeed" and trainer["world_size"] == 2
+
+
+def test_deepspeed_zero3_checkpoint_resumes_in_one_process(
+    corpus_dir: Path, single_run: Path, zero3_run: Path, tmp_path: Path
+) -> None:
+    """ZeRO-3's checkpoint is the full, name-keyed state: one plain process continues it exactly."""
+    moved = resume_copy(zero3_run, tmp_path / "moved")
+    result = pretrain(corpus_dir, moved, *sets(**{"train.grad_accum": 2}), "--resume")
+    assert json.loads(result.stdout.strip().splitlines()[-1])["resumed_from"] == 3
     assert_same_curve(moved, single_run)
     assert_same_weights(moved, single_run)
 
 
+def test_single_checkpoint_resumes_under_deepspeed_zero1_with_accumulation(
+    corpus_dir: Path, single_micro2_run: Path, tmp_path: Path
+) -> None:
+    """A one-process checkpoint continues under ZeRO-1 with accumulation, and a DeepSpeed config file
+    adds settings the recipe does not own."""
+    ds_config = tmp_path / "ds.json"
+    ds_config.write_text(json.dumps({"zero_optimization": {"reduce_bucket_size": 100_000}}))
+    moved = resume_copy(single_micro2_run, tmp_path / "moved")
+    extra = {"train.grad_accum": 2, "engine.deepspeed.zero_stage": 1, "engine.deepspeed.config": ds_config}
+    pretrain(corpus_dir, moved, *sets(**extra), "--engine", "deepspeed", "--resume", procs=2)
+    assert_same_curve(moved, single_micro2_run)
+    assert_same_weights(moved, single_micro2_run)
+
+
+@pytest.mark.slow
+def test_deepspeed_zero2_checkpoint_resumes_under_fsdp(corpus_dir: Path, single_run: Path, tmp_path: Path) -> None:
+    zero2 = tmp_path / "zero2"
+    pretrain(corpus_dir, zero2, *sets(**{"engine.deepspeed.zero_stage": 2}), "--engine", "deepspeed", procs=2)
+    assert_same_curve(zero2, single_run)
+    assert_same_weights(zero2, single_run)
+    moved = resume_copy(zero2, tmp_path / "moved")
+    pretrain(corpus_dir, moved, *sets(), "--engine", "fsdp", "--resume", procs=2)
+    assert_same_curve(moved, single_run)
+    assert_same_weights(moved, single_run)
+
+
+def test_deepspeed_skips_nan_steps_then_stops_with_the_last_good_state(corpus_dir: Path, tmp_path: Path) -> None:
+    """lr=1e30 makes every step after the first NaN. DeepSpeed must skip them without touching the weights,
+    and stop with the checkpoint one process writes for the same run."""
+    explode = {"optim.lr": 1e30, "schedule.warmup_steps": 0, "engine.max_bad_steps": 2}
+    single = pretrain(corpus_dir, tmp_path / "one", *sets(**explode, **{"train.grad_accum": 2}), check=False)
+    zero = pretrain(corpus_dir, tmp_path / "zero", *sets(**explode), "--engine", "deepspeed", procs=2, check=False)
+    for result in (single, zero):
+        assert result.returncode != 0
+        assert "error: loss or gradient was NaN/inf for 2 steps in a row at step 1" in result.stderr
+    for run in ("one", "zero"):
+        assert [p.name for p in (tmp_path / run / "checkpoints").iterdir()] == ["step-1"]
+        trainer = json.loads((tmp_path / run / "checkpoints" / "step-1" / "trainer_state.json").read_text())
+        assert trainer["skipped_steps"] == 2
+    ours = load_file(str(tmp_path / "zero" / "checkpoints" / "step-1" / "model.safetensors"))
+    reference = load_file(str(tmp_path / "one" / "checkpoints" / "step-1" / "model.safetensors"))
+    for key, value in reference.items():
+        assert torch.isfinite(ours[key]).all()
+        # One Adam step is g / (|g| + eps): where |g| ~ eps, fp32 rounding of g moves it by ~1e-4 relative.
+        torch.testing.assert_close(ours[key], value, rtol=1e-3, atol=1e-5)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA devices")
-@pytest.mark.parametrize("engine", ["ddp", "fsdp"])
+@pytest.mark.parametrize("engine", ["ddp", "fsdp", "deepspeed"])
 def test_gpu_nccl_bf16_two_processes(corpus_dir: Path, tmp_path: Path, engine: str) -> None:
     cuda = {"engine.device": "cuda", "engine.precision": "bf16"}
     pretrain(corpus_dir, tmp_path / "one", *sets(**cuda, **{"train.grad_accum": 2}))

@@ -49,3 +49,44 @@ def test_bad_engine_options(corpus_dir: Path, tmp_path: Path) -> None:
     assert "engine.backend" in line
     line = error_line(invoke("pretrain", "-r", "bert-tiny", "-c", corpus_dir, "-o", tmp_path / "y", "--budget", "soon"))
     assert "cannot read budget 'soon'" in line
+
+
+def test_deepspeed_set_ups_that_cannot_work_fail_at_recipe_load(corpus_dir: Path, tmp_path: Path) -> None:
+    """Each fails in one line before anything is written (the run directory is never made)."""
+    owned = tmp_path / "owned.json"
+    owned.write_text(json.dumps({"train_batch_size": 64, "zero_optimization": {"overlap_comm": True}}))
+    other_stage = tmp_path / "stage.json"
+    other_stage.write_text(json.dumps({"zero_optimization": {"stage": 3}}))
+    not_json = tmp_path / "ds.json"
+    not_json.write_text("stage: 3\n")
+    cases = {
+        "optim.name=lamb": "optim.name=lamb is not supported with engine.backend=deepspeed",
+        "engine.precision=fp16": "engine.precision=fp16 is not supported with engine.backend=deepspeed; use bf16",
+        f"engine.deepspeed.config={owned}": "sets train_batch_size, which the recipe decides",
+        f"engine.deepspeed.config={other_stage}": "says ZeRO stage 3, the recipe 2",
+        f"engine.deepspeed.config={not_json}": "is not a JSON file",
+        f"engine.deepspeed.config={tmp_path / 'missing.json'}": "missing.json does not exist",
+        "engine.deepspeed.zero_stage=0": "engine.deepspeed.zero_stage",
+    }
+    for setting, expected in cases.items():
+        out = tmp_path / "run"
+        line = error_line(invoke("pretrain", "-r", "bert-tiny", "-c", corpus_dir, "-o", out, "--engine", "deepspeed",
+                                 "--set", setting))  # fmt: skip
+        assert expected in line, (setting, line)
+        assert not out.exists()
+
+
+def test_deepspeed_config_is_generated_from_the_recipe_and_merged_with_a_file(tmp_path: Path) -> None:
+    from bertkit.config.schema import DeepSpeedConfig, OptimConfig, TrainConfig
+    from bertkit.engine.backends.deepspeed import deepspeed_config
+
+    extra = tmp_path / "ds.json"
+    extra.write_text(json.dumps({"zero_optimization": {"overlap_comm": True}, "communication_data_type": "fp32"}))
+    config = deepspeed_config(
+        DeepSpeedConfig(zero_stage=3, config=extra), TrainConfig(batch_size=64, grad_accum=4), OptimConfig(), 2
+    )
+    assert (config["train_batch_size"], config["train_micro_batch_size_per_gpu"]) == (64, 8)
+    assert config["gradient_accumulation_steps"] == 4 and config["gradient_clipping"] == 1.0
+    assert config["zero_optimization"] == {"stage": 3, "overlap_comm": True}
+    assert config["communication_data_type"] == "fp32"
+    assert config["managed_gradient_accumulation"] is False  # the loop owns the accumulation boundary

@@ -12,10 +12,11 @@ Three choices keep it interchangeable with the other backends:
 
 from __future__ import annotations
 
+import contextlib
 import copy
-import json
 import logging
 import os
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -28,21 +29,6 @@ from bertkit.engine import dist
 from bertkit.engine.backends.base import Backend
 from bertkit.engine.optim import build_optimizer
 from bertkit.errors import BertkitError
-
-# DeepSpeed config keys that the recipe decides; a user config file may add anything else.
-RECIPE_OWNED = (
-    "train_batch_size",
-    "train_micro_batch_size_per_gpu",
-    "gradient_accumulation_steps",
-    "gradient_clipping",
-    "optimizer",
-    "scheduler",
-    "fp16",
-    "bf16",
-    "amp",
-    "torch_autocast",
-    "managed_gradient_accumulation",
-)
 
 
 def _import_deepspeed(device: torch.device) -> Any:
@@ -71,7 +57,7 @@ def deepspeed_config(
         "train_batch_size": train_cfg.batch_size,
         "train_micro_batch_size_per_gpu": train_cfg.batch_size // train_cfg.grad_accum // world_size,
         "gradient_accumulation_steps": train_cfg.grad_accum,
-        "gradient_clipping": max(optim_cfg.grad_clip, 0.0),  # 0 means no clipping in both
+        "gradient_clipping": optim_cfg.grad_clip,  # 0 means no clipping in both
         "managed_gradient_accumulation": False,
         # bertkit's AdamW is a client optimizer that DeepSpeed has not "tested"; ZeRO wraps it faithfully.
         "zero_allow_untested_optimizer": True,
@@ -79,28 +65,8 @@ def deepspeed_config(
         "steps_per_print": 2**31 - 1,  # bertkit logs; DeepSpeed's own progress lines are off
         "wall_clock_breakdown": False,
     }
-    if ds_cfg.config is None:
-        return config
-    try:
-        user = json.loads(Path(ds_cfg.config).read_text("utf-8"))
-    except FileNotFoundError:
-        raise BertkitError(f"engine.deepspeed.config: {ds_cfg.config} does not exist") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise BertkitError(f"engine.deepspeed.config: {ds_cfg.config} is not a JSON file: {err}") from None
-    if not isinstance(user, dict):
-        raise BertkitError(f"engine.deepspeed.config: {ds_cfg.config} must hold a JSON object")
-    owned = sorted(key for key in user if key in RECIPE_OWNED)
-    if owned:
-        raise BertkitError(
-            f"engine.deepspeed.config sets {', '.join(owned)}, which the recipe decides "
-            "(train.batch_size, train.grad_accum, optim.*, engine.precision); remove them from the file"
-        )
+    user = ds_cfg.user_config()  # validated when the recipe was read
     zero = {**config["zero_optimization"], **user.pop("zero_optimization", {})}
-    if zero.get("stage") != ds_cfg.zero_stage:
-        raise BertkitError(
-            f"engine.deepspeed.config says ZeRO stage {zero.get('stage')}, the recipe {ds_cfg.zero_stage}; "
-            "set engine.deepspeed.zero_stage and leave the stage out of the file"
-        )
     return {**config, **user, "zero_optimization": zero}
 
 
@@ -113,16 +79,12 @@ class DeepSpeedBackend(Backend):
         self.deepspeed = _import_deepspeed(device)
         dist.init_process_group(device)
         # DeepSpeed's communication layer wraps the process group that is already there (gloo/NCCL).
-        self.deepspeed.init_distributed(dist_backend=torch.distributed.get_backend())
+        # Building its shared-memory op prints to stdout, which belongs to --json: send it to stderr.
+        with contextlib.redirect_stdout(sys.stderr):
+            self.deepspeed.init_distributed(dist_backend=torch.distributed.get_backend())
         self.rank, self.world_size = dist.rank(), dist.world_size()
 
     def setup(self, model: nn.Module, optim_cfg: OptimConfig, train_cfg: TrainConfig) -> None:
-        if optim_cfg.name == "lamb":
-            # LAMB's trust ratio is per parameter tensor; ZeRO flattens parameters into partitions.
-            raise BertkitError(
-                "optim.name=lamb is not supported with engine.backend=deepspeed (ZeRO flattens the tensors whose "
-                "norms LAMB needs); use optim.name=adamw, or engine.backend=ddp/fsdp for LAMB"
-            )
         # ZeRO-3 partitions the module it is given in place: hand it a copy, so the caller's model stays
         # a plain module (the trained weights are copied back at the end, as under FSDP).
         module = copy.deepcopy(model).to(self.device)
