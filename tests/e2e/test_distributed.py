@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -202,6 +203,23 @@ def test_deepspeed_zero2_checkpoint_resumes_under_fsdp(corpus_dir: Path, single_
     pretrain(corpus_dir, moved, *sets(), "--engine", "fsdp", "--resume", procs=2)
     assert_same_curve(moved, single_run)
     assert_same_weights(moved, single_run)
+
+
+@pytest.mark.slow
+def test_deepspeed_launcher(corpus_dir: Path, single_run: Path, tmp_path: Path) -> None:
+    """DeepSpeed's own launcher (with --no_local_rank: bertkit reads LOCAL_RANK from the environment)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    output = tmp_path / "launched"
+    launcher = [str(Path(sys.executable).parent / "deepspeed"), "--num_gpus", "2", "--no_local_rank",
+                "--master_port", str(port), "--module", "bertkit"]  # fmt: skip
+    command = [*launcher, "pretrain", "-r", "bert-tiny", "-c", str(corpus_dir), "-o", str(output), *sets(),
+               "--engine", "deepspeed", "--quiet", "--json"]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert_same_curve(output, single_run)
+    assert_same_weights(output, single_run)
 
 
 def test_deepspeed_skips_nan_steps_then_stops_with_the_last_good_state(corpus_dir: Path, tmp_path: Path) -> None:
