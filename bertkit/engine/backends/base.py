@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ import torch
 from torch import nn
 
 from bertkit.config.schema import EngineConfig, OptimConfig, TrainConfig
+from bertkit.engine import dist
 from bertkit.engine.optim import build_optimizer
 
 
@@ -122,3 +124,25 @@ class Backend:
 
 def clip_value(grad_clip: float) -> float:
     return grad_clip if grad_clip > 0 else math.inf
+
+
+class DistributedBackend(Backend):
+    """A backend over a process group: the launcher's (torchrun, deepspeed), or a group of one without one."""
+
+    def __init__(self, cfg: EngineConfig, device: torch.device) -> None:
+        super().__init__(cfg, device)
+        dist.init_process_group(device)
+        self.rank, self.world_size = dist.rank(), dist.world_size()
+
+    def replicated_copy(self, model: nn.Module) -> nn.Module:
+        """A copy of `model` on this device with rank 0's weights, for engines that rewrite the module they
+        wrap in place (FSDP, ZeRO-3): the caller's model stays a plain module that the pipeline can save,
+        and `final_weights_into` copies the trained weights back into it."""
+        module = copy.deepcopy(model).to(self.device)
+        with torch.no_grad():
+            for tensor in module.state_dict().values():
+                torch.distributed.broadcast(tensor, src=0)  # same start on every rank
+        return module
+
+    def close(self) -> None:
+        dist.destroy_process_group()

@@ -9,25 +9,19 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from bertkit.config.schema import EngineConfig, OptimConfig, TrainConfig
-from bertkit.engine import dist
-from bertkit.engine.backends.base import Backend
+from bertkit.config.schema import OptimConfig, TrainConfig
+from bertkit.engine.backends.base import DistributedBackend
 from bertkit.engine.optim import build_optimizer
 
 
-class DDPBackend(Backend):
+class DDPBackend(DistributedBackend):
     name = "ddp"
-
-    def __init__(self, cfg: EngineConfig, device: torch.device) -> None:
-        super().__init__(cfg, device)
-        dist.init_process_group(device)
-        self.rank, self.world_size = dist.rank(), dist.world_size()
 
     def setup(self, model: nn.Module, optim_cfg: OptimConfig, train_cfg: TrainConfig) -> None:
         self.module = model.to(self.device)
         # DDP broadcasts rank 0's weights at construction, so every rank starts from the same model.
-        # find_unused_parameters: a pretraining model carries parts its objective does not use (the
-        # pooler under MLM); DDP must not wait for their gradients.
+        # find_unused_parameters: a step may leave a trainable part without a gradient (a head whose
+        # inputs a batch lacks); DDP must not wait for it.
         self.ddp = DistributedDataParallel(
             self.module,
             device_ids=[self.device.index] if self.device.type == "cuda" else None,
@@ -45,6 +39,3 @@ class DDPBackend(Backend):
 
     def optimizer_state(self) -> dict[str, Any]:
         return super().optimizer_state() if self.rank == 0 else {}
-
-    def close(self) -> None:
-        dist.destroy_process_group()

@@ -13,7 +13,6 @@ Three choices keep it interchangeable with the other backends:
 from __future__ import annotations
 
 import contextlib
-import copy
 import logging
 import os
 import sys
@@ -25,8 +24,7 @@ import torch
 from torch import nn
 
 from bertkit.config.schema import DeepSpeedConfig, EngineConfig, OptimConfig, TrainConfig
-from bertkit.engine import dist
-from bertkit.engine.backends.base import Backend
+from bertkit.engine.backends.base import DistributedBackend
 from bertkit.engine.optim import build_optimizer
 from bertkit.errors import BertkitError
 
@@ -70,27 +68,20 @@ def deepspeed_config(
     return {**config, **user, "zero_optimization": zero}
 
 
-class DeepSpeedBackend(Backend):
+class DeepSpeedBackend(DistributedBackend):
     name = "deepspeed"
     uses_amp_scaler = False
 
     def __init__(self, cfg: EngineConfig, device: torch.device) -> None:
         super().__init__(cfg, device)
         self.deepspeed = _import_deepspeed(device)
-        dist.init_process_group(device)
         # DeepSpeed's communication layer wraps the process group that is already there (gloo/NCCL).
         # Building its shared-memory op prints to stdout, which belongs to --json: send it to stderr.
         with contextlib.redirect_stdout(sys.stderr):
             self.deepspeed.init_distributed(dist_backend=torch.distributed.get_backend())
-        self.rank, self.world_size = dist.rank(), dist.world_size()
 
     def setup(self, model: nn.Module, optim_cfg: OptimConfig, train_cfg: TrainConfig) -> None:
-        # ZeRO-3 partitions the module it is given in place: hand it a copy, so the caller's model stays
-        # a plain module (the trained weights are copied back at the end, as under FSDP).
-        module = copy.deepcopy(model).to(self.device)
-        with torch.no_grad():
-            for tensor in module.state_dict().values():
-                torch.distributed.broadcast(tensor, src=0)  # same start on every rank
+        module = self.replicated_copy(model)  # ZeRO-3 partitions the module it is given in place
         optimizer = build_optimizer(module, optim_cfg)
         # Parameter names per optimizer group, taken before ZeRO swaps the groups' tensors for flat partitions.
         names = {id(p): n for n, p in module.named_parameters()}
@@ -236,6 +227,3 @@ class DeepSpeedBackend(Backend):
 
     def final_weights_into(self, model: nn.Module) -> None:
         model.load_state_dict(self._full_state())
-
-    def close(self) -> None:
-        dist.destroy_process_group()

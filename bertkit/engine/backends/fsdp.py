@@ -4,7 +4,6 @@ sharded across ranks; each transformer layer is gathered just in time for its fo
 from __future__ import annotations
 
 import contextlib
-import copy
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,27 +20,16 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
-from bertkit.config.schema import EngineConfig, OptimConfig, TrainConfig
-from bertkit.engine import dist
-from bertkit.engine.backends.base import Backend
+from bertkit.config.schema import OptimConfig, TrainConfig
+from bertkit.engine.backends.base import DistributedBackend
 from bertkit.engine.optim import build_optimizer
 
 
-class FSDPBackend(Backend):
+class FSDPBackend(DistributedBackend):
     name = "fsdp"
 
-    def __init__(self, cfg: EngineConfig, device: torch.device) -> None:
-        super().__init__(cfg, device)
-        dist.init_process_group(device)
-        self.rank, self.world_size = dist.rank(), dist.world_size()
-
     def setup(self, model: nn.Module, optim_cfg: OptimConfig, train_cfg: TrainConfig) -> None:
-        # fully_shard rewrites the module in place; shard a copy so the caller's model stays a plain
-        # module that the pipeline can save (the trained weights are copied back at the end).
-        module = copy.deepcopy(model).to(self.device)
-        with torch.no_grad():
-            for tensor in module.state_dict().values():
-                torch.distributed.broadcast(tensor, src=0)  # same start on every rank
+        module = self.replicated_copy(model)  # fully_shard rewrites the module in place
         mesh = init_device_mesh(self.device.type, (self.world_size,))
         for sub in list(module.modules()):
             if isinstance(sub, nn.ModuleList):
@@ -85,6 +73,3 @@ class FSDPBackend(Backend):
     def final_weights_into(self, model: nn.Module) -> None:
         full = get_model_state_dict(self.module, options=StateDictOptions(full_state_dict=True))
         model.load_state_dict({k: v.detach().cpu() for k, v in full.items()})
-
-    def close(self) -> None:
-        dist.destroy_process_group()
