@@ -243,6 +243,31 @@ def test_deepspeed_skips_nan_steps_then_stops_with_the_last_good_state(corpus_di
         torch.testing.assert_close(ours[key], value, rtol=1e-3, atol=1e-5)
 
 
+def test_feature_based_finetune_under_zero3_matches_ddp(
+    pretrained_run: Path, sentiment_csv: Path, tmp_path: Path
+) -> None:
+    """ZeRO-3 partitions the frozen encoder too, outside its optimizer: the head trains the same as under DDP,
+    and the exported encoder is the pretrained one, gathered whole."""
+    outputs = {}
+    for engine in ("ddp", "deepspeed"):
+        outputs[engine] = tmp_path / engine
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "bertkit",
+                   "finetune", "-r", "finetune-tiny", "--model", str(pretrained_run), "--train", str(sentiment_csv),
+                   "-o", str(outputs[engine]), "--feature-based", "--engine", engine,
+                   "--set", "engine.deepspeed.zero_stage=3", "--set", "train.steps=4", "--set", "train.batch_size=8",
+                   "--set", "train.log_every=1", "--set", "engine.threads=1", "--quiet", "--json"]  # fmt: skip
+        result = subprocess.run(command, capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr[-3000:]
+    assert_same_weights(outputs["deepspeed"], outputs["ddp"])
+    curve, reference = losses(outputs["deepspeed"]), losses(outputs["ddp"])
+    assert [step for step, _ in curve] == [step for step, _ in reference] == [1, 2, 3, 4]
+    assert [loss for _, loss in curve] == pytest.approx([loss for _, loss in reference], rel=2e-5)
+    tuned = load_file(str(outputs["deepspeed"] / "model" / "model.safetensors"))
+    pretrained = load_file(str(pretrained_run / "model" / "model.safetensors"))
+    encoder = [key for key in tuned if key.startswith("encoder.")]
+    assert encoder and all(torch.equal(tuned[key], pretrained[key]) for key in encoder)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA devices")
 @pytest.mark.parametrize("engine", ["ddp", "fsdp", "deepspeed"])
