@@ -199,7 +199,7 @@ def train(
         if result.resumed_from is None and metrics_path.exists():
             metrics_path.unlink()
         elif result.resumed_from is not None:
-            _truncate_metrics(metrics_path, step)
+            _truncate_metrics(metrics_path, step, train_cfg.steps)
     if result.resumed_from is not None and main:
         result.history = [row for row in _read_metrics(metrics_path) if "loss" in row]
 
@@ -401,7 +401,13 @@ def _read_metrics(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
 
 
-def _truncate_metrics(path: Path, step: int) -> None:
-    """On resume, drop rows logged after the checkpoint, so the curve has no duplicate steps."""
-    rows = [row for row in _read_metrics(path) if row["step"] <= step]
+def _truncate_metrics(path: Path, step: int, last_step: int) -> None:
+    """On resume, drop rows logged after the checkpoint, so the curve has no duplicate steps. A checkpoint
+    at the last step comes before the final evaluation, which the resumed run writes again."""
+
+    def keep(row: dict[str, Any]) -> bool:
+        final_eval = row["step"] >= last_step and "loss" not in row
+        return row["step"] < step or (row["step"] == step and not final_eval)
+
+    rows = [row for row in _read_metrics(path) if keep(row)]
     path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")

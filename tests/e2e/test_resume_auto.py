@@ -77,6 +77,19 @@ def test_auto_continues_from_the_newest_checkpoint(
     assert curve[:4] == first  # the first attempt's rows are kept as they were
 
 
+def test_resuming_a_finished_run_writes_its_final_evaluation_once(
+    auto_run: tuple[Path, dict], corpus_dir: Path, tmp_path: Path
+) -> None:
+    output = tmp_path / "run"
+    shutil.copytree(auto_run[0], output)
+    before = rows(output)
+    summary = run_json(*pretrain_args(corpus_dir, output), "--resume", "auto")
+    assert summary["resumed_from"] == 4 and summary["steps"] == 4
+    after = rows(output)
+    assert [row["step"] for row in after if "loss" not in row] == [4]  # one final evaluation, not two
+    assert after == before  # the same weights evaluate to the same numbers
+
+
 def test_auto_restarts_a_run_that_died_before_its_first_checkpoint(
     auto_run: tuple[Path, dict], corpus_dir: Path, tmp_path: Path
 ) -> None:
