@@ -143,7 +143,6 @@ def test_world_size_that_does_not_divide_the_batch(corpus_dir: Path, tmp_path: P
     assert "[rank0]: Traceback" not in result.stderr  # (torchrun itself reports the failed children)
 
 
-@pytest.mark.slow
 def test_fsdp_two_processes_match_one_process(corpus_dir: Path, single_run: Path, tmp_path: Path) -> None:
     pretrain(corpus_dir, tmp_path / "fsdp", *sets(), "--engine", "fsdp", procs=2)
     assert_same_curve(tmp_path / "fsdp", single_run)
@@ -277,3 +276,16 @@ def test_gpu_nccl_bf16_two_processes(corpus_dir: Path, tmp_path: Path, engine: s
     pretrain(corpus_dir, tmp_path / "two", *sets(**cuda), "--engine", engine, procs=2)
     for (_, x), (_, y) in zip(losses(tmp_path / "two"), losses(tmp_path / "one"), strict=True):
         assert x == pytest.approx(y, rel=2e-2)  # bf16 matmuls: rounding differs with the reduction order
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("engine", ["ddp", "fsdp", "deepspeed"])
+def test_gpu_engine_as_a_group_of_one(corpus_dir: Path, tmp_path: Path, engine: str) -> None:
+    """One GPU (NCCL cannot put two ranks on one device): each engine's CUDA/NCCL/bf16 path, without a
+    launcher, trains like the plain single-process loop."""
+    cuda = {"engine.device": "cuda", "engine.precision": "bf16", "train.grad_accum": 2}
+    pretrain(corpus_dir, tmp_path / "single", *sets(**cuda))
+    pretrain(corpus_dir, tmp_path / engine, *sets(**cuda), "--engine", engine)
+    for (_, x), (_, y) in zip(losses(tmp_path / engine), losses(tmp_path / "single"), strict=True):
+        assert x == pytest.approx(y, rel=2e-2)
