@@ -237,20 +237,28 @@ class TrainConfig(StrictModel):
         return self
 
 
-# DeepSpeed config keys that the recipe decides; a user's DeepSpeed file may add anything else.
-DEEPSPEED_RECIPE_KEYS = (
-    "train_batch_size",
-    "train_micro_batch_size_per_gpu",
-    "gradient_accumulation_steps",
-    "gradient_clipping",
-    "optimizer",
-    "scheduler",
-    "fp16",
-    "bf16",
-    "amp",
-    "torch_autocast",
-    "managed_gradient_accumulation",
-)
+# DeepSpeed config keys that the recipe decides, and the recipe field to set instead.
+DEEPSPEED_RECIPE_KEYS = {
+    "train_batch_size": "train.batch_size",
+    "train_micro_batch_size_per_gpu": "train.batch_size and train.grad_accum",
+    "gradient_accumulation_steps": "train.grad_accum",
+    "gradient_clipping": "optim.grad_clip",
+    "optimizer": "optim.*",
+    "scheduler": "schedule.*",
+    "fp16": "engine.precision",
+    "bf16": "engine.precision",
+    "amp": "engine.precision",
+    "torch_autocast": "engine.precision",
+    "managed_gradient_accumulation": "nothing: bertkit's loop owns gradient accumulation",
+}
+
+
+def _left_to_the_recipe(value: object) -> bool:
+    """Hugging Face Trainer configs say "auto" (or {"enabled": "auto"}) for what the trainer fills in;
+    such entries, and disabled sections, defer to the recipe and are dropped."""
+    if value == "auto":
+        return True
+    return isinstance(value, dict) and value.get("enabled", True) in ("auto", False)
 
 
 class DeepSpeedConfig(StrictModel):
@@ -275,12 +283,14 @@ class DeepSpeedConfig(StrictModel):
             raise ValueError(f"engine.deepspeed.config: {self.config} is not a JSON file ({err})") from None
         if not isinstance(user, dict):
             raise ValueError(f"engine.deepspeed.config: {self.config} must hold a JSON object")
-        owned = sorted(key for key in user if key in DEEPSPEED_RECIPE_KEYS)
+        owned = sorted(key for key in user if key in DEEPSPEED_RECIPE_KEYS and not _left_to_the_recipe(user[key]))
         if owned:
+            fields = "; ".join(f"{key}: set {DEEPSPEED_RECIPE_KEYS[key]}" for key in owned)
             raise ValueError(
-                f"engine.deepspeed.config sets {', '.join(owned)}, which the recipe decides "
-                "(train.batch_size, train.grad_accum, optim.*, engine.precision); remove them from the file"
+                f"engine.deepspeed.config sets {', '.join(owned)}, which the recipe decides ({fields}); "
+                'remove them from the file or write "auto"'
             )
+        user = {key: value for key, value in user.items() if key not in DEEPSPEED_RECIPE_KEYS}
         stage = user.get("zero_optimization", {}).get("stage", self.zero_stage)
         if stage != self.zero_stage:
             raise ValueError(

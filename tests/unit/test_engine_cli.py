@@ -57,13 +57,18 @@ def test_deepspeed_set_ups_that_cannot_work_fail_at_recipe_load(corpus_dir: Path
     owned.write_text(json.dumps({"train_batch_size": 64, "zero_optimization": {"overlap_comm": True}}))
     other_stage = tmp_path / "stage.json"
     other_stage.write_text(json.dumps({"zero_optimization": {"stage": 3}}))
+    sections = tmp_path / "sections.json"
+    sections.write_text(json.dumps({"bf16": {"enabled": True}, "optimizer": {"type": "AdamW"}}))
     not_json = tmp_path / "ds.json"
     not_json.write_text("stage: 3\n")
     cases = {
         "optim.name=lamb": "optim.name=lamb is not supported with engine.backend=deepspeed",
         "engine.precision=fp16": "engine.precision=fp16 is not supported with engine.backend=deepspeed; use bf16",
-        f"engine.deepspeed.config={owned}": "sets train_batch_size, which the recipe decides",
+        f"engine.deepspeed.config={owned}": "sets train_batch_size, which the recipe decides (train_batch_size: set "
+        "train.batch_size); remove them from the file or write \"auto\"",
         f"engine.deepspeed.config={other_stage}": "says ZeRO stage 3, the recipe 2",
+        f"engine.deepspeed.config={sections}": "sets bf16, optimizer, which the recipe decides (bf16: set "
+        "engine.precision; optimizer: set optim.*)",
         f"engine.deepspeed.config={not_json}": "is not a JSON file",
         f"engine.deepspeed.config={tmp_path / 'missing.json'}": "missing.json does not exist",
         "engine.deepspeed.zero_stage=0": "engine.deepspeed.zero_stage",
@@ -81,7 +86,16 @@ def test_deepspeed_config_is_generated_from_the_recipe_and_merged_with_a_file(tm
     from bertkit.engine.backends.deepspeed import deepspeed_config
 
     extra = tmp_path / "ds.json"
-    extra.write_text(json.dumps({"zero_optimization": {"overlap_comm": True}, "communication_data_type": "fp32"}))
+    # A Hugging Face Trainer style file: "auto" leaves a value to the recipe, a disabled section is dropped.
+    hf_style = {
+        "zero_optimization": {"overlap_comm": True},
+        "communication_data_type": "fp32",
+        "train_batch_size": "auto",
+        "gradient_accumulation_steps": "auto",
+        "bf16": {"enabled": "auto"},
+        "fp16": {"enabled": False, "loss_scale": 0},
+    }
+    extra.write_text(json.dumps(hf_style))
     config = deepspeed_config(
         DeepSpeedConfig(zero_stage=3, config=extra), TrainConfig(batch_size=64, grad_accum=4), OptimConfig(), 2
     )
@@ -90,3 +104,4 @@ def test_deepspeed_config_is_generated_from_the_recipe_and_merged_with_a_file(tm
     assert config["zero_optimization"] == {"stage": 3, "overlap_comm": True}
     assert config["communication_data_type"] == "fp32"
     assert config["managed_gradient_accumulation"] is False  # the loop owns the accumulation boundary
+    assert "bf16" not in config and "fp16" not in config
