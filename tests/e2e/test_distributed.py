@@ -181,10 +181,11 @@ def test_deepspeed_zero3_checkpoint_resumes_in_one_process(
 def test_single_checkpoint_resumes_under_deepspeed_zero1_with_accumulation(
     corpus_dir: Path, single_micro2_run: Path, tmp_path: Path
 ) -> None:
-    """A one-process checkpoint continues under ZeRO-1 with accumulation, and a DeepSpeed config file
-    adds settings the recipe does not own."""
+    """A one-process checkpoint continues under ZeRO-1 with accumulation, with a DeepSpeed config file that
+    adds settings the recipe does not own: here ZeRO-Offload, which steps bertkit's AdamW on a CPU copy."""
     ds_config = tmp_path / "ds.json"
-    ds_config.write_text(json.dumps({"zero_optimization": {"reduce_bucket_size": 100_000}}))
+    offload = {"reduce_bucket_size": 100_000, "offload_optimizer": {"device": "cpu"}}
+    ds_config.write_text(json.dumps({"zero_optimization": offload, "train_batch_size": "auto"}))
     moved = resume_copy(single_micro2_run, tmp_path / "moved")
     extra = {"train.grad_accum": 2, "engine.deepspeed.zero_stage": 1, "engine.deepspeed.config": ds_config}
     pretrain(corpus_dir, moved, *sets(**extra), "--engine", "deepspeed", "--resume", procs=2)

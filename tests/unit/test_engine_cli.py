@@ -105,3 +105,4 @@ def test_deepspeed_config_is_generated_from_the_recipe_and_merged_with_a_file(tm
     assert config["communication_data_type"] == "fp32"
     assert config["managed_gradient_accumulation"] is False  # the loop owns the accumulation boundary
     assert "bf16" not in config and "fp16" not in config
+    assert config["zero_force_ds_cpu_optimizer"] is False  # ZeRO-Offload keeps bertkit's AdamW

@@ -59,6 +59,9 @@ def deepspeed_config(
         "managed_gradient_accumulation": False,
         # bertkit's AdamW is a client optimizer that DeepSpeed has not "tested"; ZeRO wraps it faithfully.
         "zero_allow_untested_optimizer": True,
+        # ZeRO-Offload (offload_optimizer in a user file) then steps bertkit's AdamW on the CPU copy: slower
+        # than DeepSpeedCPUAdam, but the same update as every other engine.
+        "zero_force_ds_cpu_optimizer": False,
         "zero_optimization": {"stage": ds_cfg.zero_stage},
         "steps_per_print": 2**31 - 1,  # bertkit logs; DeepSpeed's own progress lines are off
         "wall_clock_breakdown": False,
@@ -66,6 +69,14 @@ def deepspeed_config(
     user = ds_cfg.user_config()  # validated when the recipe was read
     zero = {**config["zero_optimization"], **user.pop("zero_optimization", {})}
     return {**config, **user, "zero_optimization": zero}
+
+
+def _first_line(err: Exception) -> str:
+    details = getattr(err, "errors", None)
+    if callable(details):  # a pydantic ValidationError: its first line only names the model
+        first = details()[0]
+        return f"{'.'.join(map(str, first['loc']))}: {first['msg']}"
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
 
 
 class DeepSpeedBackend(DistributedBackend):
@@ -87,9 +98,13 @@ class DeepSpeedBackend(DistributedBackend):
         names = {id(p): n for n, p in module.named_parameters()}
         self._group_names = [[names[id(p)] for p in group["params"]] for group in optimizer.param_groups]
         config = deepspeed_config(self.cfg.deepspeed, train_cfg, optim_cfg, self.world_size)
-        self.engine, self.zero_optimizer, _, _ = self.deepspeed.initialize(
-            model=module, optimizer=optimizer, config=config
-        )
+        try:
+            self.engine, self.zero_optimizer, _, _ = self.deepspeed.initialize(
+                model=module, optimizer=optimizer, config=config
+            )
+        except Exception as err:  # DeepSpeed validates the merged config here: assertions, pydantic, its own
+            source = f" (with {self.cfg.deepspeed.config})" if self.cfg.deepspeed.config else ""
+            raise BertkitError(f"DeepSpeed rejected the configuration{source}: {_first_line(err)}") from None
         self.module = self.engine.module
         # The scheduler drives the client optimizer's learning rate, which ZeRO reads at every step.
         self.optimizer = optimizer
