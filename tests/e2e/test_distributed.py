@@ -222,6 +222,18 @@ def test_deepspeed_launcher(corpus_dir: Path, single_run: Path, tmp_path: Path) 
     assert_same_weights(output, single_run)
 
 
+def test_a_setting_deepspeed_rejects_is_one_line(corpus_dir: Path, tmp_path: Path) -> None:
+    ds_config = tmp_path / "ds.json"
+    ds_config.write_text(json.dumps({"zero_optimization": {"reduce_bucket_size": -5}}))
+    result = pretrain(corpus_dir, tmp_path / "run", *sets(**{"engine.deepspeed.config": ds_config}), "--engine",
+                      "deepspeed", check=False)  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"error: DeepSpeed rejected the configuration (with {ds_config}): reduce_bucket_size: Input should be "
+        "greater than 0"
+    ]
+
+
 def test_deepspeed_skips_nan_steps_then_stops_with_the_last_good_state(corpus_dir: Path, tmp_path: Path) -> None:
     """lr=1e30 makes every step after the first NaN. DeepSpeed must skip them without touching the weights,
     and stop with the checkpoint one process writes for the same run."""

@@ -13,9 +13,9 @@ Three choices keep it interchangeable with the other backends:
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import os
-import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -87,8 +87,9 @@ class DeepSpeedBackend(DistributedBackend):
         super().__init__(cfg, device)
         self.deepspeed = _import_deepspeed(device)
         # DeepSpeed's communication layer wraps the process group that is already there (gloo/NCCL).
-        # Building its shared-memory op prints to stdout, which belongs to --json: send it to stderr.
-        with contextlib.redirect_stdout(sys.stderr):
+        # Loading its shared-memory op prints a success line to stdout, which belongs to --json: drop it
+        # (a failed build raises, with its own message).
+        with contextlib.redirect_stdout(io.StringIO()):
             self.deepspeed.init_distributed(dist_backend=torch.distributed.get_backend())
 
     def setup(self, model: nn.Module, optim_cfg: OptimConfig, train_cfg: TrainConfig) -> None:
