@@ -30,12 +30,16 @@ install-test: $(VENV)/.installed-test
 quickstart: install
 	$(BIN)/bertkit quickstart --output runs/quickstart --overwrite
 
+# The venv's bin/ goes first on PATH: DeepSpeed compiles its CPU comm op on first use with the ninja that
+# pip installed there, and the tests' child processes (torchrun, the deepspeed launcher) inherit PATH.
+RUN := PATH="$(abspath $(BIN)):$$PATH"
+
 test: install-test
 	$(BIN)/ruff check bertkit tests
-	$(BIN)/python -m pytest -q
+	$(RUN) $(BIN)/python -m pytest -q
 
 bench: install-test
-	$(BIN)/python -m pytest -q -m "slow or bench" -p no:cacheprovider
+	$(RUN) $(BIN)/python -m pytest -q -m "slow or bench" -p no:cacheprovider
 
 clean:
 	rm -rf runs .pytest_cache .ruff_cache

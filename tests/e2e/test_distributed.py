@@ -11,6 +11,7 @@ tokens differently from 2 micro-batches of 4."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -232,6 +233,18 @@ def test_a_setting_deepspeed_rejects_is_one_line(corpus_dir: Path, tmp_path: Pat
         f"error: DeepSpeed rejected the configuration (with {ds_config}): reduce_bucket_size: Input should be "
         "greater than 0"
     ]
+
+
+def test_deepspeed_without_ninja_is_one_line(corpus_dir: Path, tmp_path: Path) -> None:
+    """DeepSpeed compiles its CPU comm op on first use (an empty extensions cache here); without ninja on
+    PATH that fails, in one line that says what to install."""
+    command = [sys.executable, "-m", "bertkit", "pretrain", "-r", "bert-tiny", "-c", str(corpus_dir),
+               "-o", str(tmp_path / "run"), *sets(), "--engine", "deepspeed", "--quiet"]  # fmt: skip
+    env = {**os.environ, "PATH": str(tmp_path / "empty"), "TORCH_EXTENSIONS_DIR": str(tmp_path / "extensions")}
+    result = subprocess.run(command, capture_output=True, text=True, env=env)
+    assert result.returncode == 2
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith("error: DeepSpeed could not start: ") and "pip install ninja" in line
 
 
 def test_deepspeed_skips_nan_steps_then_stops_with_the_last_good_state(corpus_dir: Path, tmp_path: Path) -> None:

@@ -89,8 +89,14 @@ class DeepSpeedBackend(DistributedBackend):
         # DeepSpeed's communication layer wraps the process group that is already there (gloo/NCCL).
         # Loading its shared-memory op prints a success line to stdout, which belongs to --json: drop it
         # (a failed build raises, with its own message).
-        with contextlib.redirect_stdout(io.StringIO()):
-            self.deepspeed.init_distributed(dist_backend=torch.distributed.get_backend())
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                self.deepspeed.init_distributed(dist_backend=torch.distributed.get_backend())
+        except Exception as err:  # typically its C++ op failing to build
+            raise BertkitError(
+                f"DeepSpeed could not start: {_first_line(err)} (on first use it compiles a C++ op, which needs "
+                "a C++ compiler and ninja on PATH: pip install ninja)"
+            ) from None
 
     def setup(self, model: nn.Module, optim_cfg: OptimConfig, train_cfg: TrainConfig) -> None:
         module = self.replicated_copy(model)  # ZeRO-3 partitions the module it is given in place
