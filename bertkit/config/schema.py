@@ -291,7 +291,10 @@ class DeepSpeedConfig(StrictModel):
                 'remove them from the file or write "auto"'
             )
         user = {key: value for key, value in user.items() if key not in DEEPSPEED_RECIPE_KEYS}
-        stage = user.get("zero_optimization", {}).get("stage", self.zero_stage)
+        zero = user.get("zero_optimization", {})
+        if not isinstance(zero, dict):
+            raise ValueError(f"engine.deepspeed.config: zero_optimization in {self.config} must be a JSON object")
+        stage = zero.get("stage", self.zero_stage)
         if stage != self.zero_stage:
             raise ValueError(
                 f"engine.deepspeed.config says ZeRO stage {stage}, the recipe {self.zero_stage}; "

@@ -59,6 +59,8 @@ def test_deepspeed_set_ups_that_cannot_work_fail_at_recipe_load(corpus_dir: Path
     other_stage.write_text(json.dumps({"zero_optimization": {"stage": 3}}))
     sections = tmp_path / "sections.json"
     sections.write_text(json.dumps({"bf16": {"enabled": True}, "optimizer": {"type": "AdamW"}}))
+    zero_not_object = tmp_path / "zero.json"
+    zero_not_object.write_text(json.dumps({"zero_optimization": "auto"}))
     not_json = tmp_path / "ds.json"
     not_json.write_text("stage: 3\n")
     cases = {
@@ -70,6 +72,7 @@ def test_deepspeed_set_ups_that_cannot_work_fail_at_recipe_load(corpus_dir: Path
         f"engine.deepspeed.config={sections}": "sets bf16, optimizer, which the recipe decides (bf16: set "
         "engine.precision; optimizer: set optim.*)",
         f"engine.deepspeed.config={not_json}": "is not a JSON file",
+        f"engine.deepspeed.config={zero_not_object}": "zero_optimization in",
         f"engine.deepspeed.config={tmp_path / 'missing.json'}": "missing.json does not exist",
         "engine.deepspeed.zero_stage=0": "engine.deepspeed.zero_stage",
     }
