@@ -221,7 +221,7 @@ class TrainConfig(StrictModel):
     seed: int = 0
     log_every: int = Field(10, gt=0)
     eval_every: int = Field(0, ge=0, description="0 evaluates only at the end")
-    eval_batches: int = Field(20, gt=0)
+    eval_batches: int = Field(20, gt=0, description="held-out batches of train.batch_size sequences per evaluation")
     checkpoint_every: int = Field(0, ge=0, description="0 saves only the final model")
     keep_last: int = Field(2, gt=0)
     # Stop early (with a checkpoint) once this much wall-clock time or this many tokens are spent

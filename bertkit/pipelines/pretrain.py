@@ -133,21 +133,26 @@ def _evaluator(
     spec: MaskingSpec,
     pad_id: int,
     batch_size: int,
-    max_batches: int,
+    max_sequences: int,
     device: torch.device,
     objective: Objective,
 ):
+    """Metrics over the first `max_sequences` held-out sequences, walked in batches of `batch_size`.
+    Masks depend only on the sequence, and metrics are weighted by masked tokens, so the result depends
+    on which sequences are evaluated, never on how the batch is split (accumulation, process count)."""
+    chosen = indices[:max_sequences]
+
     def evaluate(model: nn.Module) -> dict[str, float]:
         # A fresh, unshuffled loader with a fixed seed: every evaluation sees the same masks. ELECTRA's
         # generator samples during evaluation too; forking the RNG keeps training's random stream intact.
-        batches = CheckedBatches(
-            MLMBatches(corpus, indices, batch_size, spec, pad_id, seed=1234, shuffle=False), objective
-        )
+        loader = MLMBatches(corpus, chosen, batch_size, spec, pad_id, seed=1234, shuffle=False)
+        batches = CheckedBatches(loader, objective)
         totals: dict[str, float] = {}
         count = 0
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(1234)
-            for _ in range(min(max_batches, math.ceil(len(indices) / batch_size))):
+            for start in range(0, len(chosen), batch_size):
+                loader.batch_size = min(batch_size, len(chosen) - start)  # the last batch takes what is left
                 batch = {k: v.to(device) for k, v in batches.next_batch().items()}
                 _, metrics = objective(model, batch)
                 weight = batch["mlm_labels"].numel()
@@ -242,7 +247,17 @@ def pretrain(
 
     device = resolve_device(recipe.engine)
     evaluate = (
-        _evaluator(eval_corpus, eval_idx, spec, tokenizer.pad_id, micro, recipe.train.eval_batches, device, objective)
+        # eval_batches counts training batches (train.batch_size sequences), walked in micro-batches for memory.
+        _evaluator(
+            eval_corpus,
+            eval_idx,
+            spec,
+            tokenizer.pad_id,
+            micro,
+            recipe.train.eval_batches * recipe.train.batch_size,
+            device,
+            objective,
+        )
         if len(eval_idx)
         else None
     )

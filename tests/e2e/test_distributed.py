@@ -72,6 +72,14 @@ def assert_same_curve(a: Path, b: Path) -> None:
         assert x == pytest.approx(y, rel=2e-5, abs=2e-5)
 
 
+def assert_same_eval(a: Path, b: Path) -> None:
+    """The held-out metrics depend on the weights and the evaluated sequences, not on how the batch is split."""
+    got, expected = (json.loads((run / "summary.json").read_text())["eval"] for run in (a, b))
+    assert got.keys() == expected.keys() and "mlm_loss" in got
+    for key, value in expected.items():
+        assert got[key] == pytest.approx(value, abs=2e-4), key  # rounded to 4 decimals
+
+
 def assert_same_weights(a: Path, b: Path, atol: float = 1e-5) -> None:
     wa, wb = load_file(str(a / "model" / "model.safetensors")), load_file(str(b / "model" / "model.safetensors"))
     assert wa.keys() == wb.keys()
@@ -116,6 +124,7 @@ def zero3_run(corpus_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
 def test_ddp_two_processes_match_one_process(single_run: Path, ddp_run: Path) -> None:
     assert_same_curve(ddp_run, single_run)
     assert_same_weights(ddp_run, single_run)
+    assert_same_eval(ddp_run, single_run)
     summary = json.loads((ddp_run / "summary.json").read_text())
     assert (
         summary["steps"] == STEPS
@@ -164,6 +173,7 @@ def test_single_checkpoint_resumes_under_ddp_with_accumulation(
 def test_deepspeed_zero3_two_processes_match_one_process(single_run: Path, zero3_run: Path) -> None:
     assert_same_curve(zero3_run, single_run)
     assert_same_weights(zero3_run, single_run)
+    assert_same_eval(zero3_run, single_run)
     trainer = json.loads((zero3_run / "checkpoints" / f"step-{STEPS}" / "trainer_state.json").read_text())
     assert trainer["engine"] == "deepspeed" and trainer["world_size"] == 2
 
