@@ -118,16 +118,14 @@ class Backend:
     def final_weights_into(self, model: nn.Module) -> None:
         """After training, leave the trained weights in the caller's plain model (the same object here)."""
 
-    def close(self) -> None:
-        """Release process groups and engine resources."""
-
 
 def clip_value(grad_clip: float) -> float:
     return grad_clip if grad_clip > 0 else math.inf
 
 
 class DistributedBackend(Backend):
-    """A backend over a process group: the launcher's (torchrun, deepspeed), or a group of one without one."""
+    """A backend over a process group: the launcher's (torchrun, deepspeed), or a group of one without one.
+    The command leaves the group once its result is out (`bertkit.cli.common.emit_main`)."""
 
     def __init__(self, cfg: EngineConfig, device: torch.device) -> None:
         super().__init__(cfg, device)
@@ -143,6 +141,3 @@ class DistributedBackend(Backend):
             for tensor in module.state_dict().values():
                 torch.distributed.broadcast(tensor, src=0)  # same start on every rank
         return module
-
-    def close(self) -> None:
-        dist.destroy_process_group()

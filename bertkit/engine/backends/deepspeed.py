@@ -143,9 +143,6 @@ class DeepSpeedBackend(DistributedBackend):
         if self.engine.was_step_applied():
             raise BertkitError("DeepSpeed applied an update for a NaN/inf loss; stopping rather than train on it")
 
-    def zero_grad(self) -> None:
-        self.engine.zero_grad()
-
     # --- checkpoint state: full, name-keyed, identical in layout to the other backends ----------------
     def _utils(self) -> Any:
         return self.deepspeed.utils
