@@ -41,15 +41,23 @@ def sets(**extra: object) -> list[str]:
     return [arg for key, value in values.items() for arg in ("--set", f"{key}={value}")]
 
 
-def pretrain(corpus: Path, output: Path, *args: str, procs: int = 1, check: bool = True) -> subprocess.CompletedProcess:
+def bertkit(*args: str, procs: int = 1, check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`python -m bertkit ARGS --quiet --json`, under torchrun with `procs` processes when procs > 1."""
     launcher = [sys.executable]
     if procs > 1:
         launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={procs}"]
-    command = [*launcher, "-m", "bertkit", "pretrain", "-r", "bert-tiny", "-c", str(corpus), "-o", str(output)]
-    result = subprocess.run([*command, *args, "--quiet", "--json"], capture_output=True, text=True)
+    command = [*launcher, "-m", "bertkit", *args, "--quiet", "--json"]
+    result = subprocess.run(command, capture_output=True, text=True, env=env)
     if check:
         assert result.returncode == 0, result.stderr[-3000:]
     return result
+
+
+def pretrain(
+    corpus: Path, output: Path, *args: str, procs: int = 1, check: bool = True, env: dict | None = None
+) -> subprocess.CompletedProcess:
+    command = ["pretrain", "-r", "bert-tiny", "-c", str(corpus), "-o", str(output), *args]
+    return bertkit(*command, procs=procs, check=check, env=env)
 
 
 def resume_copy(run: Path, destination: Path) -> Path:
@@ -260,10 +268,8 @@ def test_a_setting_deepspeed_rejects_is_one_line(corpus_dir: Path, tmp_path: Pat
 def test_deepspeed_without_ninja_is_one_line(corpus_dir: Path, tmp_path: Path) -> None:
     """DeepSpeed compiles its CPU comm op on first use (an empty extensions cache here); without ninja on
     PATH that fails, in one line that says what to install."""
-    command = [sys.executable, "-m", "bertkit", "pretrain", "-r", "bert-tiny", "-c", str(corpus_dir),
-               "-o", str(tmp_path / "run"), *sets(), "--engine", "deepspeed", "--quiet"]  # fmt: skip
     env = {**os.environ, "PATH": str(tmp_path / "empty"), "TORCH_EXTENSIONS_DIR": str(tmp_path / "extensions")}
-    result = subprocess.run(command, capture_output=True, text=True, env=env)
+    result = pretrain(corpus_dir, tmp_path / "run", *sets(), "--engine", "deepspeed", check=False, env=env)
     assert result.returncode == 2
     [line] = result.stderr.strip().splitlines()
     assert line.startswith("error: DeepSpeed could not start: ") and "pip install ninja" in line
@@ -300,13 +306,10 @@ def test_feature_based_finetune_under_zero3_matches_ddp(
     outputs = {}
     for engine in ("ddp", "deepspeed"):
         outputs[engine] = tmp_path / engine
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "bertkit",
-                   "finetune", "-r", "finetune-tiny", "--model", str(pretrained_run), "--train", str(sentiment_csv),
-                   "-o", str(outputs[engine]), "--feature-based", "--engine", engine,
-                   "--set", "engine.deepspeed.zero_stage=3", "--set", "train.steps=4", "--set", "train.batch_size=8",
-                   "--set", "train.log_every=1", "--set", "engine.threads=1", "--quiet", "--json"]  # fmt: skip
-        result = subprocess.run(command, capture_output=True, text=True)
-        assert result.returncode == 0, result.stderr[-3000:]
+        bertkit("finetune", "-r", "finetune-tiny", "--model", str(pretrained_run), "--train", str(sentiment_csv),
+                "-o", str(outputs[engine]), "--feature-based", "--engine", engine,
+                "--set", "engine.deepspeed.zero_stage=3", "--set", "train.steps=4", "--set", "train.batch_size=8",
+                "--set", "train.log_every=1", "--set", "engine.threads=1", procs=2)  # fmt: skip
     assert_same_weights(outputs["deepspeed"], outputs["ddp"])
     curve, reference = losses(outputs["deepspeed"]), losses(outputs["ddp"])
     assert [step for step, _ in curve] == [step for step, _ in reference] == [1, 2, 3, 4]
