@@ -101,21 +101,13 @@ def _collective_device() -> torch.device:
     return torch.device("cpu")
 
 
-def all_reduce_mean(tensor: torch.Tensor) -> torch.Tensor:
-    """Mean over ranks (a copy; identity without a process group)."""
+def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
+    """Sum over ranks (a copy; identity without a process group)."""
     if not is_initialized():
         return tensor
     out = tensor.detach().clone().to(_collective_device())
     torch.distributed.all_reduce(out)
-    return (out / torch.distributed.get_world_size()).to(tensor.device)
-
-
-def all_reduce_sum(value: float) -> float:
-    if not is_initialized():
-        return value
-    out = torch.tensor([value], dtype=torch.float64, device=_collective_device())
-    torch.distributed.all_reduce(out)
-    return float(out.item())
+    return out.to(tensor.device)
 
 
 def barrier() -> None:

@@ -41,7 +41,18 @@ class BatchSource(Protocol):
     def load_state(self, state: dict[str, int]) -> None: ...
 
 
-Objective = Callable[[nn.Module, dict[str, torch.Tensor]], tuple[torch.Tensor, dict[str, torch.Tensor]]]
+class Objective(Protocol):
+    """What the loop trains (bertkit/objectives/base.py has the contract): `counts(batch)` gives the number of
+    targets of each loss in a micro-batch, from the batch alone; the call returns the micro-batch's share of
+    the global-batch mean loss (its sum over targets / the global count in `totals`) and metrics alike."""
+
+    def counts(self, batch: dict[str, torch.Tensor]) -> dict[str, float]: ...
+
+    def __call__(
+        self, model: nn.Module, batch: dict[str, torch.Tensor], totals: dict[str, float]
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]: ...
+
+
 Evaluator = Callable[[nn.Module], dict[str, float]]
 
 
@@ -268,28 +279,30 @@ def train(
                         f"interrupted by {flag['signal'] or 'a signal on another rank'} at step {step}; "
                         f"checkpoint saved in {saved}; continue with --resume"
                     )
+                # One global batch, one update: count every loss's targets over all micro-steps and ranks
+                # before the first forward (one all-reduce), so each micro-step's loss is its share of the
+                # global mean and any split of the batch gives the same step.
+                micro_batches = [_to_device(source.next_batch(), device) for _ in range(accum)]
+                totals = _global_counts(objective, micro_batches)
+                step_tokens, step_sequences = int(totals.pop(_TOKENS)), int(totals.pop(_SEQUENCES))
                 total_loss = torch.zeros((), device=device)
                 step_metrics: dict[str, torch.Tensor] = {}
-                step_tokens = step_sequences = 0
-                for micro in range(accum):
-                    batch = _to_device(source.next_batch(), device)
-                    step_tokens += int(batch["attention_mask"].sum())
-                    step_sequences += int(batch["attention_mask"].shape[0])
+                for micro, batch in enumerate(micro_batches):
                     sync = contextlib.nullcontext() if micro == accum - 1 else backend.no_sync()
                     with sync:
                         with autocast(device, engine_cfg.precision):
-                            loss, metrics = objective(backend.forward_module, batch)
-                        scaled = loss / accum
+                            loss, metrics = objective(backend.forward_module, batch, totals)
+                        # Every backend averages gradients over its ranks; the shares already sum to the
+                        # global mean, so undo the average.
+                        scaled = loss * world
                         backend.backward(scaler.scale(scaled) if scaler is not None else scaled)
-                    total_loss += loss.detach().float() / accum
+                    total_loss += loss.detach().float()
                     for key, value in metrics.items():
-                        step_metrics[key] = step_metrics.get(key, 0) + value.detach().float() / accum
-                # One collective for everything logged: the loss is the mean over ranks' micro-batches.
+                        step_metrics[key] = step_metrics.get(key, 0) + value.detach().float()
+                # One collective for everything logged: the shares of all ranks add up to the global means.
                 keys = sorted(step_metrics)
                 packed = torch.stack([total_loss, *(step_metrics[k] for k in keys)]).float()
-                packed = dist.all_reduce_mean(packed)
-                step_tokens = int(dist.all_reduce_sum(step_tokens))
-                step_sequences = int(dist.all_reduce_sum(step_sequences))
+                packed = dist.all_reduce_sum(packed)
                 loss_finite = bool(torch.isfinite(packed[0]))
                 if loss_finite:
                     # Clips, and applies the update only if the gradient norm is finite.
@@ -365,6 +378,25 @@ def train(
     result.steps = step
     result.seconds = time.perf_counter() - started
     return result
+
+
+_TOKENS, _SEQUENCES = "_tokens", "_sequences"
+
+
+def _global_counts(objective: Objective, micro_batches: list[dict[str, torch.Tensor]]) -> dict[str, float]:
+    """Targets of every loss, plus tokens and sequences, over this step's micro-batches on all ranks."""
+    local: dict[str, float] = {}
+    for batch in micro_batches:
+        counts = {
+            **objective.counts(batch),
+            _TOKENS: float(batch["attention_mask"].sum()),
+            _SEQUENCES: float(batch["attention_mask"].shape[0]),
+        }
+        for key, value in counts.items():
+            local[key] = local.get(key, 0.0) + float(value)
+    keys = sorted(local)
+    summed = dist.all_reduce_sum(torch.tensor([local[k] for k in keys], dtype=torch.float64))
+    return dict(zip(keys, summed.tolist(), strict=True))
 
 
 def _check_compatible(path: Path, trainer: dict[str, Any], optim_cfg: OptimConfig) -> None:

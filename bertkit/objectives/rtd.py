@@ -10,24 +10,32 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from bertkit.objectives.base import Metrics, Objective
+from bertkit.objectives.base import Counts, Metrics, Objective, share
 
 
 class RTDObjective(Objective):
+    """Target: a non-padding token."""
+
     name = "rtd"
     requires = ("mlm_positions", "mlm_labels")
 
-    def loss(self, outputs: dict[str, torch.Tensor], batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, Metrics]:
+    def count(self, batch: dict[str, torch.Tensor]) -> float:
+        return float(batch["attention_mask"].sum())
+
+    def loss(
+        self, outputs: dict[str, torch.Tensor], batch: dict[str, torch.Tensor], totals: Counts
+    ) -> tuple[torch.Tensor, Metrics]:
         valid = batch["attention_mask"].bool()
         logits = outputs["rtd_logits"].float()[valid]
         replaced = outputs["replaced"][valid].float()
-        loss = F.binary_cross_entropy_with_logits(logits, replaced)
+        total = totals[self.name]
+        loss = share(F.binary_cross_entropy_with_logits(logits, replaced, reduction="sum"), total)
         with torch.no_grad():
-            accuracy = ((logits > 0).float() == replaced).float().mean()
-            replaced_fraction = replaced.mean()
+            right = ((logits > 0).float() == replaced).float().sum()
+            replaced_count = replaced.sum()
         return loss, {
             "rtd_loss": loss.detach(),
-            "rtd_acc": accuracy,
-            "rtd_baseline_acc": 1.0 - replaced_fraction,
-            "replaced_fraction": replaced_fraction,
+            "rtd_acc": share(right, total),
+            "rtd_baseline_acc": share(replaced.numel() - replaced_count, total),
+            "replaced_fraction": share(replaced_count, total),
         }

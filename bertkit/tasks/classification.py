@@ -17,6 +17,7 @@ from bertkit.corpus.loader import EpochSampler, LoaderState, pad_batch
 from bertkit.corpus.sources import open_binary
 from bertkit.errors import BertkitError
 from bertkit.models.bert import BertEncoder
+from bertkit.objectives.base import Counts, Metrics, Objective, correct, sequences, share
 from bertkit.tokenizers.base import Tokenizer
 
 
@@ -145,12 +146,24 @@ class SequenceClassifier(nn.Module):
         return {"logits": self.classifier(self.dropout(pooled))}
 
 
-def classification_objective(model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
-    logits = model(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))["logits"].float()
-    loss = F.cross_entropy(logits, batch["labels"])
-    with torch.no_grad():
-        accuracy = (logits.argmax(-1) == batch["labels"]).float().mean()
-    return loss, {"acc": accuracy}
+class ClassificationObjective(Objective):
+    """Cross-entropy of the classifier. Target: a sequence (the loop divides by the global batch size)."""
+
+    name = "classification"
+
+    def count(self, batch: dict[str, torch.Tensor]) -> float:
+        return sequences(batch)
+
+    def __call__(
+        self, model: nn.Module, batch: dict[str, torch.Tensor], totals: Counts | None = None
+    ) -> tuple[torch.Tensor, Metrics]:
+        total = (totals or self.counts(batch))[self.name]
+        logits = model(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))["logits"].float()
+        loss = share(F.cross_entropy(logits, batch["labels"], reduction="sum"), total)
+        return loss, {"acc": share(correct(logits, batch["labels"]), total)}
+
+
+classification_objective = ClassificationObjective()
 
 
 def evaluate_classifier(

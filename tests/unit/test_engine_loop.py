@@ -18,6 +18,7 @@ from bertkit.engine import checkpoint as checkpoint_module
 from bertkit.engine.checkpoint import list_checkpoints, read_checkpoint
 from bertkit.engine.loop import Interrupted, train
 from bertkit.errors import BertkitError
+from bertkit.objectives.base import Objective, share
 
 ENGINE = EngineConfig(device="cpu")
 OPTIM = OptimConfig(lr=0.05, weight_decay=0.01)
@@ -25,14 +26,15 @@ SCHEDULE = ScheduleConfig(warmup_steps=2, decay="cosine")
 
 
 class Regression:
-    """y = x @ w_true + noise, served in shuffled, resumable batches."""
+    """y = x @ w_true + noise with 3 outputs, of which a fixed, uneven subset are targets (like masked
+    tokens: rows hold 0-3 of them), served in shuffled, resumable batches."""
 
     def __init__(self, batch_size: int, seed: int = 0) -> None:
         rng = np.random.default_rng(42)
         self.x = torch.from_numpy(rng.normal(size=(64, 6)).astype(np.float32))
-        self.y = self.x @ torch.arange(1.0, 7.0).unsqueeze(1) + 0.1 * torch.from_numpy(
-            rng.normal(size=(64, 1)).astype(np.float32)
-        )
+        w_true = torch.arange(1.0, 19.0).reshape(6, 3) / 6
+        self.y = self.x @ w_true + 0.1 * torch.from_numpy(rng.normal(size=(64, 3)).astype(np.float32))
+        self.targets = torch.from_numpy(rng.random((64, 3)) < 0.5)
         self.batch_size = batch_size
         self.sampler = EpochSampler(np.arange(64), seed)
 
@@ -45,17 +47,44 @@ class Regression:
 
     def next_batch(self) -> dict[str, torch.Tensor]:
         rows = [i for _, i in self.sampler.take(self.batch_size)]
-        return {"x": self.x[rows], "y": self.y[rows], "attention_mask": torch.ones(len(rows), 4, dtype=torch.bool)}
+        return {"x": self.x[rows], "y": self.y[rows], "targets": self.targets[rows],
+                "attention_mask": torch.ones(len(rows), 4, dtype=torch.bool)}  # fmt: skip
 
 
-def objective(model: nn.Module, batch: dict[str, torch.Tensor]):
-    loss = torch.nn.functional.mse_loss(model(batch["x"]), batch["y"])
-    return loss, {"mse": loss.detach()}
+class MaskedMSE(Objective):
+    """Squared error at the target outputs only; target: one (row, output) pair marked in `targets`."""
+
+    name = "mse"
+
+    def count(self, batch: dict[str, torch.Tensor]) -> float:
+        return float(batch["targets"].sum())
+
+    def __call__(self, model: nn.Module, batch: dict[str, torch.Tensor], totals=None):
+        total = (totals or self.counts(batch))[self.name]
+        errors = (model(batch["x"]) - batch["y"])[batch["targets"]]
+        loss = share((errors**2).sum(), total)
+        return loss, {"mse": loss.detach()}
+
+
+objective = MaskedMSE()
+
+
+class Hooked(MaskedMSE):
+    """The objective, with `hook(call_number, loss, model) -> loss` run on every call (faults, signals)."""
+
+    def __init__(self, hook) -> None:
+        super().__init__()
+        self.hook, self.calls = hook, 0
+
+    def __call__(self, model: nn.Module, batch: dict[str, torch.Tensor], totals=None):
+        loss, metrics = super().__call__(model, batch, totals)
+        self.calls += 1
+        return self.hook(self.calls, loss, model), metrics
 
 
 def make_model() -> nn.Module:
     torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(6, 8), nn.Dropout(0.1), nn.Linear(8, 1))
+    return nn.Sequential(nn.Linear(6, 8), nn.Dropout(0.1), nn.Linear(8, 3))
 
 
 def run(tmp: Path, objective=objective, resume: bool = False, model: nn.Module | None = None, **train_kw):
@@ -76,27 +105,26 @@ def test_trains_and_logs(tmp_path: Path) -> None:
     assert (tmp_path / "metrics.jsonl").read_text().count("\n") == 30
 
 
-def test_gradient_accumulation_matches_the_full_batch(tmp_path: Path) -> None:
-    """Equal micro-batches: the mean of micro-batch means is the full-batch mean, so weights agree."""
+@pytest.mark.parametrize("grad_accum", [2, 4, 8])
+def test_any_accumulation_gives_the_full_batch_step(tmp_path: Path, grad_accum: int) -> None:
+    """Micro-batches hold different numbers of targets (the source has 0-3 per row), so a mean of
+    micro-batch means would weigh targets unequally; the global count makes every split the same step."""
+    source = Regression(8 // grad_accum)
+    counts = {float(source.next_batch()["targets"].sum()) for _ in range(8)}
+    assert len(counts) > 1  # the split is uneven, so this test can fail
     torch.manual_seed(1)
-    a = nn.Sequential(nn.Linear(6, 1))  # no dropout: the micro-steps see the same function
-    b = nn.Sequential(nn.Linear(6, 1))
+    a = nn.Sequential(nn.Linear(6, 3))  # no dropout: the micro-steps see the same function
+    b = nn.Sequential(nn.Linear(6, 3))
     b.load_state_dict(a.state_dict())
-    run(tmp_path / "a", model=a, grad_accum=1)
-    run(tmp_path / "b", model=b, grad_accum=4)
+    _, full = run(tmp_path / "a", model=a, grad_accum=1)
+    _, split = run(tmp_path / "b", model=b, grad_accum=grad_accum)
     for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
-        torch.testing.assert_close(pa, pb, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(pa, pb, rtol=1e-6, atol=1e-7)
+    assert [r["loss"] for r in full.history] == pytest.approx([r["loss"] for r in split.history], rel=1e-6)
 
 
 def nan_on(calls: set[int]):
-    counter = {"n": 0}
-
-    def poisoned(model: nn.Module, batch: dict[str, torch.Tensor]):
-        counter["n"] += 1
-        loss, metrics = objective(model, batch)
-        return (loss * float("nan"), metrics) if counter["n"] in calls else (loss, metrics)
-
-    return poisoned
+    return Hooked(lambda n, loss, _model: loss * float("nan") if n in calls else loss)
 
 
 def test_nan_steps_are_skipped_and_counted(tmp_path: Path) -> None:
@@ -109,15 +137,13 @@ def test_nan_steps_are_skipped_and_counted(tmp_path: Path) -> None:
 def test_nan_in_a_row_stops_with_the_last_good_state(tmp_path: Path) -> None:
     snapshot: dict[str, torch.Tensor] = {}
 
-    def poisoned(model: nn.Module, batch: dict[str, torch.Tensor]):
-        loss, metrics = objective(model, batch)
-        if poisoned.calls >= 5:  # type: ignore[attr-defined]
+    def poison(calls: int, loss: torch.Tensor, model: nn.Module) -> torch.Tensor:
+        if calls > 5:
             snapshot.update({k: v.detach().clone() for k, v in model.state_dict().items()})
-            loss = loss * float("inf")
-        poisoned.calls += 1  # type: ignore[attr-defined]
-        return loss, metrics
+            return loss * float("inf")
+        return loss
 
-    poisoned.calls = 0  # type: ignore[attr-defined]
+    poisoned = Hooked(poison)
     with pytest.raises(BertkitError, match=r"NaN/inf for 5 steps in a row at step 5; stopped, last good state saved"):
         run(tmp_path, objective=poisoned)
     (step, path), *_ = list_checkpoints(tmp_path / "checkpoints")
@@ -179,7 +205,7 @@ def test_corrupt_and_incompatible_checkpoints(tmp_path: Path) -> None:
         train(make_model(), objective, Regression(8), tmp_path, TrainConfig(steps=12, batch_size=8),
               OptimConfig(name="lamb"), SCHEDULE, ENGINE, resume=True, quiet=True)  # fmt: skip
     with pytest.raises(BertkitError, match="does not fit this model"):
-        run(tmp_path, resume=True, model=nn.Sequential(nn.Linear(6, 4), nn.Dropout(0.1), nn.Linear(4, 1)))
+        run(tmp_path, resume=True, model=nn.Sequential(nn.Linear(6, 4), nn.Dropout(0.1), nn.Linear(4, 3)))
     weights = tmp_path / "checkpoints" / "step-6" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:100])
     with pytest.raises(BertkitError, match="cannot read"):
@@ -194,13 +220,12 @@ def test_token_budget_stops_cleanly_with_a_checkpoint(tmp_path: Path) -> None:
 
 
 def test_sigterm_saves_a_checkpoint_and_exits_130(tmp_path: Path) -> None:
-    def signalled(model: nn.Module, batch: dict[str, torch.Tensor]):
-        signalled.calls += 1  # type: ignore[attr-defined]
-        if signalled.calls == 3:  # type: ignore[attr-defined]
+    def signal_on_third(calls: int, loss: torch.Tensor, _model: nn.Module) -> torch.Tensor:
+        if calls == 3:
             os.kill(os.getpid(), signal.SIGTERM)
-        return objective(model, batch)
+        return loss
 
-    signalled.calls = 0  # type: ignore[attr-defined]
+    signalled = Hooked(signal_on_third)
     with pytest.raises(Interrupted, match="interrupted by SIGTERM at step 3; checkpoint saved") as caught:
         run(tmp_path, objective=signalled)
     assert caught.value.exit_code == 130
