@@ -34,12 +34,19 @@ class DistillOutput(NamedTuple):
 class EncoderWithHeads(nn.Module):
     """A BERT-family encoder, plus an MLM head and/or a sequence classifier when asked for."""
 
-    def __init__(self, cfg: ModelConfig, mlm_head: bool = False, num_labels: int | None = None) -> None:
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        mlm_head: bool = False,
+        num_labels: int | None = None,
+        classifier_dropout: float | None = None,
+    ) -> None:
         super().__init__()
         self.config = cfg
         self.encoder = BertEncoder(cfg)
         self.mlm_head = MLMHead(cfg, MLM_HEAD_ACT.get(cfg.family)) if mlm_head else None
-        self.dropout = nn.Dropout(cfg.hidden_dropout)
+        # Before the classifier, as SequenceClassifier (task.classifier_dropout); the encoder's rate by default.
+        self.dropout = nn.Dropout(cfg.hidden_dropout if classifier_dropout is None else classifier_dropout)
         self.classifier = nn.Linear(cfg.hidden_size, num_labels) if num_labels else None
         if self.classifier is not None:
             nn.init.normal_(self.classifier.weight, std=0.02)  # as SequenceClassifier initialises it

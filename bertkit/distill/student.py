@@ -34,16 +34,18 @@ class DistillStudent(EncoderWithHeads):
         teacher_hidden_size: int | None = None,
         mlm_head: bool = False,
         num_labels: int | None = None,
+        classifier_dropout: float | None = None,
     ) -> None:
-        super().__init__(cfg, mlm_head, num_labels)
-        project = teacher_hidden_size is not None and teacher_hidden_size != cfg.hidden_size
-        # Two maps, as in the TinyBERT paper (its code shares one); both read the encoder's width H, since
-        # hidden_states[0] is the embeddings output after any E -> H projection.
-        self.embedding_proj = nn.Linear(cfg.hidden_size, teacher_hidden_size) if project else None  # type: ignore[arg-type]
-        self.hidden_proj = nn.Linear(cfg.hidden_size, teacher_hidden_size) if project else None  # type: ignore[arg-type]
-        for proj in (self.embedding_proj, self.hidden_proj):
-            if proj is not None:
-                init_weights(proj)
+        super().__init__(cfg, mlm_head, num_labels, classifier_dropout)
+        self.embedding_proj: nn.Linear | None = None
+        self.hidden_proj: nn.Linear | None = None
+        if teacher_hidden_size is not None and teacher_hidden_size != cfg.hidden_size:
+            # Two maps, as in the TinyBERT paper (its code shares one); both read the encoder's width H,
+            # since hidden_states[0] is the embeddings output after any E -> H projection.
+            self.embedding_proj = nn.Linear(cfg.hidden_size, teacher_hidden_size)
+            self.hidden_proj = nn.Linear(cfg.hidden_size, teacher_hidden_size)
+            self.embedding_proj.apply(init_weights)
+            self.hidden_proj.apply(init_weights)
         if num_labels is None and self.encoder.pooler is not None:
             # No head reads the pooled output: keep it for export but frozen, as PretrainingModel does.
             self.encoder.pooler.requires_grad_(False)
