@@ -14,7 +14,8 @@ any forward pass). Per-target values are scaled so that sum / count is the mean 
 | `prediction_soft_ce` (TinyBERT) | a sequence | `sequence_count(input_ids)` |
 | `attention_kl_loss`, `value_relation_kl_loss` (MiniLM) | a non-padding query token | `token_count` |
 
-Every loss computes in float32 whatever the models' dtype: these are small sums of differences.
+Every loss computes in float32 whatever the models' dtype: these are small sums of differences. Padding is
+left out with `torch.where` rather than boolean indexing, so shapes stay static (no device-to-host sync).
 """
 
 from __future__ import annotations
@@ -67,6 +68,11 @@ def _same_shape(student: torch.Tensor, teacher: torch.Tensor, what: str) -> None
         raise ValueError(f"{what}: student {tuple(student.shape)} and teacher {tuple(teacher.shape)} differ")
 
 
+def _masked_sum(values: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    # where, not multiplication: whatever a padding position holds (even inf) cannot reach the sum.
+    return torch.where(keep, values, torch.zeros((), dtype=values.dtype, device=values.device)).sum()
+
+
 # --------------------------------------------------------------------------------------------- DistilBERT
 
 
@@ -94,9 +100,8 @@ def cosine_loss(
     One target = one non-padding token; sum / count is DistilBERT's CosineEmbeddingLoss (target 1, mean).
     """
     _same_shape(student_hidden, teacher_hidden, "hidden states")
-    valid = attention_mask.bool()
-    cos = F.cosine_similarity(student_hidden[valid].float(), teacher_hidden[valid].float(), dim=-1, eps=1e-8)
-    return (1.0 - cos).sum()
+    cos = F.cosine_similarity(student_hidden.float(), teacher_hidden.float(), dim=-1, eps=1e-8)
+    return _masked_sum(1.0 - cos, attention_mask.bool())
 
 
 # ------------------------------------------------------------------------------------------------ TinyBERT
@@ -104,8 +109,7 @@ def cosine_loss(
 
 def _token_mse(student: torch.Tensor, teacher: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     _same_shape(student, teacher, "hidden states (after the projection)")
-    diff = student[valid].float() - teacher[valid].float()
-    return diff.pow(2).mean(dim=-1).sum()
+    return _masked_sum((student.float() - teacher.float()).pow(2).mean(dim=-1), valid)
 
 
 def hidden_mse_loss(
@@ -146,7 +150,7 @@ def attention_score_mse_loss(
     for student, teacher in zip(student_scores, teacher_scores, strict=True):
         _same_shape(student, teacher, "attention scores (same number of heads needed)")
         per_pair = (student.float() - teacher.float()).pow(2).mean(dim=1)  # mean over heads: (B, T, T)
-        total = total + per_pair[pairs].sum()
+        total = total + _masked_sum(per_pair, pairs)
     return total
 
 
@@ -178,7 +182,7 @@ def _relation_kl(student: torch.Tensor, teacher: torch.Tensor, attention_mask: t
     # Padding keys have teacher probability exactly 0 and are excluded explicitly, so 0·log 0 is never formed.
     terms = torch.where(keys, log_t.exp() * (log_t - log_s), torch.zeros((), device=student.device))
     per_query = terms.sum(dim=-1).mean(dim=1)  # KL per (head, query), averaged over heads: (B, T)
-    return per_query[valid].sum()
+    return _masked_sum(per_query, valid)
 
 
 def attention_kl_loss(

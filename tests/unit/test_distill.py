@@ -209,6 +209,22 @@ def test_sum_over_count_is_the_same_for_a_batch_split_in_two(name: str) -> None:
     assert whole > 0
 
 
+def test_what_padding_holds_never_counts() -> None:
+    w = _world(seed=2)
+    pad = ~w["attention_mask"]  # (B, T)
+    noisy = dict(w)
+    for key in ("s_hidden", "t_hidden", "s_values", "t_values"):
+        token_axis = 2 if key.endswith("values") else 1
+        where = pad[:, None, :, None] if token_axis == 2 else pad[:, :, None]
+        noisy[key] = w[key].masked_fill(where, 1e3 if key.startswith("s") else -1e3)
+    noisy["s_layers"] = w["s_layers"].masked_fill(pad[None, :, :, None], 1e3)
+    pairs = pad[:, None, :, None] | pad[:, None, None, :]  # a padding query or a padding key
+    noisy["s_scores"] = w["s_scores"].masked_fill(pairs[None], 1e3)
+    clean, dirty = _losses(w), _losses(noisy)
+    for name in clean:
+        assert torch.allclose(clean[name], dirty[name], atol=1e-5), name
+
+
 # --------------------------------------------------------------------------------------------- layer maps
 
 
