@@ -22,6 +22,9 @@ class EncoderOutput(NamedTuple):
     hidden_states: list[torch.Tensor]  # embeddings output + every layer (empty unless asked for)
     attentions: list[torch.Tensor]  # softmax probabilities per layer (empty unless asked for)
     attention_scores: list[torch.Tensor]  # pre-softmax QK^T/sqrt(d) (empty unless asked for)
+    # (B, heads, T, head_dim) value vectors per layer, for MiniLM's value relation; they come with the
+    # attentions (output_attentions), at no cost: autograd keeps them alive anyway.
+    values: list[torch.Tensor]
 
 
 class Pooler(nn.Module):
@@ -84,6 +87,7 @@ class BertEncoder(nn.Module):
         hidden_states: list[torch.Tensor] = [x] if output_hidden_states else []
         attentions: list[torch.Tensor] = []
         attention_scores: list[torch.Tensor] = []
+        values: list[torch.Tensor] = []
         first = self.layers[0]
         for i in range(self.config.num_layers):
             layer = first if len(self.layers) == 1 else self.layers[i]
@@ -93,10 +97,11 @@ class BertEncoder(nn.Module):
             if output_attentions:
                 attentions.append(attn.probs)
                 attention_scores.append(attn.scores)
+                values.append(attn.values)
         if self.final_norm is not None:
             x = self.final_norm(x)
         pooled = self.pooler(x) if self.pooler is not None else None
-        return EncoderOutput(x, pooled, hidden_states, attentions, attention_scores)
+        return EncoderOutput(x, pooled, hidden_states, attentions, attention_scores, values)
 
     @property
     def word_embeddings(self) -> torch.Tensor:

@@ -59,6 +59,7 @@ class AttentionOutput(NamedTuple):
     hidden: torch.Tensor
     probs: torch.Tensor | None = None  # (B, heads, T, T) after softmax, when asked for
     scores: torch.Tensor | None = None  # (B, heads, T, T) QK^T/sqrt(d) before masking (TinyBERT)
+    values: torch.Tensor | None = None  # (B, heads, T, head_dim) value vectors (MiniLM's value relation)
 
 
 class SelfAttention(nn.Module):
@@ -78,15 +79,16 @@ class SelfAttention(nn.Module):
         dropout_p = self.dropout_p if self.training else 0.0
         if not need_weights:
             context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
-            probs = scores = None
+            probs = scores = values = None
         else:
             # The explicit path: distillation needs the scores and probabilities themselves.
             scores = (q @ k.transpose(-1, -2)) / math.sqrt(self.head_dim)
             masked = scores if mask is None else scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
             probs = masked.softmax(dim=-1)
             context = F.dropout(probs, dropout_p, self.training) @ v
+            values = v
         context = context.transpose(1, 2).reshape(batch, length, -1)
-        return AttentionOutput(self.out(context), probs, scores)
+        return AttentionOutput(self.out(context), probs, scores, values)
 
 
 class FeedForward(nn.Module):

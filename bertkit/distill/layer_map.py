@@ -1,0 +1,79 @@
+"""Which teacher layer each student layer learns from (TinyBERT), or is initialised from (DistilBERT).
+
+Two numberings, kept apart on purpose:
+- a layer MAP uses layer numbers, 1-based, with 0 the embedding layer: it indexes
+  `EncoderOutput.hidden_states` directly (its entry 0 is the embeddings output), and `attention_scores`
+  as number − 1;
+- an INIT selection uses the 0-based indices of `encoder.layers.{i}` in the state dict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from bertkit.errors import BertkitError
+
+
+def _check_depths(student_layers: int, teacher_layers: int) -> None:
+    if student_layers > teacher_layers:
+        raise BertkitError(
+            f"the student has {student_layers} layers but the teacher only {teacher_layers}; "
+            f"give the student at most {teacher_layers} layers (model.num_layers)"
+        )
+
+
+def uniform_layer_map(student_layers: int, teacher_layers: int) -> list[int]:
+    """TinyBERT's g(m) = m · L_T / L_S for the student layers m = 1..L_S (teacher layer numbers, 1-based).
+
+    g(0) = 0 (embeddings to embeddings) is implied and not listed. When L_S does not divide L_T the
+    product is rounded down, which keeps the map increasing and still ends at g(L_S) = L_T.
+    """
+    _check_depths(student_layers, teacher_layers)
+    return [m * teacher_layers // student_layers for m in range(1, student_layers + 1)]
+
+
+def validate_layer_map(layer_map: Sequence[int], student_layers: int, teacher_layers: int) -> list[int]:
+    """Check a user's `distill.layer_map`: one teacher layer number (1..L_T) per student layer, increasing."""
+    example = uniform_layer_map(student_layers, teacher_layers) if student_layers <= teacher_layers else None
+    hint = f", e.g. distill.layer_map=[{','.join(map(str, example))}]" if example else ""
+    entries = list(layer_map)
+    if len(entries) != student_layers:
+        raise BertkitError(
+            f"distill.layer_map has {len(entries)} entries but the student has {student_layers} layers; "
+            f"give one teacher layer (1..{teacher_layers}) per student layer{hint}"
+        )
+    for m, layer in enumerate(entries, 1):
+        if isinstance(layer, bool) or not isinstance(layer, int) or not 1 <= layer <= teacher_layers:
+            raise BertkitError(
+                f"distill.layer_map entry {m} is {layer!r}; teacher layers are numbered 1..{teacher_layers} "
+                f"(the embedding layer 0 is always mapped to 0){hint}"
+            )
+    for m in range(1, len(entries)):
+        if entries[m] <= entries[m - 1]:
+            raise BertkitError(
+                f"distill.layer_map must increase but entry {m + 1} ({entries[m]}) follows {entries[m - 1]}; "
+                f"list the teacher layers in order{hint}"
+            )
+    return entries
+
+
+def resolve_layer_map(layer_map: Sequence[int] | None, student_layers: int, teacher_layers: int) -> list[int]:
+    """The user's map, checked, or TinyBERT's uniform one when none is given."""
+    if layer_map is None:
+        return uniform_layer_map(student_layers, teacher_layers)
+    return validate_layer_map(layer_map, student_layers, teacher_layers)
+
+
+def distilbert_init_layers(student_layers: int, teacher_layers: int) -> list[int]:
+    """0-based teacher layers a DistilBERT student is initialised from: spread evenly, first and last kept.
+
+    Layer i takes round(i · (L_T − 1) / (L_S − 1)), halves rounded up: for 12 → 6 that is the reference's
+    0, 2, 4, 7, 9, 11; for 24 → 12 it is 0, 2, 4, 6, 8, 10, 13, 15, 17, 19, 21, 23; for 12 → 4 it is
+    0, 4, 7, 11. The spacing is at least 1, so the layers are distinct. A 1-layer student takes layer 0.
+    """
+    _check_depths(student_layers, teacher_layers)
+    if student_layers == 1:
+        return [0]
+    span = teacher_layers - 1
+    # Integer arithmetic: floor(i·span/(L_S−1) + 1/2), with no floating-point ties to get wrong.
+    return [(2 * i * span + student_layers - 1) // (2 * (student_layers - 1)) for i in range(student_layers)]

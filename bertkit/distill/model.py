@@ -1,0 +1,85 @@
+"""What teacher and student share: an encoder with optional MLM and classification heads, and one output.
+
+Submodule names are those of bertkit's own models (`encoder`, `mlm_head` as in PretrainingModel;
+`classifier` as in SequenceClassifier), so state dicts move between them without renaming keys.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+from bertkit.config.schema import ModelConfig
+from bertkit.models.bert import BertEncoder
+from bertkit.models.heads import MLMHead
+from bertkit.models.pretraining import MLM_HEAD_ACT, gather_rows
+
+
+class DistillOutput(NamedTuple):
+    # A NamedTuple, not a dataclass: engines that hook module outputs (DeepSpeed ZeRO-3) can see its tensors.
+    last_hidden_state: torch.Tensor  # (B, T, H)
+    hidden_states: list[torch.Tensor]  # embeddings output + every layer, own width (empty unless asked for)
+    # hidden_states in the teacher's width: the student's W_e on entry 0 and W_h on the others; the very
+    # same tensors when there is nothing to project (equal widths, or the teacher itself).
+    projected: list[torch.Tensor]
+    attention_scores: list[torch.Tensor]  # per layer (B, heads, T, T), QK^T/sqrt(d) before masking
+    attentions: list[torch.Tensor]  # per layer (B, heads, T, T), softmax probabilities
+    values: list[torch.Tensor]  # per layer (B, heads, T, head_dim)
+    mlm_logits: torch.Tensor | None  # (N, V) at `mlm_positions` (all B*T tokens if none are given)
+    logits: torch.Tensor | None  # (B, num_labels) of the classifier
+
+
+class EncoderWithHeads(nn.Module):
+    """A BERT-family encoder, plus an MLM head and/or a sequence classifier when asked for."""
+
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        mlm_head: bool = False,
+        num_labels: int | None = None,
+        classifier_dropout: float | None = None,
+    ) -> None:
+        super().__init__()
+        self.config = cfg
+        self.encoder = BertEncoder(cfg)
+        self.mlm_head = MLMHead(cfg, MLM_HEAD_ACT.get(cfg.family)) if mlm_head else None
+        # Before the classifier, as SequenceClassifier (task.classifier_dropout); the encoder's rate by default.
+        self.dropout = nn.Dropout(cfg.hidden_dropout if classifier_dropout is None else classifier_dropout)
+        self.classifier = nn.Linear(cfg.hidden_size, num_labels) if num_labels else None
+        if self.classifier is not None:
+            nn.init.normal_(self.classifier.weight, std=0.02)  # as SequenceClassifier initialises it
+            nn.init.zeros_(self.classifier.bias)
+
+    def _run(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        token_type_ids: torch.Tensor | None,
+        mlm_positions: torch.Tensor | None,
+        output_hidden_states: bool,
+        output_attentions: bool,
+    ) -> DistillOutput:
+        """The output with `projected` = hidden_states (the student replaces it with its projections)."""
+        out = self.encoder(
+            input_ids,
+            attention_mask,
+            token_type_ids,
+            output_hidden_states=output_hidden_states,
+            output_attentions=output_attentions,
+        )
+        hidden = out.last_hidden_state
+        mlm_logits = logits = None
+        if self.mlm_head is not None:
+            rows = hidden.reshape(-1, hidden.shape[-1]) if mlm_positions is None else gather_rows(hidden, mlm_positions)
+            mlm_logits = self.mlm_head(rows, self.encoder.word_embeddings)
+        if self.classifier is not None:
+            # As SequenceClassifier: the pooled [CLS] when the encoder has a pooler, else [CLS] itself.
+            pooled = out.pooled if out.pooled is not None else hidden[:, 0]
+            logits = self.classifier(self.dropout(pooled))
+        states = list(out.hidden_states)
+        return DistillOutput(
+            hidden, states, states, list(out.attention_scores), list(out.attentions), list(out.values),
+            mlm_logits, logits,
+        )  # fmt: skip

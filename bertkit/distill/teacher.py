@@ -1,0 +1,190 @@
+"""The teacher: found from a name or a directory, loaded once, frozen.
+
+`resolve_teacher` turns `--teacher` into a local directory: a bertkit run or model directory, a Hugging
+Face checkpoint directory, or a Hugging Face hub name (downloaded into the hub cache, or read from it
+offline). `Teacher` is a plain frozen nn.Module with the student's output structure; placing it on a
+device or sharding it is the engine's job, not its own.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bertkit.config.schema import ModelConfig
+from bertkit.distill.model import DistillOutput, EncoderWithHeads
+from bertkit.engine.checkpoint import load_state
+from bertkit.errors import BertkitError
+from bertkit.modeldir import find_model_dir, load_model_dir
+from bertkit.tokenizers.base import Tokenizer
+
+# Short names for common teachers. Anything else that looks like a hub name is passed through as it is
+# (`roberta-base`, `roberta-large`, `bert-base-cased`, `org/name`).
+ALIASES = {
+    "bert-base": "bert-base-uncased",
+    "bert-large": "bert-large-uncased",
+    "distilbert": "distilbert-base-uncased",
+    "albert-base": "albert-base-v2",
+    "electra-small": "google/electra-small-discriminator",
+    "electra-base": "google/electra-base-discriminator",
+}
+# Only what bertkit reads: configs, tokenizer files and safetensors weights. Never pickled weights
+# (*.bin, *.pt) and never code (*.py): nothing downloaded is ever executed.
+HUB_FILES = [
+    "config.json",
+    "model.safetensors",
+    "bertkit_model.json",
+    "bertkit_tokenizer.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+    "spm.model",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+]
+_TRUE = {"1", "ON", "YES", "TRUE"}
+
+
+def _looks_like_path(spec: str) -> bool:
+    return spec.startswith(("/", "./", "../", "~")) or spec in (".", "..")
+
+
+def _hub_cache() -> Path:
+    """The hub cache as the environment says now. huggingface_hub reads HF_HOME / HF_HUB_CACHE once, at
+    import; reading them here honours a change made after that (a test, or a caller setting them)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HUB_CACHE)
+
+
+def _offline() -> bool:
+    from huggingface_hub import constants
+
+    flag = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
+    return flag.upper() in _TRUE or bool(constants.HF_HUB_OFFLINE)
+
+
+def _download(repo_id: str) -> Path:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        HFValidationError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    cache, offline = _hub_cache(), _offline()
+    local = "pass a local model directory instead (a bertkit model/run directory or a Hugging Face checkpoint)"
+    try:
+        folder = snapshot_download(repo_id, cache_dir=cache, allow_patterns=HUB_FILES, local_files_only=offline)
+    except GatedRepoError:
+        raise BertkitError(f"{repo_id} is gated on the hub; log in with `hf auth login`, or {local}") from None
+    except RepositoryNotFoundError:
+        raise BertkitError(f"no model named {repo_id} on the Hugging Face hub (or it is private); {local}") from None
+    except RevisionNotFoundError:
+        raise BertkitError(f"{repo_id} has no main revision on the Hugging Face hub; {local}") from None
+    except LocalEntryNotFoundError:
+        why = "HF_HUB_OFFLINE is set" if offline else "the hub cannot be reached"
+        raise BertkitError(
+            f"cannot get teacher {repo_id}: {why} and there is no complete cached copy under {cache}; "
+            f"download it where there is network (same HF_HOME), or {local}"
+        ) from None
+    except HFValidationError:
+        raise BertkitError(f"teacher {repo_id!r} is neither an existing directory nor a valid hub model name") from None
+    except (HfHubHTTPError, OSError) as err:
+        raise BertkitError(f"cannot download teacher {repo_id}: {str(err).splitlines()[0]}; {local}") from None
+    path = Path(folder)
+    if not (path / "model.safetensors").is_file():
+        raise BertkitError(
+            f"{repo_id} has no model.safetensors on the hub (bertkit never loads pickled .bin weights); "
+            f"convert it to safetensors and {local}"
+        )
+    return path
+
+
+def resolve_teacher(spec: str) -> Path:
+    """A local model directory for `--teacher`: an existing directory as it is (a run directory gives its
+    `model/`), else a hub name or one of ALIASES, resolved through the hub cache (HF_HOME, HF_HUB_OFFLINE)."""
+    path = Path(spec).expanduser()
+    if path.exists() or _looks_like_path(spec):
+        return find_model_dir(path)  # one clear error for a missing or foreign directory
+    return _download(ALIASES.get(spec, spec))
+
+
+class Teacher(EncoderWithHeads):
+    """A frozen teacher: encoder + MLM head (if its checkpoint has one) + classifier (if it is a bertkit
+    fine-tuned classifier), in eval mode for good, every forward under no_grad.
+
+    Build it with `Teacher.load(spec)`. Its output is the student's `DistillOutput` (`projected` is
+    `hidden_states`: the teacher's width is the target).
+    """
+
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        weights: dict[str, torch.Tensor],
+        tokenizer: Tokenizer,
+        labels: list[str] | None = None,
+        source: str = "teacher",
+    ) -> None:
+        has_mlm = "mlm_head.dense.weight" in weights
+        has_classifier = labels is not None and "classifier.weight" in weights
+        super().__init__(cfg, mlm_head=has_mlm, num_labels=len(labels) if has_classifier and labels else None)
+        self.tokenizer, self.labels, self.source = tokenizer, labels if has_classifier else None, source
+        own = self.state_dict()
+        # Heads the teacher does not use (NSP, SOP, ELECTRA's generator) stay behind.
+        load_state(self, {k: v for k, v in weights.items() if k in own}, source)
+        self.requires_grad_(False)
+        self.eval()
+
+    @classmethod
+    def load(cls, spec: str | Path) -> Teacher:
+        model_dir, meta, cfg, weights, tokenizer = load_model_dir(resolve_teacher(str(spec)))
+        labels = _labels(meta) if meta.get("architecture") == "sequence-classification" else None
+        return cls(cfg, weights, tokenizer, labels, str(model_dir))
+
+    @property
+    def has_mlm_head(self) -> bool:
+        return self.mlm_head is not None
+
+    @property
+    def has_classifier(self) -> bool:
+        return self.classifier is not None
+
+    def train(self, mode: bool = True) -> Teacher:
+        # Always eval: a caller switching a whole model tree to training must not turn on its dropout.
+        return super().train(False)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        mlm_positions: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+        output_attentions: bool = False,
+        **_: torch.Tensor,
+    ) -> DistillOutput:
+        with torch.no_grad():
+            return self._run(
+                input_ids, attention_mask, token_type_ids, mlm_positions, output_hidden_states, output_attentions
+            )
+
+
+def _labels(meta: dict[str, Any]) -> list[str]:
+    labels = meta.get("labels")
+    if not isinstance(labels, list) or len(labels) < 2:
+        raise BertkitError("the teacher is a sequence classifier without its labels in bertkit_model.json")
+    return [str(label) for label in labels]

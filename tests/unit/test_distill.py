@@ -1,0 +1,379 @@
+"""Distillation building blocks: each loss against a direct reference computation on explicitly selected
+tensors, its count, its independence from how a batch is split; layer maps; the student's projections and
+its initialisation from a teacher; the value vectors the encoder exposes for MiniLM.
+
+Loss math runs on random tensors (no text involved); models are tiny random BERTs.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from bertkit.config.schema import ModelConfig, ObjectiveConfig
+from bertkit.distill import losses as L
+from bertkit.distill.layer_map import (
+    distilbert_init_layers,
+    resolve_layer_map,
+    uniform_layer_map,
+    validate_layer_map,
+)
+from bertkit.distill.student import DistillStudent, check_compatible, init_from_teacher
+from bertkit.engine.checkpoint import load_state, read_weights, save_weights
+from bertkit.errors import BertkitError
+from bertkit.models.bert import BertEncoder
+from bertkit.models.pretraining import PretrainingModel
+from bertkit.tasks.classification import SequenceClassifier
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models run fastest on one thread; several threads on a busy 2-core machine are far slower."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+TINY = dict(vocab_size=60, hidden_size=32, num_layers=4, num_heads=4, intermediate_size=64,
+            max_position_embeddings=16, hidden_dropout=0.0, attention_dropout=0.0)  # fmt: skip
+LENGTHS = [7, 4, 9, 2]  # non-padding tokens per sequence; T = 9
+HEADS = 4
+
+
+def _mask(lengths: list[int] = LENGTHS) -> torch.Tensor:
+    return torch.arange(max(lengths))[None, :] < torch.tensor(lengths)[:, None]
+
+
+def _world(seed: int = 0) -> dict[str, torch.Tensor]:
+    """Random student/teacher tensors for a batch of len(LENGTHS) sequences, with padding at the ends."""
+    g = torch.Generator().manual_seed(seed)
+    b, t, vocab, labels = len(LENGTHS), max(LENGTHS), 11, 3
+    attention_mask = _mask()
+    masked = (torch.rand(b, t, generator=g) < 0.4) & attention_mask
+    masked[:, 0] = True  # every sequence has a masked position, so each half of a split has some
+    r = lambda *shape: torch.randn(*shape, generator=g)  # noqa: E731
+    return {
+        "attention_mask": attention_mask,
+        "input_ids": torch.zeros(b, t, dtype=torch.long),
+        "masked": masked,
+        "s_vocab": r(b, t, vocab), "t_vocab": r(b, t, vocab),
+        "s_hidden": r(b, t, 16), "t_hidden": r(b, t, 16),
+        "s_layers": r(2, b, t, 16), "t_layers": r(2, b, t, 16),
+        "s_scores": r(2, b, HEADS, t, t), "t_scores": r(2, b, HEADS, t, t),
+        "s_values": r(b, HEADS, t, 8), "t_values": r(b, HEADS, t, 5),
+        "s_logits": r(b, labels), "t_logits": r(b, labels),
+    }  # fmt: skip
+
+
+def _positions(masked: torch.Tensor) -> torch.Tensor:
+    return masked.reshape(-1).nonzero().squeeze(-1)
+
+
+def _losses(w: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Every loss on a world, keyed as in TARGET_COUNTS."""
+    mask, positions = w["attention_mask"], _positions(w["masked"])
+    at = lambda x: x.reshape(-1, x.shape[-1])[positions]  # noqa: E731
+    return {
+        "distilbert_soft_ce": L.distilbert_soft_ce(at(w["s_vocab"]), at(w["t_vocab"]), 2.0),
+        "cosine_loss": L.cosine_loss(w["s_hidden"], w["t_hidden"], mask),
+        "hidden_mse_loss": L.hidden_mse_loss(list(w["s_layers"]), list(w["t_layers"]), mask),
+        "attention_score_mse_loss": L.attention_score_mse_loss(list(w["s_scores"]), list(w["t_scores"]), mask),
+        "prediction_soft_ce": L.prediction_soft_ce(w["s_logits"], w["t_logits"], 1.0),
+        "attention_kl_loss": L.attention_kl_loss(w["s_scores"][-1], w["t_scores"][-1], mask),
+        "value_relation_kl_loss": L.value_relation_kl_loss(w["s_values"], w["t_values"], mask),
+    }
+
+
+def _batch(w: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {
+        "attention_mask": w["attention_mask"],
+        "input_ids": w["input_ids"],
+        "mlm_positions": _positions(w["masked"]),
+    }
+
+
+def _rows(w: dict[str, torch.Tensor], rows: slice) -> dict[str, torch.Tensor]:
+    """The same world restricted to some sequences (the layer-stacked tensors keep their layer axis)."""
+    stacked = {"s_layers", "t_layers", "s_scores", "t_scores"}
+    return {k: v[:, rows] if k in stacked else v[rows] for k, v in w.items()}
+
+
+# ------------------------------------------------------------------------------------------ reference maths
+
+
+def test_distilbert_soft_ce_is_t2_times_batchmean_kl() -> None:
+    w = _world()
+    positions = _positions(w["masked"])
+    s, t = (w[k].reshape(-1, 11)[positions] for k in ("s_vocab", "t_vocab"))
+    expected = F.kl_div(F.log_softmax(s / 2, -1), F.softmax(t / 2, -1), reduction="batchmean") * 4
+    got = L.distilbert_soft_ce(s, t, 2.0) / L.masked_position_count(positions)
+    assert torch.allclose(got, expected, atol=1e-6)
+    assert L.distilbert_soft_ce(t, t, 2.0).abs() < 1e-5
+
+
+def test_cosine_loss_is_cosine_embedding_loss_on_real_tokens() -> None:
+    w = _world()
+    valid = w["attention_mask"]
+    s, t = w["s_hidden"][valid], w["t_hidden"][valid]
+    expected = F.cosine_embedding_loss(s, t, torch.ones(len(s)))
+    got = L.cosine_loss(w["s_hidden"], w["t_hidden"], valid) / L.token_count(valid)
+    assert torch.allclose(got, expected, atol=1e-6)
+
+
+def test_hidden_mse_is_the_sum_over_layers_of_mse_on_real_tokens() -> None:
+    w = _world()
+    valid = w["attention_mask"]
+    expected = sum(F.mse_loss(w["s_layers"][i][valid], w["t_layers"][i][valid]) for i in range(2))
+    got = L.hidden_mse_loss(list(w["s_layers"]), list(w["t_layers"]), valid) / L.token_count(valid)
+    assert torch.allclose(got, expected, atol=1e-6)
+
+
+def test_attention_score_mse_averages_heads_and_valid_pairs_then_sums_layers() -> None:
+    w = _world()
+    expected = torch.zeros(())
+    for layer in range(2):
+        # Only the n×n block of real tokens of each sequence, all heads: one MSE over them.
+        s = torch.cat([w["s_scores"][layer, b, :, :n, :n].reshape(-1) for b, n in enumerate(LENGTHS)])
+        t = torch.cat([w["t_scores"][layer, b, :, :n, :n].reshape(-1) for b, n in enumerate(LENGTHS)])
+        expected = expected + F.mse_loss(s, t)
+    mask = w["attention_mask"]
+    got = L.attention_score_mse_loss(list(w["s_scores"]), list(w["t_scores"]), mask) / L.token_pair_count(mask)
+    assert torch.allclose(got, expected, atol=1e-6)
+
+
+def test_prediction_soft_ce_is_cross_entropy_with_soft_targets() -> None:
+    w = _world()
+    for temperature in (1.0, 3.0):
+        target = F.softmax(w["t_logits"] / temperature, -1)
+        expected = F.cross_entropy(w["s_logits"] / temperature, target)
+        got = L.prediction_soft_ce(w["s_logits"], w["t_logits"], temperature) / L.sequence_count(w["input_ids"])
+        assert torch.allclose(got, expected, atol=1e-6)
+
+
+def _reference_relation_kl(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+    """Mean over heads and real query tokens of KL(teacher ‖ student), each row over the real keys only."""
+    total = torch.zeros(())
+    for b, n in enumerate(LENGTHS):
+        log_s = F.log_softmax(student[b, :, :n, :n], dim=-1)
+        log_t = F.log_softmax(teacher[b, :, :n, :n], dim=-1)
+        total = total + F.kl_div(log_s, log_t, reduction="sum", log_target=True)
+    return total / (HEADS * sum(LENGTHS))
+
+
+def test_minilm_attention_kl_over_real_keys_and_queries() -> None:
+    w = _world()
+    s, t, mask = w["s_scores"][-1], w["t_scores"][-1], w["attention_mask"]
+    got = L.attention_kl_loss(s, t, mask) / L.token_count(mask)
+    assert torch.allclose(got, _reference_relation_kl(s, t), atol=1e-6)
+    # Padding rows and columns never count, whatever they hold.
+    pad = ~(mask[:, None, :, None] & mask[:, None, None, :])
+    noisy = s.masked_fill(pad, 1e4), t.masked_fill(pad, -1e4)
+    assert torch.allclose(L.attention_kl_loss(*noisy, mask) / L.token_count(mask), got, atol=1e-6)
+    assert L.attention_kl_loss(t, t, mask).abs() < 1e-5
+
+
+def test_minilm_value_relation_with_different_head_dims() -> None:
+    w = _world()
+    mask = w["attention_mask"]
+    relation = lambda v: v @ v.transpose(-1, -2) / math.sqrt(v.shape[-1])  # noqa: E731
+    expected = _reference_relation_kl(relation(w["s_values"]), relation(w["t_values"]))
+    got = L.value_relation_kl_loss(w["s_values"], w["t_values"], mask) / L.token_count(mask)
+    assert torch.allclose(got, expected, atol=1e-6)
+    with pytest.raises(ValueError, match="same number of heads"):
+        L.value_relation_kl_loss(w["s_values"][:, :2], w["t_values"], mask)
+
+
+def test_counts_read_the_batch_alone() -> None:
+    batch = _batch(_world())
+    assert L.token_count(batch["attention_mask"]) == sum(LENGTHS)
+    assert L.token_pair_count(batch["attention_mask"]) == sum(n * n for n in LENGTHS)
+    assert L.sequence_count(batch["input_ids"]) == len(LENGTHS)
+    assert L.masked_position_count(batch["mlm_positions"]) == len(batch["mlm_positions"])
+    assert set(L.TARGET_COUNTS) == set(_losses(_world()))
+
+
+@pytest.mark.parametrize("name", sorted(L.TARGET_COUNTS))
+def test_sum_over_count_is_the_same_for_a_batch_split_in_two(name: str) -> None:
+    w = _world(seed=1)
+    count = L.TARGET_COUNTS[name]
+    whole = _losses(w)[name] / count(_batch(w))
+    halves = [_rows(w, slice(0, 1)), _rows(w, slice(1, None))]  # unequal halves: 7 tokens vs 15
+    split = sum(_losses(h)[name] for h in halves) / sum(count(_batch(h)) for h in halves)
+    assert torch.allclose(whole, split, atol=1e-6)
+    # Not a mean of the two halves' means, which would weigh the small half too much.
+    assert whole > 0
+
+
+def test_what_padding_holds_never_counts() -> None:
+    w = _world(seed=2)
+    pad = ~w["attention_mask"]  # (B, T)
+    noisy = dict(w)
+    for key in ("s_hidden", "t_hidden", "s_values", "t_values"):
+        token_axis = 2 if key.endswith("values") else 1
+        where = pad[:, None, :, None] if token_axis == 2 else pad[:, :, None]
+        noisy[key] = w[key].masked_fill(where, 1e3 if key.startswith("s") else -1e3)
+    noisy["s_layers"] = w["s_layers"].masked_fill(pad[None, :, :, None], 1e3)
+    pairs = pad[:, None, :, None] | pad[:, None, None, :]  # a padding query or a padding key
+    noisy["s_scores"] = w["s_scores"].masked_fill(pairs[None], 1e3)
+    clean, dirty = _losses(w), _losses(noisy)
+    for name in clean:
+        assert torch.allclose(clean[name], dirty[name], atol=1e-5), name
+
+
+# --------------------------------------------------------------------------------------------- layer maps
+
+
+def test_uniform_map_and_distilbert_selection() -> None:
+    assert uniform_layer_map(4, 12) == [3, 6, 9, 12]  # TinyBERT-4 from BERT-base
+    assert uniform_layer_map(6, 12) == [2, 4, 6, 8, 10, 12]
+    assert uniform_layer_map(5, 12) == [2, 4, 7, 9, 12]  # rounded down, still ends at L_T
+    assert resolve_layer_map(None, 4, 12) == [3, 6, 9, 12]
+    assert resolve_layer_map([1, 5, 9, 12], 4, 12) == [1, 5, 9, 12]
+    assert distilbert_init_layers(6, 12) == [0, 2, 4, 7, 9, 11]  # the DistilBERT reference's choice
+    assert distilbert_init_layers(12, 24) == [0, 2, 4, 6, 8, 10, 13, 15, 17, 19, 21, 23]
+    assert distilbert_init_layers(3, 3) == [0, 1, 2]
+
+
+@pytest.mark.parametrize(
+    ("layer_map", "message"),
+    [
+        ([3, 6, 9], "has 3 entries but the student has 4 layers"),
+        ([0, 6, 9, 12], "entry 1 is 0"),
+        ([3, 6, 9, 13], "entry 4 is 13"),
+        ([3, 9, 6, 12], "must increase"),
+        ([3, 6, 6, 12], "must increase"),
+        ([3, 6, 9, "12"], "entry 4 is '12'"),
+    ],
+)
+def test_bad_layer_maps_give_one_line_naming_the_fix(layer_map: list, message: str) -> None:
+    with pytest.raises(BertkitError, match=message) as err:
+        validate_layer_map(layer_map, 4, 12)
+    assert "\n" not in str(err.value) and "distill.layer_map=[3,6,9,12]" in str(err.value)
+
+
+def test_student_deeper_than_teacher_is_refused() -> None:
+    with pytest.raises(BertkitError, match="at most 4 layers"):
+        uniform_layer_map(6, 4)
+    with pytest.raises(BertkitError, match="at most 4 layers"):
+        distilbert_init_layers(6, 4)
+
+
+# ------------------------------------------------------------------------------------------------ student
+
+
+def _ids() -> tuple[torch.Tensor, torch.Tensor]:
+    ids = torch.randint(5, 60, (2, 9), generator=torch.Generator().manual_seed(0))
+    return ids, _mask([9, 6])
+
+
+def _teacher() -> tuple[ModelConfig, PretrainingModel]:
+    cfg = ModelConfig(**TINY)
+    torch.manual_seed(0)
+    return cfg, PretrainingModel(cfg, ObjectiveConfig()).eval()
+
+
+def test_init_from_teacher_copies_the_chosen_layers_embeddings_and_mlm_head() -> None:
+    cfg, teacher = _teacher()
+    weights = teacher.state_dict()
+    student = DistillStudent(cfg.model_copy(update={"num_layers": 2}), mlm_head=True)
+    left = init_from_teacher(student, weights, cfg, distilbert_init_layers(2, 4))
+    state = student.state_dict()
+    for key, value in state.items():
+        if key.startswith("encoder.layers.1."):
+            assert torch.equal(value, weights[key.replace("layers.1.", "layers.3.")])
+        elif key.startswith(("encoder.", "mlm_head.")):
+            assert torch.equal(value, weights[key]), key
+    assert left == []
+
+
+def test_a_student_with_all_teacher_layers_computes_the_teacher() -> None:
+    cfg, teacher = _teacher()
+    student = DistillStudent(cfg, mlm_head=True).eval()
+    init_from_teacher(student, teacher.state_dict(), cfg, [0, 1, 2, 3])
+    ids, mask = _ids()
+    positions = torch.tensor([1, 4, 12])
+    expected = teacher(ids, mask, positions)["mlm_logits"]
+    assert torch.allclose(student(ids, mask, mlm_positions=positions).mlm_logits, expected, atol=1e-5)
+
+
+def test_distilbert_shaped_student_drops_segments_and_pooler() -> None:
+    cfg, teacher = _teacher()
+    shape = {"family": "distilbert", "num_layers": 2, "type_vocab_size": 0, "pooler": False}
+    student = DistillStudent(cfg.model_copy(update=shape), mlm_head=True)
+    init_from_teacher(student, teacher.state_dict(), cfg, distilbert_init_layers(2, 4))
+    assert torch.equal(student.encoder.word_embeddings, teacher.encoder.word_embeddings)
+    assert not any("token_type" in key or "pooler" in key for key in student.state_dict())
+
+
+def test_init_from_teacher_needs_the_teachers_width() -> None:
+    cfg, teacher = _teacher()
+    student = DistillStudent(cfg.model_copy(update={"num_layers": 2, "hidden_size": 16, "intermediate_size": 32}))
+    with pytest.raises(BertkitError, match="--init random") as err:
+        init_from_teacher(student, teacher.state_dict(), cfg, [0, 3])
+    assert "\n" not in str(err.value) and "hidden_size=32" in str(err.value)
+    narrow_ffn = DistillStudent(cfg.model_copy(update={"num_layers": 2, "intermediate_size": 48}))
+    with pytest.raises(BertkitError, match="ffn.up.weight"):
+        init_from_teacher(narrow_ffn, teacher.state_dict(), cfg, [0, 3])
+
+
+def test_projections_exist_only_for_different_widths_and_are_never_saved(tmp_path: Path) -> None:
+    narrow = ModelConfig(**{**TINY, "hidden_size": 16, "intermediate_size": 32, "num_layers": 2})
+    student = DistillStudent(narrow, teacher_hidden_size=32, mlm_head=True)
+    ids, mask = _ids()
+    out = student(ids, mask, output_hidden_states=True, output_attentions=True)
+    assert [h.shape[-1] for h in out.hidden_states] == [16, 16, 16]
+    assert [h.shape[-1] for h in out.projected] == [32, 32, 32]
+    assert torch.allclose(out.projected[0], student.embedding_proj(out.hidden_states[0]))
+    assert torch.allclose(out.projected[2], student.hidden_proj(out.hidden_states[2]))
+    assert any(k.startswith("hidden_proj.") for k in student.state_dict())
+    kept = student.kept_state_dict()
+    assert not any(k.startswith(("embedding_proj.", "hidden_proj.")) for k in kept)
+    # What is saved loads, strictly, into the plain pretraining model of the student's shape.
+    save_weights(student.kept_module(), tmp_path / "student.safetensors")
+    plain = PretrainingModel(narrow, ObjectiveConfig())
+    load_state(plain, read_weights(tmp_path / "student.safetensors"), "student")
+    same = DistillStudent(ModelConfig(**TINY), teacher_hidden_size=32)
+    assert same.embedding_proj is None and same.hidden_proj is None
+    out = same(ids, mask, output_hidden_states=True)
+    assert all(p is h for p, h in zip(out.projected, out.hidden_states, strict=True))
+
+
+def test_task_stage_student_saves_as_a_sequence_classifier() -> None:
+    cfg = ModelConfig(**TINY)
+    student = DistillStudent(cfg, teacher_hidden_size=48, num_labels=3)
+    ids, mask = _ids()
+    assert student(ids, mask).logits.shape == (2, 3)
+    assert student.encoder.pooler is not None and student.encoder.pooler.dense.weight.requires_grad
+    classifier = SequenceClassifier(BertEncoder(cfg), 3, 0.1)
+    assert set(student.kept_state_dict()) == set(classifier.state_dict())
+    # Without a classifier nothing reads the pooled output: it is kept but frozen.
+    assert not DistillStudent(cfg, mlm_head=True).encoder.pooler.dense.weight.requires_grad
+
+
+def test_check_compatible_names_the_setting_to_change() -> None:
+    cfg = ModelConfig(**TINY)
+    check_compatible(cfg.model_copy(update={"hidden_size": 16, "intermediate_size": 32}), cfg, same_heads=True)
+    with pytest.raises(BertkitError, match="model.vocab_size=60"):
+        check_compatible(cfg.model_copy(update={"vocab_size": 70}), cfg)
+    with pytest.raises(BertkitError, match="model.hidden_size=32"):
+        check_compatible(cfg.model_copy(update={"hidden_size": 16}), cfg, same_width=True)
+    with pytest.raises(BertkitError, match="model.num_heads=4"):
+        check_compatible(cfg.model_copy(update={"num_heads": 2}), cfg, same_heads=True)
+
+
+def test_encoder_exposes_value_vectors_with_the_attentions() -> None:
+    torch.manual_seed(0)
+    enc = BertEncoder(ModelConfig(**TINY)).eval()
+    ids, mask = _ids()
+    out = enc(ids, mask, output_hidden_states=True, output_attentions=True)
+    assert len(out.values) == 4 and out.values[0].shape == (2, 4, 9, 8)
+    # Layer 2's values are the V part of its fused projection of its input (the layer-1 output).
+    attention = enc.layers[2].attention
+    v = attention.qkv(out.hidden_states[2]).view(2, 9, 3, 4, 8)[:, :, 2].transpose(1, 2)
+    assert torch.allclose(out.values[2], v, atol=1e-6)
+    assert enc(ids, mask).values == []  # the SDPA path keeps nothing

