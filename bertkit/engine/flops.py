@@ -8,16 +8,15 @@ every model we compare, so MFU figures are comparable with each other.
 
 Peaks assumed (dense, no sparsity), overridable with `engine.peak_tflops`:
 - NVIDIA GPUs: the datasheet's bf16/fp16 tensor-core peak for bf16/fp16, TF32 for fp32 (table below).
-- CPU: threads x 2.5 GHz x 32 FLOP/cycle (two AVX2/AVX-512-256 FMA units x 8 fp32 lanes x 2), i.e.
-  80 GFLOP/s per core, for every precision. A rough figure: use engine.peak_tflops for your CPU.
+- CPU: threads x clock x FLOP/cycle of the detected ISA (bertkit/engine/cpu.py): 64 fp32 FLOP/cycle with
+  AVX-512, 32 with AVX2; for bf16, 2,048 with AMX and 128 with AVX512-BF16, else the fp32 figure (emulated
+  bf16 has no faster units). An upper bound (one FMA unit halves it): set engine.peak_tflops for your CPU.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import nn
-
-CPU_FLOPS_PER_CORE = 2.5e9 * 32
 
 # name fragment -> (bf16/fp16 dense TFLOP/s, fp32 (TF32) TFLOP/s)
 GPU_PEAK_TFLOPS: dict[str, tuple[float, float]] = {
@@ -65,4 +64,6 @@ def peak_flops(device: torch.device, precision: str, override_tflops: float | No
             if fragment in name:
                 return (half if precision in ("bf16", "fp16") else single) * 1e12
         return 100e12  # unknown GPU: an order of magnitude; set engine.peak_tflops
-    return torch.get_num_threads() * CPU_FLOPS_PER_CORE
+    from bertkit.engine.cpu import cpu_peak_flops
+
+    return cpu_peak_flops(precision)

@@ -30,7 +30,7 @@ from bertkit.engine.device import autocast, resolve_device
 from bertkit.engine.flops import non_embedding_parameters, peak_flops, training_flops
 from bertkit.engine.optim import build_scheduler
 from bertkit.errors import BertkitError
-from bertkit.progress import Tracker
+from bertkit.progress import Tracker, stderr_console
 
 
 class BatchSource(Protocol):
@@ -153,6 +153,11 @@ def train(
             raise BertkitError(f"this data source cannot be sharded over {world} processes")
         sampler.shard(rank, world)
     quiet = quiet or not main
+    if main and device.type == "cpu" and engine_cfg.precision == "bf16":
+        from bertkit.engine.cpu import bf16_warning
+
+        if warning := bf16_warning():
+            stderr_console.print(warning, markup=False, highlight=False, soft_wrap=True)
     budget = parse_budget(train_cfg.budget) if train_cfg.budget else None
 
     checkpoint_dir = run_dir / "checkpoints"
