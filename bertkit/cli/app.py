@@ -8,7 +8,7 @@ import sys
 import typer
 
 from bertkit import __version__
-from bertkit.cli import corpus, export, finetune, plot, pretrain, quickstart, recipes, tokenize
+from bertkit.cli import corpus, distill, export, finetune, plot, pretrain, quickstart, recipes, tokenize
 
 app = typer.Typer(
     name="bertkit",
@@ -22,6 +22,7 @@ app.add_typer(tokenize.app, name="tokenize")
 app.command("build-corpus")(corpus.build_corpus_command)
 app.add_typer(corpus.app, name="corpus")
 app.command("pretrain")(pretrain.pretrain_command)
+app.command("distill")(distill.distill_command)
 app.command("finetune")(finetune.finetune_command)
 app.add_typer(recipes.app, name="recipes")
 app.command("quickstart")(quickstart.quickstart_command)

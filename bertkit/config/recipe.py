@@ -11,6 +11,7 @@ from pydantic import BaseModel, ValidationError, model_validator
 
 from bertkit.config.schema import (
     DataConfig,
+    DistillConfig,
     EngineConfig,
     ModelConfig,
     ObjectiveConfig,
@@ -62,8 +63,34 @@ class FinetuneRecipe(StrictModel):
         return self
 
 
-Recipe = PretrainRecipe | FinetuneRecipe
-_KINDS: dict[str, type[StrictModel]] = {"pretrain": PretrainRecipe, "finetune": FinetuneRecipe}
+class DistillRecipe(StrictModel):
+    """A student (model), its data and training, and how it learns from the teacher (distill). Built from a
+    student's pretrain recipe (`--student tinybert-4`) with a `distill` section, or read as is."""
+
+    kind: Literal["distill"] = "distill"
+    name: str = "custom"
+    description: str = ""
+    model: ModelConfig = ModelConfig()
+    data: DataConfig = DataConfig()
+    distill: DistillConfig = DistillConfig()
+    task: TaskConfig = TaskConfig()  # the labelled data of the task stage
+    optim: OptimConfig = OptimConfig(lr=5e-4)
+    schedule: ScheduleConfig = ScheduleConfig()
+    train: TrainConfig = TrainConfig()
+    engine: EngineConfig = EngineConfig()
+
+    @model_validator(mode="after")
+    def _engine_fits_optimizer(self) -> DistillRecipe:
+        check_engine_optimizer(self.engine, self.optim)
+        return self
+
+
+Recipe = PretrainRecipe | FinetuneRecipe | DistillRecipe
+_KINDS: dict[str, type[StrictModel]] = {
+    "pretrain": PretrainRecipe,
+    "finetune": FinetuneRecipe,
+    "distill": DistillRecipe,
+}
 
 
 def recipe_names() -> list[str]:
@@ -151,8 +178,7 @@ def validate_recipe(raw: dict[str, Any], source: str, kind: str | None = None) -
         raise BertkitError(format_validation_error(err, model, source)) from None
 
 
-def load_recipe(name_or_path: str, overrides: list[str] | None = None, kind: str | None = None) -> Recipe:
-    """Find, parse, override and validate a recipe; every failure is a one-line BertkitError."""
+def _read_yaml(name_or_path: str) -> tuple[Path, dict[str, Any]]:
     path = resolve_recipe_path(name_or_path)
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
@@ -160,11 +186,55 @@ def load_recipe(name_or_path: str, overrides: list[str] | None = None, kind: str
         raise BertkitError(f"recipe {path} is not valid YAML: {str(err).splitlines()[0]}") from None
     if not isinstance(raw, dict):
         raise BertkitError(f"recipe {path} must be a YAML mapping of sections (model:, data:, ...)")
+    return path, raw
+
+
+def load_recipe(name_or_path: str, overrides: list[str] | None = None, kind: str | None = None) -> Recipe:
+    """Find, parse, override and validate a recipe; every failure is a one-line BertkitError."""
+    path, raw = _read_yaml(name_or_path)
     raw.setdefault("name", path.stem)
     recipe = validate_recipe(apply_overrides(raw, overrides or []), f"recipe '{path.stem}'", kind)
     if kind and recipe.kind != kind:
         raise BertkitError(f"recipe '{path.stem}' is a {recipe.kind} recipe; this command needs a {kind} recipe")
     return recipe
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = value
+    return base
+
+
+def load_distill_recipe(
+    student: str | None, recipe: str | None, overrides: list[str] | None = None
+) -> DistillRecipe:
+    """A distill recipe from a student's pretrain recipe (its model, data, optim, schedule, train and
+    engine; its objective gives way to `distill`), with a distill recipe's sections merged over it and
+    then the --set overrides. Either may be absent (a student directory brings its own model)."""
+    raw: dict[str, Any] = {}
+    names = []
+    if student is not None:
+        path, student_raw = _read_yaml(student)
+        kind = student_raw.get("kind", "pretrain")
+        if kind != "pretrain":
+            raise BertkitError(
+                f"--student {student} is a {kind} recipe; a student is a pretrain recipe such as tinybert-4"
+            )
+        student_raw.pop("objective", None)
+        raw = _merge(raw, student_raw)
+        names.append(path.stem)
+    if recipe is not None:
+        path, recipe_raw = _read_yaml(recipe)
+        if recipe_raw.get("kind", "distill") != "distill":
+            raise BertkitError(f"--recipe {recipe} is a {recipe_raw['kind']} recipe; distill takes a distill recipe")
+        raw = _merge(raw, recipe_raw)
+        names.append(path.stem)
+    raw.update(kind="distill", name="+".join(names) or "custom")
+    source = f"recipe '{raw['name']}'"
+    return validate_recipe(apply_overrides(raw, overrides or []), source, "distill")  # type: ignore[return-value]
 
 
 def recipe_to_dict(recipe: BaseModel) -> dict[str, Any]:

@@ -342,6 +342,50 @@ def check_engine_optimizer(engine: EngineConfig, optim: OptimConfig) -> None:
         )
 
 
+DistillMethod = Literal["distilbert", "tinybert", "minilm"]
+
+
+class DistillConfig(StrictModel):
+    """Knowledge distillation: which method, how the student starts, and each loss's weight (0 turns it off).
+
+    Defaults are the papers': DistilBERT 5.0 soft cross-entropy (T = 2) + 2.0 MLM + 1.0 cosine; TinyBERT
+    1.0 each for embeddings, hidden states and attention scores (and the prediction layer in the task
+    stage, t = 1); MiniLM 1.0 each for last-layer attention and value relations.
+    """
+
+    # None: follows the student (tinybert* recipes -> tinybert, distilbert* -> distilbert, else distilbert).
+    method: DistillMethod | None = None
+    # "teacher-layers" copies the embeddings and every other layer (DistilBERT's initialisation, its default);
+    # "random" starts fresh (TinyBERT's general stage, MiniLM). None: the method's default.
+    init: Literal["teacher-layers", "random"] | None = None
+    # Softmax temperature of the logit losses; None: the method's (DistilBERT 2, TinyBERT 1).
+    temperature: float | None = Field(None, gt=0, description="must be > 0")
+    alpha_ce: float = Field(5.0, ge=0)
+    alpha_mlm: float = Field(2.0, ge=0)
+    alpha_cos: float = Field(1.0, ge=0)
+    alpha_embedding: float = Field(1.0, ge=0)
+    alpha_hidden: float = Field(1.0, ge=0)
+    alpha_attention: float = Field(1.0, ge=0)
+    alpha_prediction: float = Field(1.0, ge=0)
+    alpha_attention_kl: float = Field(1.0, ge=0)
+    alpha_value_relation: float = Field(1.0, ge=0)
+    # TinyBERT: teacher layer (1-based) per student layer; None: the uniform map g(m) = m * L_T / L_S.
+    layer_map: list[int] | None = None
+    # Task stage: the share of the steps spent on the intermediate layers before the prediction layer.
+    intermediate_fraction: float = Field(0.5, ge=0.0, le=1.0)
+
+    def resolved_method(self, student_recipe: str) -> DistillMethod:
+        if self.method is not None:
+            return self.method
+        return "tinybert" if student_recipe.startswith("tinybert") else "distilbert"
+
+    def resolved_init(self, method: DistillMethod) -> str:
+        return self.init or ("teacher-layers" if method == "distilbert" else "random")
+
+    def resolved_temperature(self, method: DistillMethod) -> float:
+        return self.temperature if self.temperature is not None else (2.0 if method == "distilbert" else 1.0)
+
+
 class TaskConfig(StrictModel):
     """A fine-tuning task read from CSV or JSON lines."""
 

@@ -182,6 +182,8 @@ def train(
     torch.manual_seed(train_cfg.seed + rank)
     flops_params = non_embedding_parameters(model)
     backend.setup(model, optim_cfg, train_cfg)
+    if hasattr(objective, "attach"):
+        objective.attach(backend)  # frozen modules the objective reads (a distillation teacher), placed by the engine
     optimizer = backend.optimizer
     scheduler = build_scheduler(optimizer, train_cfg.steps, schedule_cfg)
     scaler = torch.amp.GradScaler("cuda") if engine_cfg.precision == "fp16" and backend.uses_amp_scaler else None
@@ -287,6 +289,8 @@ def train(
                 # One global batch, one update: count every loss's targets over all micro-steps and ranks
                 # before the first forward (one all-reduce), so each micro-step's loss is its share of the
                 # global mean and any split of the batch gives the same step.
+                if hasattr(objective, "begin_step"):
+                    objective.begin_step(step)  # objectives whose terms change over the run (task distillation)
                 micro_batches = [_to_device(source.next_batch(), device) for _ in range(accum)]
                 totals = _global_counts(objective, micro_batches)
                 step_tokens, step_sequences = int(totals.pop(_TOKENS)), int(totals.pop(_SEQUENCES))

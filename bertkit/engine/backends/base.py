@@ -60,6 +60,12 @@ class Backend:
         self.optimizer = build_optimizer(self.module, optim_cfg)
         self.forward_module: nn.Module = torch.compile(self.module) if self.cfg.compile else self.module
 
+    def prepare_frozen(self, module: nn.Module) -> nn.Module:
+        """Place a frozen module that the objective reads but never trains (a distillation teacher): on this
+        device here and under DDP (every rank holds a copy); engines that shard parameters shard it too."""
+        module.requires_grad_(False)
+        return module.to(self.device).eval()
+
     @property
     def eval_module(self) -> nn.Module:
         """What evaluation calls: the plain model (or the sharded one, where forward is collective)."""

@@ -119,12 +119,27 @@ class DeepSpeedBackend(DistributedBackend):
         self._named = dict(self.module.named_parameters())
         self._state_linked = False
 
+    def prepare_frozen(self, module: nn.Module) -> nn.Module:
+        """ZeRO-3 partitions the teacher as it partitions the student (an engine without an optimizer, as
+        ZeRO-Inference runs); stages 1 and 2 keep whole parameters on every rank, so the teacher does too."""
+        if self.cfg.deepspeed.zero_stage < 3:
+            return super().prepare_frozen(module)
+        module.requires_grad_(False)
+        config = {
+            "train_micro_batch_size_per_gpu": 1,  # required by the config schema; this engine never steps
+            "zero_optimization": {"stage": 3},  # fp32 weights: bf16 comes from autocast, as for the student
+            "steps_per_print": 2**31 - 1,
+        }
+        engine, *_ = self.deepspeed.initialize(model=module.to(self.device), config=config)
+        engine.eval()
+        return engine
+
     def backward(self, loss: torch.Tensor) -> None:
         if not bool(torch.isfinite(loss.detach())):
             # A NaN/inf loss can still leave finite gradients (a mean over nothing); make them NaN, so that
             # DeepSpeed's own overflow check skips the update in `step`/`discard_gradients`.
             loss = loss * float("nan")
-        # The loop has already divided the loss by the accumulation steps.
+        # The loop's loss is already this micro-step's share of the global mean: no division by the steps.
         self.engine.backward(loss, scale_wrt_gas=False)
 
     def step(self, max_norm: float, scaler: Any = None) -> torch.Tensor:

@@ -28,17 +28,26 @@ from bertkit.engine.optim import build_optimizer
 class FSDPBackend(DistributedBackend):
     name = "fsdp"
 
-    def setup(self, model: nn.Module, optim_cfg: OptimConfig, train_cfg: TrainConfig) -> None:
-        module = self.replicated_copy(model)  # fully_shard rewrites the module in place
+    def _shard(self, module: nn.Module) -> None:
         mesh = init_device_mesh(self.device.type, (self.world_size,))
         for sub in list(module.modules()):
             if isinstance(sub, nn.ModuleList):
                 for layer in sub:  # one all-gather unit per transformer layer
                     fully_shard(layer, mesh=mesh)
         fully_shard(module, mesh=mesh)
+
+    def setup(self, model: nn.Module, optim_cfg: OptimConfig, train_cfg: TrainConfig) -> None:
+        module = self.replicated_copy(model)  # fully_shard rewrites the module in place
+        self._shard(module)
         self.module = module
         self.optimizer = build_optimizer(module, optim_cfg)
         self.forward_module = torch.compile(module) if self.cfg.compile else module
+
+    def prepare_frozen(self, module: nn.Module) -> nn.Module:
+        # Sharded like the student: each rank keeps 1/N of the teacher, gathered layer by layer in its forward.
+        module = super().prepare_frozen(module)
+        self._shard(module)
+        return module
 
     def no_sync(self) -> contextlib.AbstractContextManager:
         return self._no_sync()

@@ -1,0 +1,232 @@
+"""`bertkit distill`: a teacher and a student recipe in, a smaller encoder that imitates the teacher out.
+
+The general stage distils on a pretraining corpus built with the teacher's tokenizer; the task stage (see
+`distill_task`) distils a fine-tuned teacher's classifier into a generally distilled student on labelled
+data. Both are the one training loop with `DistillationObjective` (bertkit/distill/objective.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from bertkit.config.recipe import DistillRecipe
+from bertkit.config.schema import DistillMethod, ModelConfig
+from bertkit.corpus.build import TOKENIZER_SUBDIR
+from bertkit.corpus.loader import MLMBatches, split_indices
+from bertkit.corpus.shards import Corpus
+from bertkit.distill.layer_map import distilbert_init_layers, resolve_layer_map
+from bertkit.distill.objective import GENERAL_TERMS, DistillationObjective, term_weights
+from bertkit.distill.student import DistillStudent, check_compatible, init_from_teacher
+from bertkit.distill.teacher import Teacher
+from bertkit.engine.dist import is_main
+from bertkit.engine.loop import TrainResult, train
+from bertkit.errors import BertkitError
+from bertkit.modeldir import save_model_dir
+from bertkit.pipelines.pretrain import CheckedBatches, _masking_spec
+from bertkit.pipelines.rundir import prepare_run_dir, write_summary
+from bertkit.tokenizers.base import load_tokenizer
+
+# `--student tinybert` is TinyBERT-4, the shape the paper's headline numbers are for.
+STUDENT_ALIASES = {"tinybert": "tinybert-4"}
+
+
+def student_config(recipe_model: ModelConfig, teacher: ModelConfig, vocab_set: bool) -> ModelConfig:
+    """The recipe's student shape with the teacher's vocabulary: the student reads the teacher's tokenizer.
+    A vocabulary the user set (--set model.vocab_size) that differs is an error, never silently replaced."""
+    if vocab_set and recipe_model.vocab_size != teacher.vocab_size:
+        raise BertkitError(
+            f"the student's vocabulary is {recipe_model.vocab_size} tokens but the teacher's {teacher.vocab_size}; "
+            f"the student reads the teacher's tokenizer: drop --set model.vocab_size or set it to {teacher.vocab_size}"
+        )
+    update: dict[str, Any] = {
+        "vocab_size": teacher.vocab_size,
+        "pad_token_id": teacher.pad_token_id,
+        "position_offset": teacher.position_offset,
+    }
+    if teacher.family == "roberta" and recipe_model.family in ("bert", "distilbert"):
+        update["family"] = "roberta"  # DistilRoBERTa: RoBERTa's positions and LM head, the student's depth
+        update["type_vocab_size"] = teacher.type_vocab_size
+    return recipe_model.model_copy(update=update)
+
+
+def check_method(method: DistillMethod, recipe: DistillRecipe, student: ModelConfig, teacher: Teacher) -> None:
+    """What each method needs of the teacher and the student; one line that names the fix."""
+    cfg = recipe.distill
+    tcfg = teacher.config
+    if method == "distilbert":
+        if cfg.alpha_ce > 0 and not teacher.has_mlm_head:
+            raise BertkitError(
+                f"the teacher {teacher.source} has no MLM head, so there are no logits to distil: "
+                "set --set distill.alpha_ce=0, or use --method tinybert or --method minilm"
+            )
+        check_compatible(student, tcfg, same_width=cfg.alpha_cos > 0)
+    elif method == "tinybert":
+        if student.hidden_size > tcfg.hidden_size:
+            raise BertkitError(
+                f"the student's hidden_size {student.hidden_size} is wider than the teacher's {tcfg.hidden_size}: "
+                f"W_h projects a student onto a wider teacher; set model.hidden_size <= {tcfg.hidden_size}"
+            )
+        check_compatible(student, tcfg, same_heads=cfg.alpha_attention > 0)
+    else:
+        check_compatible(student, tcfg, same_heads=True)
+    if student.num_layers > tcfg.num_layers:
+        raise BertkitError(
+            f"the student has {student.num_layers} layers but the teacher only {tcfg.num_layers}; "
+            f"set model.num_layers <= {tcfg.num_layers}"
+        )
+
+
+def freeze_unreached(student: DistillStudent, method: DistillMethod) -> None:
+    """MiniLM reads the last layer's queries, keys and values, never what comes after them: its attention
+    output, feed-forward and norms get no gradient. They stay at their initialisation, frozen, so that an
+    engine that updates every parameter it owns (ZeRO's weight decay) leaves them where one process does."""
+    if method != "minilm":
+        return
+    encoder = student.encoder
+    last = encoder.layers[-1]
+    for module in (last.attention.out if last.attention else None, last.attn_norm, last.ffn, last.ffn_norm,
+                   encoder.final_norm):  # fmt: skip
+        if module is not None:
+            module.requires_grad_(False)
+
+
+def _evaluator(objective: DistillationObjective, corpus: Corpus, indices: np.ndarray, spec: Any, pad_id: int,
+               batch_size: int, device: torch.device):  # fmt: skip
+    """Each distillation term's mean over the held-out sequences: sums and target counts accumulated over
+    batches, so the figure does not depend on how the sequences are batched."""
+
+    def evaluate(model: nn.Module) -> dict[str, float]:
+        loader = MLMBatches(corpus, indices, batch_size, spec, pad_id, seed=1234, shuffle=False)
+        sums: dict[str, float] = {}
+        counts: dict[str, float] = {}
+        for start in range(0, len(indices), batch_size):
+            loader.batch_size = min(batch_size, len(indices) - start)
+            batch = {k: v.to(device) for k, v in loader.next_batch().items()}
+            ones = dict.fromkeys(objective.terms, 1.0)  # a total of 1: the call returns plain sums
+            _, metrics = objective(model, batch, ones)
+            for term, count in objective.counts(batch).items():
+                sums[term] = sums.get(term, 0.0) + float(metrics[f"{term}_loss"])
+                counts[term] = counts.get(term, 0.0) + count
+        return {f"{term}_loss": round(sums[term] / max(counts[term], 1.0), 5) for term in sums}
+
+    return evaluate
+
+
+def summarize(result: TrainResult, terms: tuple[str, ...]) -> dict[str, Any]:
+    """loss_first/loss_last as pretrain reports them, and each term's first and last logged value."""
+    first, last = result.first_last("loss")
+    out: dict[str, Any] = {"loss_first": first, "loss_last": last}
+    for term in terms:
+        out[f"{term}_loss_first"], out[f"{term}_loss_last"] = result.first_last(f"{term}_loss")
+    return out
+
+
+def distill_general(
+    recipe: DistillRecipe,
+    teacher_spec: str,
+    output: Path,
+    student_name: str,
+    vocab_set: bool = False,
+    overwrite: bool = False,
+    resume: bool | str | None = False,
+    quiet: bool = False,
+) -> dict[str, Any]:
+    if recipe.data.train is None:
+        raise BertkitError("no training corpus: pass --corpus DIR (built with the teacher's tokenizer)")
+    teacher = Teacher.load(teacher_spec)
+    corpus = Corpus(recipe.data.train)
+    if load_tokenizer(recipe.data.train / TOKENIZER_SUBDIR).fingerprint() != teacher.tokenizer.fingerprint():
+        raise BertkitError(
+            f"the corpus {recipe.data.train} was built with another tokenizer than the teacher's; rebuild it with "
+            f"`bertkit build-corpus --tokenizer {teacher.source} ...`"
+        )
+    method = recipe.distill.resolved_method(student_name)
+    student_cfg = student_config(recipe.model, teacher.config, vocab_set)
+    check_method(method, recipe, student_cfg, teacher)
+    longest = int(corpus.lengths().max())
+    for who, cfg in (("student", student_cfg), ("teacher", teacher.config)):
+        if longest + cfg.position_offset > cfg.max_position_embeddings:
+            raise BertkitError(
+                f"corpus sequences reach {longest} tokens but the {who} has {cfg.max_position_embeddings} positions; "
+                "rebuild the corpus with a smaller --max-seq-len"
+                + (" or raise model.max_position_embeddings" if who == "student" else "")
+            )
+    layer_map = (
+        resolve_layer_map(recipe.distill.layer_map, student_cfg.num_layers, teacher.config.num_layers)
+        if method == "tinybert"
+        else None
+    )
+    init = recipe.distill.resolved_init(method)
+    if init == "teacher-layers" and student_cfg.hidden_size != teacher.config.hidden_size:
+        raise BertkitError(
+            f"--init teacher-layers copies the teacher's layers, which needs its width: the student's hidden_size "
+            f"is {student_cfg.hidden_size}, the teacher's {teacher.config.hidden_size}; use --init random or "
+            f"--set model.hidden_size={teacher.config.hidden_size}"
+        )
+    recipe = recipe.model_copy(update={"model": student_cfg})
+    resumed = prepare_run_dir(output, recipe, overwrite, resume)
+
+    torch.manual_seed(recipe.train.seed)  # reproducible initial weights (and the same on every rank)
+    weights = term_weights(recipe.distill, GENERAL_TERMS[method])
+    student = DistillStudent(
+        student_cfg,
+        teacher_hidden_size=teacher.config.hidden_size if method == "tinybert" else None,
+        mlm_head=method == "distilbert" and (weights.get("ce", 0) > 0 or weights.get("mlm", 0) > 0),
+    )
+    if init == "teacher-layers":
+        layers = distilbert_init_layers(student_cfg.num_layers, teacher.config.num_layers)
+        init_from_teacher(student, teacher.state_dict(), teacher.config, layers)
+    freeze_unreached(student, method)
+    objective = DistillationObjective(
+        method, teacher, weights, recipe.distill.resolved_temperature(method), layer_map
+    )
+    spec = _masking_spec(recipe, teacher.tokenizer)  # type: ignore[arg-type]
+    seed = recipe.train.seed
+    train_idx, eval_idx = split_indices(len(corpus), recipe.data.eval_fraction, seed)
+    micro = recipe.train.batch_size // recipe.train.grad_accum
+    source = CheckedBatches(MLMBatches(corpus, train_idx, micro, spec, teacher.tokenizer.pad_id, seed), objective)
+    from bertkit.engine.device import resolve_device
+
+    device = resolve_device(recipe.engine)
+    held_out = eval_idx[: recipe.train.eval_batches * recipe.train.batch_size]
+    pad_id = teacher.tokenizer.pad_id
+    evaluate = _evaluator(objective, corpus, held_out, spec, pad_id, micro, device) if len(held_out) else None
+    result = train(student, objective, source, output, recipe.train, recipe.optim, recipe.schedule, recipe.engine,
+                   evaluate, resume=resumed, quiet=quiet, description=f"distill ({method})")  # fmt: skip
+    model_dir = output / "model"
+    if is_main():
+        kept = student.kept_module().cpu()
+        heads = {"mlm": 1.0} if student.mlm_head is not None else {}
+        save_model_dir(model_dir, kept, student_cfg, "pretraining", teacher.tokenizer,
+                       {"recipe": recipe.name, "steps": result.steps, "objective": heads,
+                        "distilled_from": teacher.source, "method": method})  # fmt: skip
+    summary = {
+        "run_dir": str(output),
+        "model_dir": str(model_dir),
+        "recipe": recipe.name,
+        "stage": "general",
+        "method": method,
+        "init": init,
+        "teacher": teacher.source,
+        "teacher_parameters": sum(p.numel() for p in teacher.encoder.parameters()),
+        "student_parameters": sum(p.numel() for p in student.encoder.parameters()),
+        "layer_map": layer_map,
+        "terms": list(objective.terms),
+        "steps": result.steps,
+        "tokens": result.tokens,
+        "seconds": round(result.seconds, 1),
+        **summarize(result, objective.terms),
+        "eval": result.eval,
+        "skipped_steps": result.skipped_steps,
+        "resumed_from": result.resumed_from,
+        "stopped": result.stopped,
+        "train_sequences": len(train_idx),
+        "eval_sequences": len(held_out),
+    }
+    write_summary(output, summary)
+    return summary
