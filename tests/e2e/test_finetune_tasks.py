@@ -256,3 +256,34 @@ def test_embed_refuses_to_replace_and_leaves_no_temp(tmp_path: Path, minilm_dir:
     run_json(*args, "--overwrite", "--max-seq-len", "16")
     assert np.load(target).shape == (48, 384)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["e.npy"]
+
+
+@pytest.mark.slow
+def test_stsb_regression_beats_a_constant_score(tmp_path: Path, minilm_dir: Path, stsb_dir: Path) -> None:
+    """task.kind=regression on the real STS benchmark: the real MiniLM fine-tuned as a cross-encoder on
+    1,500 training pairs clearly beats predicting the mean training score on 500 dev pairs."""
+    with open(stsb_dir / "dev.tsv", encoding="utf-8") as handle:
+        dev = list(csv.reader(handle, delimiter="\t"))[:501]
+    with open(tmp_path / "dev.tsv", "w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle, delimiter="\t").writerows(dev)
+    with open(stsb_dir / "train.tsv", encoding="utf-8") as handle:
+        train = list(csv.reader(handle, delimiter="\t"))
+    rng = np.random.default_rng(0)
+    picked = [train[0]] + [train[1 + i] for i in sorted(rng.choice(len(train) - 1, 1500, replace=False))]
+    with open(tmp_path / "train.tsv", "w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle, delimiter="\t").writerows(picked)
+    out = run_json(
+        "finetune", "-m", str(minilm_dir), "--train", str(tmp_path / "train.tsv"), "--eval", str(tmp_path / "dev.tsv"),
+        "-o", str(tmp_path / "sts"), "-r", "finetune-classification", "--text-field", "sentence1",
+        "--text-pair-field", "sentence2", "--label-field", "score", "--pool", "mean",
+        "--set", "task.kind=regression", "--set", "task.max_seq_len=64", "--set", "train.epochs=1",
+        "--set", "train.batch_size=16", "--set", "schedule.warmup_steps=10",
+    )  # fmt: skip
+    assert out["task"] == "regression" and out["rows_read"] == 1500 and out["eval_examples"] == 500
+    gold = np.asarray([float(r[2]) for r in dev[1:]])
+    baseline_mse = float(np.mean((gold - np.mean([float(r[2]) for r in picked[1:]])) ** 2))
+    assert out["best"]["metric"] == "pearson"
+    # Measured (CPU, seed 0): pearson 0.516, spearman 0.506, mse 2.17 against the constant's 2.74 and its
+    # correlation of 0. One short epoch at lr 5e-5: far from MiniLM's best, but clearly above the constant.
+    assert out["eval"]["pearson"] > 0.4 and out["eval"]["spearman"] > 0.4
+    assert out["eval"]["mse"] < 0.9 * baseline_mse
