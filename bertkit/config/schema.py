@@ -214,8 +214,18 @@ def parse_budget(text: str) -> tuple[str, float]:
     return "tokens", value * _TOKEN_UNITS[unit.removesuffix("tokens").removesuffix("tok")]
 
 
+STEPS_OR_EPOCHS = (
+    "train.steps and train.epochs are mutually exclusive (one says how long to train); "
+    "keep one, e.g. --set train.epochs=null --set train.steps=N"
+)
+
+
 class TrainConfig(StrictModel):
-    steps: int = Field(1000, gt=0)
+    # Optimizer steps. Left out (null) with `epochs` unset, it is 1000; with `epochs` set, the fine-tuning
+    # pipeline derives it: epochs x ceil(training examples / batch_size).
+    steps: int | None = Field(None, gt=0)
+    # Passes over the training set (finetune only; the BERT paper fine-tunes for 2-4). Evaluates after each.
+    epochs: int | None = Field(None, gt=0)
     batch_size: int = Field(32, gt=0, description="sequences per optimizer step, over all processes")
     grad_accum: int = Field(1, gt=0)
     seed: int = 0
@@ -228,8 +238,18 @@ class TrainConfig(StrictModel):
     # ("cramming"): 30m, 2h, 5Mtok. None trains for `steps`.
     budget: str | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _steps_or_epochs(cls, data: object) -> object:
+        if isinstance(data, dict) and data.get("steps") is not None and data.get("epochs") is not None:
+            raise ValueError(STEPS_OR_EPOCHS)
+        return data
+
     @model_validator(mode="after")
     def _accum_divides_batch(self) -> TrainConfig:
+        if self.steps is None and self.epochs is None:
+            # Set through __dict__: validate_assignment would re-run this validator from inside itself.
+            self.__dict__["steps"] = 1000
         if self.batch_size % self.grad_accum:
             raise ValueError(f"batch_size {self.batch_size} is not divisible by grad_accum {self.grad_accum}")
         if self.budget is not None:
@@ -386,16 +406,46 @@ class DistillConfig(StrictModel):
         return self.temperature if self.temperature is not None else (2.0 if method == "distilbert" else 1.0)
 
 
-class TaskConfig(StrictModel):
-    """A fine-tuning task read from CSV or JSON lines."""
+# Metrics a task can select the best model by; every other one is "higher is better".
+TASK_METRICS = {"classification": ("accuracy", "macro_f1"), "regression": ("pearson", "spearman", "mse")}
+LOWER_IS_BETTER = {"mse"}
 
-    kind: Literal["classification"] = "classification"
+
+class TaskConfig(StrictModel):
+    """A fine-tuning task read from CSV/TSV, JSON lines, Parquet or a datasets directory."""
+
+    # classification: labels are classes (cross-entropy). regression: labels are numbers (MSE; STS-B).
+    kind: Literal["classification", "regression"] = "classification"
     text_field: str = "text"
     text_pair_field: str | None = None
     label_field: str = "label"
+    # The split of a DatasetDict directory (datasets' save_to_disk) to train on / evaluate on.
+    split: str | None = None
+    eval_split: str | None = None
+    # Rows with a missing or empty text or label: an error naming the row (false), or skipped and counted.
+    skip_bad_rows: bool = False
+    # Sentence representation the head reads: the [CLS] token (through the pooler when the model has one),
+    # or the mean of the last hidden states over non-padding tokens (what sentence-embedding models train).
+    pool: Literal["cls", "mean"] = "cls"
+    # Evaluation metric that picks the best model (model/ holds the best evaluation's weights);
+    # None: accuracy for classification, pearson for regression.
+    metric: str | None = None
+    # Stop after this many evaluations without improving `metric`; 0 never stops early.
+    early_stopping_patience: int = Field(0, ge=0)
     # Held out from the training file when no --eval file is given.
     eval_fraction: float = Field(0.1, ge=0.0, lt=0.5)
     max_seq_len: int = Field(128, gt=2)
     classifier_dropout: float = Field(0.1, ge=0.0, lt=1.0)
     # "finetune" trains encoder and head; "feature" freezes the encoder and trains the head alone.
     mode: Literal["finetune", "feature"] = "finetune"
+
+    @model_validator(mode="after")
+    def _metric_fits_kind(self) -> TaskConfig:
+        valid = TASK_METRICS[self.kind]
+        if self.metric is not None and self.metric not in valid:
+            raise ValueError(f"task.metric '{self.metric}' is not a {self.kind} metric; use one of {', '.join(valid)}")
+        return self
+
+    @property
+    def best_metric(self) -> str:
+        return self.metric or TASK_METRICS[self.kind][0]

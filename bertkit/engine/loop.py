@@ -54,6 +54,10 @@ class Objective(Protocol):
 
 
 Evaluator = Callable[[nn.Module], dict[str, float]]
+# Called on every rank after each evaluation with (step, metrics, snapshot); `snapshot()` returns the full
+# weights (collective: call it on all ranks or none; empty on ranks > 0 under some engines). Returning True
+# stops training there (early stopping); after the final evaluation the return value is ignored.
+OnEval = Callable[[int, dict[str, float], Callable[[], dict[str, torch.Tensor]]], bool]
 
 
 class Interrupted(BertkitError):
@@ -71,7 +75,8 @@ class TrainResult:
     seconds: float = 0.0
     tokens: int = 0
     resumed_from: int | None = None
-    stopped: str | None = None  # "budget" when a time/token budget ended the run before `steps`
+    # "budget" when a time/token budget ended the run before `steps`; "early_stopping" when `on_eval` did
+    stopped: str | None = None
 
     def first_last(self, key: str) -> tuple[float | None, float | None]:
         values = [row[key] for row in self.history if key in row]
@@ -131,6 +136,7 @@ def train(
     resume: bool = False,
     quiet: bool = False,
     description: str = "training",
+    on_eval: OnEval | None = None,
 ) -> TrainResult:
     """Train `model` for `train_cfg.steps` optimizer steps of `train_cfg.batch_size` sequences over all
     processes; `source` serves micro-batches of `batch_size / grad_accum` sequences (this rank takes its
@@ -368,16 +374,23 @@ def train(
                         info += f" | {row['tokens_per_s']:,.0f} tok/s | MFU {100 * row.get('mfu', 0):.1f}%"
                     tracker.advance(0, info=info)
                 if evaluate and train_cfg.eval_every and step % train_cfg.eval_every == 0 and step < train_cfg.steps:
-                    row = {"step": step, **{f"eval_{k}": v for k, v in _run_eval(backend, evaluate).items()}}
+                    evaluated = _run_eval(backend, evaluate)
+                    row = {"step": step, **{f"eval_{k}": v for k, v in evaluated.items()}}
                     if main:
                         _write_row(metrics_file, writer, row)
+                    if on_eval is not None and dist.any_rank(bool(on_eval(step, evaluated, backend.model_state))):
+                        result.eval, result.stopped = evaluated, "early_stopping"
+                        tracker.advance(1)
+                        break
                 if train_cfg.checkpoint_every and step % train_cfg.checkpoint_every == 0:
                     checkpoint()
                 tracker.advance(1)
-            if evaluate:
+            if evaluate and result.stopped != "early_stopping":
                 result.eval = _run_eval(backend, evaluate)
                 if main:
                     _write_row(metrics_file, writer, {"step": step, **{f"eval_{k}": v for k, v in result.eval.items()}})
+                if on_eval is not None:
+                    on_eval(step, result.eval, backend.model_state)
     finally:
         if metrics_file is not None:
             metrics_file.close()

@@ -1,15 +1,26 @@
-"""`bertkit finetune`: a pretrained model and a labelled file in, a fine-tuned classifier out."""
+"""`bertkit finetune`: a pretrained model and a labelled file in, a fine-tuned classifier (or regressor) out.
+
+Order matters: the model and every data file are read and checked before the run directory is created, so
+bad input leaves nothing behind. With `train.epochs` the step count comes from the training-set size, the
+model is evaluated after each epoch, and `model/` holds the weights of the best evaluation by `task.metric`
+(optionally stopping early after `task.early_stopping_patience` evaluations without improvement).
+"""
 
 from __future__ import annotations
 
+import json
+import math
+import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from bertkit.config.recipe import FinetuneRecipe
+from bertkit.config.schema import LOWER_IS_BETTER, TaskConfig
 from bertkit.corpus.loader import split_indices
-from bertkit.engine.checkpoint import load_state
+from bertkit.engine.checkpoint import list_checkpoints, load_state, read_weights
 from bertkit.engine.device import resolve_device
 from bertkit.engine.dist import is_main
 from bertkit.engine.loop import train
@@ -23,8 +34,78 @@ from bertkit.tasks.classification import (
     classification_objective,
     encode_examples,
     evaluate_classifier,
-    read_records,
+    evaluate_regressor,
+    label_indices,
+    regression_objective,
 )
+from bertkit.tasks.data import TaskData, read_task_data
+
+BEST_WEIGHTS = "best.safetensors"  # the best evaluation's weights while training; model/ gets them at the end
+
+
+def _read(path: Path, task: TaskConfig, split: str | None) -> TaskData:
+    return read_task_data(
+        path,
+        task.text_field,
+        task.label_field,
+        task.text_pair_field,
+        split,
+        task.skip_bad_rows,
+        "float" if task.kind == "regression" else "str",
+    )
+
+
+def _subset(data: TaskData, indices: np.ndarray) -> TaskData:
+    pick = [int(i) for i in indices]
+    return TaskData(
+        data.path,
+        [data.texts[i] for i in pick],
+        [data.pairs[i] for i in pick] if data.pairs is not None else None,
+        [data.labels[i] for i in pick] if data.labels is not None else None,
+    )
+
+
+class BestModel:
+    """The `on_eval` callback: remembers the best evaluation by `metric`, keeps its weights in RUN_DIR, and
+    asks the loop to stop after `patience` evaluations without improvement (0: never)."""
+
+    def __init__(self, run_dir: Path, metric: str, patience: int) -> None:
+        self.path, self.metric, self.patience = run_dir / BEST_WEIGHTS, metric, patience
+        self.sign = -1.0 if metric in LOWER_IS_BETTER else 1.0
+        self.best: float | None = None
+        self.best_step: int | None = None
+        self.best_metrics: dict[str, float] = {}
+        self.since_best = 0
+
+    def replay(self, metrics_path: Path, up_to_step: int) -> None:
+        """On resume: the evaluations logged up to the checkpoint decide the best so far, if its weights
+        were kept (a run that never improved, or lost the file, starts tracking afresh)."""
+        if not self.path.is_file() or not metrics_path.is_file():
+            return
+        for line in metrics_path.read_text("utf-8").splitlines():
+            row = json.loads(line) if line.strip() else {}
+            if f"eval_{self.metric}" in row and row["step"] <= up_to_step:
+                self._update(row["step"], {k.removeprefix("eval_"): v for k, v in row.items() if k != "step"})
+
+    def _update(self, step: int, metrics: dict[str, float]) -> bool:
+        value = float(metrics[self.metric])
+        improved = self.best is None or self.sign * value > self.sign * self.best
+        if improved:
+            self.best, self.best_step, self.best_metrics, self.since_best = value, step, dict(metrics), 0
+        else:
+            self.since_best += 1
+        return improved
+
+    def __call__(self, step: int, metrics: dict[str, float], snapshot: Any) -> bool:
+        if self._update(step, metrics):
+            state = snapshot()  # collective: every rank takes it; rank 0 holds the weights
+            if is_main() and state:
+                from safetensors.torch import save_file
+
+                tmp = self.path.with_name(f".{self.path.name}.tmp")
+                save_file({k: v.contiguous() for k, v in state.items()}, str(tmp))
+                os.replace(tmp, self.path)
+        return bool(self.patience) and self.since_best >= self.patience
 
 
 def finetune(
@@ -38,41 +119,80 @@ def finetune(
     quiet: bool = False,
 ) -> dict[str, Any]:
     task = recipe.task
+    regression = task.kind == "regression"
     model_dir, _, model_cfg, weights, tokenizer = load_model_dir(model_path)
-    records = read_records(train_file, task)
-    if eval_file is not None:
-        eval_records = read_records(eval_file, task)
+    train_data = _read(train_file, task, task.split)
+    if regression:
+        labels: list[str] = []
+        if len(set(train_data.labels or [])) < 2:
+            raise BertkitError(f"{train_file}: every score is the same; regression needs varied scores")
     else:
-        train_idx, eval_idx = split_indices(len(records), task.eval_fraction, recipe.train.seed)
-        records, eval_records = [records[i] for i in train_idx], [records[i] for i in eval_idx]
-    labels = sorted({r[2] for r in records})
-    if len(labels) < 2:
-        raise BertkitError(f"{train_file} has a single label ({labels[0]!r}); classification needs at least two")
+        labels = sorted(set(train_data.labels or []))
+        if len(labels) < 2:
+            raise BertkitError(
+                f"{train_file}: every one of its {len(train_data)} rows has the label {labels[0]!r}; classification "
+                f"needs at least two labels (is --label-field '{task.label_field}' the right column?)"
+            )
+    eval_read: TaskData | None = None
+    if eval_file is not None:
+        eval_read = eval_data = _read(eval_file, task, task.eval_split)
+        train_part = train_data
+    else:
+        train_idx, eval_idx = split_indices(len(train_data), task.eval_fraction, recipe.train.seed)
+        train_part, eval_data = _subset(train_data, train_idx), _subset(train_data, eval_idx)
+
+    def targets(data: TaskData, source: object) -> np.ndarray:
+        if regression:
+            return np.asarray(data.labels, dtype=np.float32)
+        return label_indices(data.labels or [], labels, source)
+
     max_len = min(task.max_seq_len, model_cfg.max_position_embeddings - model_cfg.position_offset)
-    train_examples = encode_examples(records, tokenizer, labels, max_len)
-    eval_examples = encode_examples(eval_records, tokenizer, labels, max_len) if eval_records else None
+    train_examples = encode_examples(
+        train_part.texts, train_part.pairs, targets(train_part, train_file), tokenizer, max_len
+    )
+    eval_examples = None
+    if len(eval_data):
+        eval_targets = targets(eval_data, eval_file or train_file)
+        eval_examples = encode_examples(eval_data.texts, eval_data.pairs, eval_targets, tokenizer, max_len)
+
+    train_cfg = recipe.train
+    steps_per_epoch = math.ceil(len(train_part) / train_cfg.batch_size)
+    if train_cfg.epochs is not None:
+        update: dict[str, Any] = {"steps": train_cfg.epochs * steps_per_epoch}
+        if not train_cfg.eval_every:
+            update["eval_every"] = steps_per_epoch  # evaluate after each epoch
+        train_cfg = train_cfg.model_copy(update=update)
+    # Everything is read and valid: only now does the run directory appear.
     resumed = prepare_run_dir(output, recipe, overwrite, resume)
 
     torch.manual_seed(recipe.train.seed)  # reproducible initial weights (and the same on every rank)
-    model = SequenceClassifier(BertEncoder(model_cfg), len(labels), task.classifier_dropout)
+    outputs = 1 if regression else len(labels)
+    model = SequenceClassifier(BertEncoder(model_cfg), outputs, task.classifier_dropout, task.pool)
     load_state(model.encoder, encoder_weights(weights), str(model_dir))
     if task.mode == "feature":
         # Feature-based: the encoder is a frozen feature extractor; only the head learns.
         model.encoder.requires_grad_(False)
     use_types = task.text_pair_field is not None and model_cfg.type_vocab_size > 1
-    micro = recipe.train.batch_size // recipe.train.grad_accum
-    source = ClassificationBatches(train_examples, micro, tokenizer.pad_id, recipe.train.seed, use_types)
-    evaluate = None
+    micro = train_cfg.batch_size // train_cfg.grad_accum
+    source = ClassificationBatches(train_examples, micro, tokenizer.pad_id, train_cfg.seed, use_types)
+    evaluate = best = None
     if eval_examples is not None:
-        eval_batches = ClassificationBatches(eval_examples, micro, tokenizer.pad_id, recipe.train.seed, use_types)
+        eval_batches = ClassificationBatches(eval_examples, micro, tokenizer.pad_id, train_cfg.seed, use_types)
         device = resolve_device(recipe.engine)
-        evaluate = lambda m: evaluate_classifier(m, eval_batches, device)  # noqa: E731
+        scorer = evaluate_regressor if regression else evaluate_classifier
+        evaluate = lambda m: scorer(m, eval_batches, device)  # noqa: E731
+        best = BestModel(output, task.best_metric, task.early_stopping_patience)
+        if resumed:
+            checkpoints = list_checkpoints(output / "checkpoints")
+            best.replay(output / "metrics.jsonl", checkpoints[-1][0] if checkpoints else 0)
+        elif best.path.exists():
+            best.path.unlink()
     result = train(
         model,
-        classification_objective,
+        regression_objective if regression else classification_objective,
         source,
         output,
-        recipe.train,
+        train_cfg,
         recipe.optim,
         recipe.schedule,
         recipe.engine,
@@ -80,31 +200,55 @@ def finetune(
         resume=resumed,
         quiet=quiet,
         description="finetune",
+        on_eval=best,
     )
     saved = output / "model"
+    best_info = None
+    if best is not None and best.best_step is not None:
+        best_info = {"step": best.best_step, "metric": best.metric, "value": best.best}
     if is_main():  # under a distributed engine only rank 0 writes
+        model = model.cpu()
+        if best is not None and best.path.is_file():
+            if best.best_step != result.steps:  # an earlier evaluation was better than the last one
+                load_state(model, read_weights(best.path), str(best.path))
+            best.path.unlink()
         save_model_dir(
-            output / "model",
-            model.cpu(),
+            saved,
+            model,
             model_cfg,
-            "sequence-classification",
+            "sequence-regression" if regression else "sequence-classification",
             tokenizer,
-            {"labels": labels, "task": task.model_dump(mode="json")},
+            {"labels": labels, "task": task.model_dump(mode="json"), "best": best_info},
         )
     first, last = result.first_last("loss")
-    summary = {
+    summary: dict[str, Any] = {
         "run_dir": str(output),
         "model_dir": str(saved),
+        "task": task.kind,
         "labels": labels,
-        "train_examples": len(records),
-        "eval_examples": len(eval_records),
+        "rows_read": train_data.rows_read,
+        "rows_skipped": train_data.skipped,
+        "label_counts": train_part.label_counts() if not regression else {},
+        "train_examples": len(train_part),
+        "eval_examples": len(eval_data),
+        "epochs": train_cfg.epochs,
+        "steps_per_epoch": steps_per_epoch,
         "steps": result.steps,
+        "stopped": result.stopped,
         "seconds": round(result.seconds, 1),
         "loss_first": first,
         "loss_last": last,
-        "eval": result.eval,
+        # What model/ holds: the best evaluation's metrics (the last one's without a better one).
+        "eval": best.best_metrics if best is not None and best.best_metrics else result.eval,
+        "eval_last": result.eval,
+        "best": best_info,
         "resumed_from": result.resumed_from,
         "mode": task.mode,
+        "pool": task.pool,
     }
+    if eval_read is not None:
+        summary["eval_rows_read"], summary["eval_rows_skipped"] = eval_read.rows_read, eval_read.skipped
+    if train_data.skipped_rows or (eval_read is not None and eval_read.skipped_rows):
+        summary["skipped_examples"] = (train_data.skipped_rows + (eval_read.skipped_rows if eval_read else []))[:3]
     write_summary(output, summary)
     return summary

@@ -1,20 +1,16 @@
-"""Sequence classification (single texts or pairs) read from CSV or JSON lines."""
+"""Sequence-level tasks on single texts or pairs: classification and regression (STS-B), with heads,
+objectives and metrics. Reading the files is bertkit/tasks/data.py's business."""
 
 from __future__ import annotations
 
-import csv
-import json
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertkit.config.schema import TaskConfig
 from bertkit.corpus.loader import EpochSampler, LoaderState, pad_batch
-from bertkit.corpus.sources import open_binary
 from bertkit.errors import BertkitError
 from bertkit.models.bert import BertEncoder
 from bertkit.objectives.base import Counts, Metrics, Objective, correct, sequences, share
@@ -25,55 +21,16 @@ from bertkit.tokenizers.base import Tokenizer
 class Examples:
     input_ids: list[np.ndarray]
     token_type_ids: list[np.ndarray]
-    labels: np.ndarray
-
-
-def read_records(path: Path, cfg: TaskConfig) -> list[tuple[str, str | None, str]]:
-    """(text, text_pair, label) triples from a CSV (with a header) or a JSON lines file."""
-    if not path.is_file():
-        raise BertkitError(f"task file not found: {path}")
-    fields = [cfg.text_field, cfg.label_field] + ([cfg.text_pair_field] if cfg.text_pair_field else [])
-    records: list[tuple[str, str | None, str]] = []
-    name = path.name.lower().removesuffix(".gz").removesuffix(".bz2").removesuffix(".zst")
-    try:
-        with open_binary(path) as raw:
-            text = raw.read().decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise BertkitError(f"{path} is not UTF-8 text ({err.reason} at byte {err.start})") from None
-    if name.endswith((".jsonl", ".json", ".ndjson")):
-        rows = []
-        for lineno, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as err:
-                    raise BertkitError(f"{path}:{lineno} is not valid JSON ({err.msg})") from None
-    else:
-        rows = list(csv.DictReader(text.splitlines()))
-    for number, row in enumerate(rows, 1):
-        missing = [f for f in fields if f not in row]
-        if missing:
-            raise BertkitError(
-                f"{path} record {number} has no field '{missing[0]}'; "
-                f"set task.{'label' if missing[0] == cfg.label_field else 'text'}_field"
-            )
-        pair = str(row[cfg.text_pair_field]) if cfg.text_pair_field else None
-        records.append((str(row[cfg.text_field]), pair, str(row[cfg.label_field])))
-    if not records:
-        raise BertkitError(f"{path} holds no examples")
-    return records
+    labels: np.ndarray  # int64 class indices, or float32 scores for regression
 
 
 def encode_examples(
-    records: list[tuple[str, str | None, str]], tokenizer: Tokenizer, labels: list[str], max_len: int
+    texts: list[str], pairs: list[str] | None, labels: np.ndarray, tokenizer: Tokenizer, max_len: int
 ) -> Examples:
-    label_index = {name: i for i, name in enumerate(labels)}
-    unknown = sorted({r[2] for r in records} - set(label_index))
-    if unknown:
-        raise BertkitError(f"labels {unknown[:5]} do not occur in the training data (known: {labels[:10]})")
-    first = tokenizer.encode_batch([r[0] for r in records])
-    has_pairs = records[0][1] is not None
-    second = tokenizer.encode_batch([r[1] or "" for r in records]) if has_pairs else None
+    """Token ids `[CLS] a [SEP]` or `[CLS] a [SEP] b [SEP]` (at most `max_len`), with `labels` (class indices
+    or numbers) alongside."""
+    first = tokenizer.encode_batch(texts)
+    second = tokenizer.encode_batch(pairs) if pairs is not None else None
     input_ids, token_types = [], []
     for i, ids_a in enumerate(first):
         if second is None:
@@ -91,7 +48,19 @@ def encode_examples(
             types = [0] * (len(ids_a) + 2) + [1] * (len(ids_b) + 1)
         input_ids.append(np.asarray(ids, dtype=np.int64))
         token_types.append(np.asarray(types, dtype=np.int64))
-    return Examples(input_ids, token_types, np.asarray([label_index[r[2]] for r in records], dtype=np.int64))
+    return Examples(input_ids, token_types, labels)
+
+
+def label_indices(labels: list[str], names: list[str], source: object) -> np.ndarray:
+    """Class indices of `labels`; a label the training data never had is an error."""
+    index = {name: i for i, name in enumerate(names)}
+    unknown = sorted(set(labels) - set(index))
+    if unknown:
+        raise BertkitError(
+            f"{source}: labels {unknown[:5]} do not occur in the training data (known: {names[:10]}); "
+            "evaluate on a file with the training labels"
+        )
+    return np.asarray([index[label] for label in labels], dtype=np.int64)
 
 
 class ClassificationBatches:
@@ -125,11 +94,15 @@ class ClassificationBatches:
 
 
 class SequenceClassifier(nn.Module):
-    """Encoder + dropout + linear layer on the pooled [CLS] representation."""
+    """Encoder + dropout + linear layer on a sentence representation: the pooled [CLS] output (`pool="cls"`;
+    the raw [CLS] state for models without a pooler) or the mean of the last hidden states over the
+    non-padding tokens (`pool="mean"`). `num_labels=1` is a regression head."""
 
-    def __init__(self, encoder: BertEncoder, num_labels: int, dropout: float) -> None:
+    def __init__(self, encoder: BertEncoder, num_labels: int, dropout: float, pool: str = "cls") -> None:
         super().__init__()
-        self.encoder = encoder
+        if pool not in ("cls", "mean"):
+            raise ValueError(f"pool must be cls or mean, not {pool!r}")
+        self.encoder, self.pool = encoder, pool
         self.dropout = nn.Dropout(dropout)
         self.classifier = nn.Linear(encoder.config.hidden_size, num_labels)
         nn.init.normal_(self.classifier.weight, std=0.02)
@@ -142,8 +115,23 @@ class SequenceClassifier(nn.Module):
         token_type_ids: torch.Tensor | None = None,
     ) -> dict[str, torch.Tensor]:
         out = self.encoder(input_ids, attention_mask, token_type_ids)
-        pooled = out.pooled if out.pooled is not None else out.last_hidden_state[:, 0]
+        if self.pool == "mean":
+            pooled = mean_pool(out.last_hidden_state, attention_mask)
+        else:
+            pooled = out.pooled if out.pooled is not None else out.last_hidden_state[:, 0]
         return {"logits": self.classifier(self.dropout(pooled))}
+
+
+def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """Mean over the tokens the mask keeps (all of them without a mask): padding never dilutes it."""
+    if attention_mask is None:
+        return hidden.mean(dim=1)
+    mask = attention_mask.to(hidden.dtype).unsqueeze(-1)
+    return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
+
+
+def _logits(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    return model(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))["logits"].float()
 
 
 class ClassificationObjective(Objective):
@@ -158,7 +146,7 @@ class ClassificationObjective(Objective):
         self, model: nn.Module, batch: dict[str, torch.Tensor], totals: Counts | None = None
     ) -> tuple[torch.Tensor, Metrics]:
         total = (totals or self.counts(batch))[self.name]
-        logits = model(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))["logits"].float()
+        logits = _logits(model, batch)
         loss = share(F.cross_entropy(logits, batch["labels"], reduction="sum"), total)
         return loss, {"acc": share(correct(logits, batch["labels"]), total)}
 
@@ -166,18 +154,37 @@ class ClassificationObjective(Objective):
 classification_objective = ClassificationObjective()
 
 
-def evaluate_classifier(
-    model: nn.Module, batches: ClassificationBatches, device: torch.device, batch_size: int = 64
-) -> dict[str, float]:
-    """Accuracy and macro-F1 over every example of `batches`, in order."""
-    predictions = []
+class RegressionObjective(ClassificationObjective):
+    """Squared error of the single output against the score (BERT's STS-B head). Target: a sequence."""
+
+    name = "regression"
+
+    def __call__(
+        self, model: nn.Module, batch: dict[str, torch.Tensor], totals: Counts | None = None
+    ) -> tuple[torch.Tensor, Metrics]:
+        total = (totals or self.counts(batch))[self.name]
+        errors = _logits(model, batch)[:, 0] - batch["labels"].float()
+        return share(errors.pow(2).sum(), total), {}
+
+
+regression_objective = RegressionObjective()
+
+
+def _predict(model: nn.Module, batches: ClassificationBatches, device: torch.device, batch_size: int) -> torch.Tensor:
+    outputs = []
     total = len(batches.examples.labels)
     for start in range(0, total, batch_size):
         batch = batches.batch_of(list(range(start, min(total, start + batch_size))))
         batch = {k: v.to(device) for k, v in batch.items()}
-        logits = model(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))["logits"]
-        predictions.append(logits.argmax(-1).cpu())
-    predicted = torch.cat(predictions).numpy()
+        outputs.append(_logits(model, batch).cpu())
+    return torch.cat(outputs)
+
+
+def evaluate_classifier(
+    model: nn.Module, batches: ClassificationBatches, device: torch.device, batch_size: int = 64
+) -> dict[str, float]:
+    """Accuracy and macro-F1 over every example of `batches`, in order."""
+    predicted = _predict(model, batches, device, batch_size).argmax(-1).numpy()
     gold = batches.examples.labels
     f1s = []
     for label in np.unique(gold):
@@ -188,5 +195,36 @@ def evaluate_classifier(
     return {
         "accuracy": round(float(np.mean(predicted == gold)), 4),
         "macro_f1": round(float(np.mean(f1s)), 4),
-        "examples": int(total),
+        "examples": len(gold),
     }
+
+
+def evaluate_regressor(
+    model: nn.Module, batches: ClassificationBatches, device: torch.device, batch_size: int = 64
+) -> dict[str, float]:
+    """MSE, Pearson and Spearman correlation (GLUE's STS-B metrics) over every example of `batches`."""
+    predicted = _predict(model, batches, device, batch_size)[:, 0].double().numpy()
+    gold = batches.examples.labels.astype(np.float64)
+    return {
+        "mse": round(float(np.mean((predicted - gold) ** 2)), 4),
+        "pearson": round(pearson(predicted, gold), 4),
+        "spearman": round(pearson(average_ranks(predicted), average_ranks(gold)), 4),
+        "examples": len(gold),
+    }
+
+
+def pearson(x: np.ndarray, y: np.ndarray) -> float:
+    """Pearson's r; 0 when either side is constant (no linear relation can be measured)."""
+    x, y = x - x.mean(), y - y.mean()
+    denominator = float(np.sqrt((x * x).sum() * (y * y).sum()))
+    return float((x * y).sum() / denominator) if denominator > 0 else 0.0
+
+
+def average_ranks(values: np.ndarray) -> np.ndarray:
+    """1-based ranks, ties sharing their average rank (so Spearman = Pearson of these ranks)."""
+    order = np.argsort(values, kind="stable")
+    ranks = np.empty(len(values), dtype=np.float64)
+    ranks[order] = np.arange(1, len(values) + 1)
+    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
+    sums = np.bincount(inverse, weights=ranks)
+    return sums[inverse] / counts[inverse]

@@ -1,0 +1,137 @@
+"""`bertkit embed`: sentence embeddings from any model directory bertkit reads.
+
+Texts are sorted by length and batched (so a batch pads little), encoded, pooled (mean over the
+non-padding tokens, or the [CLS] state) from a chosen layer, and written in input order to `.npy`
+(float32, one row per text) or `.parquet` (columns `text` and `embedding`), under a temporary name that is
+renamed at the end: an interrupted run leaves no output.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from bertkit.engine.checkpoint import load_state
+from bertkit.errors import BertkitError
+from bertkit.modeldir import encoder_weights, load_model_dir
+from bertkit.models.bert import BertEncoder
+from bertkit.progress import Tracker
+from bertkit.tasks.classification import mean_pool
+from bertkit.tasks.data import read_texts
+
+OUTPUT_SUFFIXES = (".npy", ".parquet")
+
+
+def check_output(output: Path, overwrite: bool) -> None:
+    if output.suffix.lower() not in OUTPUT_SUFFIXES:
+        raise BertkitError(f"--output {output} must end in .npy or .parquet (the format is chosen by the name)")
+    if output.is_dir():
+        raise BertkitError(f"--output {output} is a directory; give a file name ending in .npy or .parquet")
+    if output.exists() and not overwrite:
+        raise BertkitError(f"output {output} already exists; pass --overwrite to replace it or choose another path")
+
+
+def embed(
+    model_path: Path,
+    input_path: Path,
+    output: Path,
+    pool: str = "mean",
+    layer: int = -1,
+    max_seq_len: int | None = None,
+    batch_size: int = 32,
+    text_field: str = "text",
+    split: str | None = None,
+    skip_bad_rows: bool = False,
+    overwrite: bool = False,
+    device: str = "auto",
+    quiet: bool = False,
+) -> dict[str, Any]:
+    if pool not in ("mean", "cls"):
+        raise BertkitError(f"--pool takes mean or cls, not '{pool}'")
+    if batch_size < 1:
+        raise BertkitError(f"--batch-size must be at least 1, not {batch_size}")
+    check_output(output, overwrite)
+    model_dir, _, cfg, weights, tokenizer = load_model_dir(model_path)
+    if not -(cfg.num_layers + 1) <= layer <= cfg.num_layers:
+        raise BertkitError(
+            f"--layer {layer} is outside this model's {cfg.num_layers} layers; use 0 (embeddings) to "
+            f"{cfg.num_layers}, or -1 (the last) to -{cfg.num_layers + 1}"
+        )
+    limit = cfg.max_position_embeddings - cfg.position_offset
+    max_len = min(max_seq_len or limit, limit)
+    if max_len < 3:
+        raise BertkitError(f"--max-seq-len must be at least 3 ([CLS] text [SEP]), not {max_seq_len}")
+    data = read_texts(input_path, text_field, split, skip_bad_rows)
+
+    encoder = BertEncoder(cfg)
+    load_state(encoder, encoder_weights(weights), str(model_dir))
+    target = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else device.replace("auto", "cpu"))
+    encoder = encoder.to(target).eval()
+    ids = tokenizer.encode_batch(data.texts)
+    truncated = sum(len(t) > max_len - 2 for t in ids)
+    ids = [[tokenizer.cls_id, *t[: max_len - 2], tokenizer.sep_id] for t in ids]
+    order = np.argsort([len(t) for t in ids], kind="stable")
+    vectors = np.empty((len(ids), cfg.hidden_size), dtype=np.float32)
+    last = layer in (-1, cfg.num_layers)
+    started = time.perf_counter()
+    with Tracker("embed", total=len(ids), quiet=quiet, unit="texts") as tracker, torch.no_grad():
+        for start in range(0, len(ids), batch_size):
+            rows = order[start : start + batch_size]
+            longest = max(len(ids[i]) for i in rows)
+            input_ids = torch.full((len(rows), longest), tokenizer.pad_id, dtype=torch.long)
+            mask = torch.zeros((len(rows), longest), dtype=torch.bool)
+            for j, i in enumerate(rows):
+                input_ids[j, : len(ids[i])] = torch.tensor(ids[i])
+                mask[j, : len(ids[i])] = True
+            input_ids, mask = input_ids.to(target), mask.to(target)
+            types = torch.zeros_like(input_ids) if cfg.type_vocab_size else None
+            out = encoder(input_ids, mask, types, output_hidden_states=not last)
+            # hidden_states[0] is the embeddings' output, [k] layer k's; the last layer's state is taken
+            # after the final norm of pre-LN models (last_hidden_state).
+            hidden = out.last_hidden_state if last else out.hidden_states[layer]
+            pooled = mean_pool(hidden, mask) if pool == "mean" else hidden[:, 0]
+            vectors[rows] = pooled.float().cpu().numpy()
+            tracker.advance(len(rows))
+    seconds = time.perf_counter() - started
+    _write_atomic(output, vectors, data.texts)
+    return {
+        "output": str(output),
+        "model": str(model_dir),
+        "rows": len(data.texts),
+        "dim": cfg.hidden_size,
+        "pool": pool,
+        "layer": layer,
+        "max_seq_len": max_len,
+        "truncated": truncated,
+        "rows_read": data.rows_read,
+        "rows_skipped": data.skipped,
+        "seconds": round(seconds, 2),
+        "texts_per_s": round(len(ids) / seconds, 1) if seconds > 0 else None,
+    }
+
+
+def _write_atomic(output: Path, vectors: np.ndarray, texts: list[str]) -> None:
+    output.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{output.name}.tmp-", dir=output.parent)
+    tmp = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            if output.suffix.lower() == ".npy":
+                np.save(handle, vectors)
+            else:
+                import pyarrow as pa
+                import pyarrow.parquet as pq
+
+                flat = pa.array(vectors.reshape(-1), type=pa.float32())
+                column = pa.FixedSizeListArray.from_arrays(flat, vectors.shape[1])
+                pq.write_table(pa.table({"text": texts, "embedding": column}), handle)
+        os.replace(tmp, output)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

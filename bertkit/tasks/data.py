@@ -1,0 +1,358 @@
+"""Reading labelled task data (and texts to embed): CSV/TSV, JSON lines, Parquet, `datasets` directories.
+
+CSV goes through a real CSV parser, never line splitting: a quoted field may hold commas, quotes ("")
+and newlines, as spreadsheets write them. A UTF-8 byte-order mark and `\\r\\n` line ends are accepted.
+Every row is checked: a missing or empty text or label (or a row with more or fewer fields than the
+header, or bytes that are not UTF-8) is an error that names the file and row, unless `skip_bad_rows`
+says to skip and count such rows. What is read is reported (`TaskData.report`), so nothing is dropped
+silently.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bertkit.corpus.sources import is_dataset_dir, open_binary
+from bertkit.errors import BertkitError
+
+SKIP_HINT = "fix the file, or pass --skip-bad-rows to skip (and count) such rows"
+# Bytes that are not UTF-8, decoded with errors="surrogateescape", become lone surrogates U+DC80-U+DCFF:
+# so a bad byte is found in the row that holds it, not just at a byte offset.
+_UNDECODABLE = re.compile("[\udc80-\udcff]")
+_TABLE_SUFFIXES = (".parquet", ".pq")
+
+
+@dataclass
+class TaskData:
+    """Columns of the usable rows, and what happened to the others."""
+
+    path: Path
+    texts: list[str]
+    pairs: list[str] | None
+    labels: list[Any] | None  # strings (classification), floats (regression), None without a label field
+    rows_read: int = 0
+    skipped: int = 0
+    skipped_rows: list[str] = field(default_factory=list)  # the first few, as "row N: why"
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def label_counts(self) -> dict[str, int]:
+        if self.labels is None:
+            return {}
+        return dict(sorted(Counter(str(label) for label in self.labels).items()))
+
+    def report(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"file": str(self.path), "rows_read": self.rows_read, "rows_skipped": self.skipped}
+        if self.skipped_rows:
+            out["skipped_examples"] = self.skipped_rows[:3]
+        return out
+
+
+def file_format(path: Path) -> str:
+    """csv, tsv, jsonl, parquet or dataset, from the name (compression suffixes .gz/.bz2/.zst ignored)."""
+    if is_dataset_dir(path):
+        return "dataset"
+    name = path.name.lower()
+    for suffix in (".gz", ".bz2", ".zst"):
+        name = name.removesuffix(suffix)
+    if name.endswith(_TABLE_SUFFIXES):
+        return "parquet"
+    if name.endswith((".jsonl", ".json", ".ndjson")):
+        return "jsonl"
+    if name.endswith((".tsv", ".tab")):
+        return "tsv"
+    if name.endswith(".csv"):
+        return "csv"
+    return "text"
+
+
+def read_task_data(
+    path: Path,
+    text_field: str = "text",
+    label_field: str | None = "label",
+    text_pair_field: str | None = None,
+    split: str | None = None,
+    skip_bad_rows: bool = False,
+    label_type: str = "str",
+) -> TaskData:
+    """Read `path` (CSV/TSV with a header, JSON lines, Parquet, a `datasets` directory) into columns.
+
+    `label_type` "float" parses labels as numbers (regression); "str" keeps them as strings (a number
+    in JSON or Parquet becomes its decimal text, a datasets ClassLabel its class name)."""
+    path = Path(path)
+    if not path.exists():
+        raise BertkitError(f"task file not found: {path}")
+    kind = file_format(path)
+    if path.is_dir() and kind != "dataset":
+        raise BertkitError(f"{path} is a directory but not a datasets directory written by save_to_disk")
+    if kind != "dataset" and split is not None:
+        raise BertkitError(f"--split {split} applies to datasets directories; {path} is a {kind} file")
+    fields = [text_field] + ([text_pair_field] if text_pair_field else []) + ([label_field] if label_field else [])
+    if kind in ("csv", "tsv", "text"):
+        rows, columns = _csv_rows(path, "\t" if kind == "tsv" else ",")
+    elif kind == "jsonl":
+        rows, columns = _jsonl_rows(path), None
+    else:
+        rows, columns = _table_rows(path, fields, split, label_field)
+    data = TaskData(path, [], [] if text_pair_field else None, [] if label_field else None)
+    checked_columns = columns is None  # JSON lines have no header: their first row stands for it
+    for where, row in rows:
+        data.rows_read += 1
+        if not checked_columns:
+            _check_columns(path, columns or [], text_field, text_pair_field, label_field)
+            checked_columns = True
+        if columns is None and data.rows_read == 1 and isinstance(row, dict):
+            _check_columns(path, list(row), text_field, text_pair_field, label_field)
+        problem, values = _check_row(row, text_field, text_pair_field, label_field, label_type)
+        if problem is not None:
+            if not skip_bad_rows:
+                raise BertkitError(f"{path} {where}: {problem}; {SKIP_HINT}")
+            data.skipped += 1
+            if len(data.skipped_rows) < 10:
+                data.skipped_rows.append(f"{where}: {problem}")
+            continue
+        text, pair, label = values
+        data.texts.append(text)
+        if data.pairs is not None:
+            data.pairs.append(pair)
+        if data.labels is not None:
+            data.labels.append(label)
+    if not checked_columns:
+        _check_columns(path, columns or [], text_field, text_pair_field, label_field)
+    if data.rows_read == 0:
+        raise BertkitError(f"{path} holds no rows (an empty file, or a header alone); give a file with examples")
+    if not data.texts:
+        raise BertkitError(
+            f"{path}: all {data.rows_read} rows were bad and skipped (first: {data.skipped_rows[0]}); "
+            "check --text-field/--label-field"
+        )
+    return data
+
+
+def _check_columns(
+    path: Path, columns: list[str], text_field: str, text_pair_field: str | None, label_field: str | None
+) -> None:
+    options = ((text_field, "--text-field"), (text_pair_field, "--text-pair-field"), (label_field, "--label-field"))
+    for name, option in options:
+        if name is not None and name not in columns:
+            shown = ", ".join(repr(c) for c in columns[:20])
+            raise BertkitError(f"{path} has no column '{name}' (columns: {shown}); choose the column with {option}")
+
+
+def _value_text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", errors="surrogateescape")
+    return value if isinstance(value, str) else str(value)
+
+
+def _check_row(
+    row: Any, text_field: str, text_pair_field: str | None, label_field: str | None, label_type: str
+) -> tuple[str | None, tuple[str, str | None, Any]]:
+    """(problem, values): problem is None for a usable row."""
+    none = ("", None, None)
+    if isinstance(row, str):  # a row-level problem found while parsing (bad JSON, wrong field count)
+        return row, none
+    if not isinstance(row, dict):
+        return f"is a JSON {type(row).__name__}, not an object with fields", none
+    values: dict[str, str] = {}
+    for name, what in ((text_field, "text"), (text_pair_field, "second text"), (label_field, "label")):
+        if name is None:
+            continue
+        value = _value_text(row.get(name))
+        if value is not None and _UNDECODABLE.search(value):
+            return (
+                f"column '{name}' is not UTF-8 text; re-encode the file as UTF-8 "
+                "(e.g. iconv -f latin1 -t utf-8 IN > OUT)",
+                none,
+            )
+        if value is None or not value.strip():
+            state = "missing" if value is None else "empty"
+            return f"{state} {what} (column '{name}')", none
+        values[name] = value
+    label: Any = None
+    if label_field is not None:
+        label = values[label_field].strip()
+        if label_type == "float":
+            try:
+                label = float(label)
+            except ValueError:
+                return f"label {label!r} (column '{label_field}') is not a number", none
+            if label != label or label in (float("inf"), float("-inf")):
+                return f"label {label} (column '{label_field}') is not a finite number", none
+    pair = values[text_pair_field] if text_pair_field else None
+    return None, (values[text_field], pair, label)
+
+
+def _read_text(path: Path) -> str:
+    """The whole file as text; bytes that are not UTF-8 become lone surrogates (found per row later)."""
+    try:
+        with open_binary(path) as handle:
+            raw = handle.read()
+    except (OSError, EOFError) as err:
+        raise BertkitError(f"cannot read {path}: {err}") from None
+    return raw.decode("utf-8", errors="surrogateescape").removeprefix("\ufeff")
+
+
+def _csv_rows(path: Path, delimiter: str) -> tuple[Any, list[str]]:
+    text = _read_text(path)
+    # newline="" keeps "\r\n" and newlines inside quoted fields for the csv module, which owns line ends.
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
+    try:
+        header = next(reader, None)
+    except csv.Error as err:
+        raise BertkitError(f"{path} line 1: cannot parse the header as CSV ({err})") from None
+    if header is None:
+        raise BertkitError(f"{path} is empty; give a CSV file with a header line and examples")
+    header = [name.strip() for name in header]
+    bad = [name for name in header if _UNDECODABLE.search(name)]
+    if bad:
+        raise BertkitError(f"{path} line 1 (the header) is not UTF-8 text; re-encode the file as UTF-8")
+
+    def rows():
+        number = 1  # the header is row 1, as in a spreadsheet
+        while True:
+            start = reader.line_num + 1
+            try:
+                fields = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as err:
+                raise BertkitError(
+                    f"{path} row {number + 1} (line {start}): cannot parse as CSV ({err}); "
+                    "check its quotes (a quote inside a quoted field is written twice)"
+                ) from None
+            if not fields:  # a blank line
+                continue
+            number += 1
+            where = f"row {number} (line {start})"
+            if len(fields) != len(header):
+                yield where, f"has {len(fields)} fields, the header has {len(header)} (an unquoted comma?)"
+                continue
+            yield where, dict(zip(header, fields, strict=True))
+
+    return rows(), header
+
+
+def _jsonl_rows(path: Path):
+    text = _read_text(path)
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"line {lineno}"
+        try:
+            yield where, json.loads(line)
+        except json.JSONDecodeError as err:
+            yield where, f"is not valid JSON ({err.msg}); is this a JSON lines file?"
+
+
+def _table_rows(path: Path, fields: list[str], split: str | None, label_field: str | None) -> tuple[Any, list[str]]:
+    """Rows of a Parquet file or a datasets directory (one split), reading only the needed columns."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    class_names: list[str] | None = None
+    try:
+        if path.is_file():
+            schema = pq.read_schema(path)
+            columns = list(schema.names)
+            wanted = [f for f in fields if f in columns]
+            table = pq.read_table(path, columns=wanted)
+        else:
+            directory = _dataset_split(path, split)
+            state = json.loads((directory / "state.json").read_text("utf-8"))
+            batches: list[Any] = []
+            columns = []
+            for entry in state.get("_data_files", []):
+                with pa.memory_map(str(directory / entry["filename"])) as source:
+                    reader = pa.ipc.open_stream(source)
+                    columns = list(reader.schema.names)
+                    wanted = [f for f in fields if f in columns]
+                    batches.extend(batch.select(wanted) for batch in reader)
+            table = pa.Table.from_batches(batches) if batches else None
+            class_names = _class_names(directory, label_field)
+    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as err:
+        raise BertkitError(f"cannot read {path}: {str(err).splitlines()[0]}") from None
+    pair_field = next((f for f in fields[1:] if f != label_field), None)
+    _check_columns(path, columns, fields[0], pair_field, label_field)
+    data = {} if table is None else {name: table.column(name).to_pylist() for name in table.column_names}
+    if class_names is not None and label_field in data:
+        data[label_field] = [
+            class_names[v] if isinstance(v, int) and 0 <= v < len(class_names) else v for v in data[label_field]
+        ]
+    count = 0 if table is None else table.num_rows
+
+    def rows():
+        for index in range(count):
+            yield f"row {index + 1}", {name: values[index] for name, values in data.items()}
+
+    return rows(), columns
+
+
+def _dataset_split(path: Path, split: str | None) -> Path:
+    """The split directory of a DatasetDict (which needs --split unless it has one split), or the Dataset."""
+    if not (path / "dataset_dict.json").is_file():
+        if split is not None:
+            raise BertkitError(f"{path} is a single datasets split; drop --split {split}")
+        return path
+    try:
+        splits = [str(s) for s in json.loads((path / "dataset_dict.json").read_text("utf-8"))["splits"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise BertkitError(f"{path / 'dataset_dict.json'} is not a valid datasets split list") from None
+    if split is None:
+        if len(splits) == 1:
+            return path / splits[0]
+        raise BertkitError(f"{path} holds the splits {', '.join(splits)}; choose one with --split")
+    if split not in splits:
+        raise BertkitError(f"{path} has no split '{split}' (splits: {', '.join(splits)}); fix --split")
+    return path / split
+
+
+def _class_names(directory: Path, label_field: str | None) -> list[str] | None:
+    """A ClassLabel feature's names, so integer labels read as the class names the dataset gives them."""
+    if label_field is None:
+        return None
+    for name in ("dataset_info.json", "state.json"):
+        try:
+            info = json.loads((directory / name).read_text("utf-8"))
+        except (OSError, ValueError):
+            continue
+        feature = (info.get("features") or {}).get(label_field) if isinstance(info, dict) else None
+        if isinstance(feature, dict) and feature.get("_type") == "ClassLabel" and feature.get("names"):
+            return [str(n) for n in feature["names"]]
+    return None
+
+
+def read_texts(path: Path, text_field: str = "text", split: str | None = None, skip_bad_rows: bool = False) -> TaskData:
+    """Texts to embed: one per non-empty line of a text file, or the text column of a task file."""
+    path = Path(path)
+    if file_format(path) != "text":
+        return read_task_data(path, text_field, None, None, split, skip_bad_rows)
+    if not path.is_file():
+        raise BertkitError(f"input file not found: {path}")
+    data = TaskData(path, [], None, None)
+    for lineno, line in enumerate(_read_text(path).splitlines(), 1):
+        if not line.strip():
+            continue
+        data.rows_read += 1
+        if _UNDECODABLE.search(line):
+            problem = "is not UTF-8 text; re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8 IN > OUT)"
+            if not skip_bad_rows:
+                raise BertkitError(f"{path} line {lineno}: {problem}; or pass --skip-bad-rows to skip such lines")
+            data.skipped += 1
+            if len(data.skipped_rows) < 10:
+                data.skipped_rows.append(f"line {lineno}: {problem}")
+            continue
+        data.texts.append(line.strip())
+    if not data.texts:
+        raise BertkitError(f"{path} holds no text (no non-empty line); give a file with one text per line")
+    return data

