@@ -15,6 +15,7 @@ from bertkit.config.schema import ModelConfig
 from bertkit.models.bert import BertEncoder
 from bertkit.models.heads import MLMHead
 from bertkit.models.pretraining import MLM_HEAD_ACT, gather_rows
+from bertkit.tasks.classification import mean_pool
 
 
 class DistillOutput(NamedTuple):
@@ -40,9 +41,10 @@ class EncoderWithHeads(nn.Module):
         mlm_head: bool = False,
         num_labels: int | None = None,
         classifier_dropout: float | None = None,
+        pool: str = "cls",
     ) -> None:
         super().__init__()
-        self.config = cfg
+        self.config, self.pool = cfg, pool
         self.encoder = BertEncoder(cfg)
         self.mlm_head = MLMHead(cfg, MLM_HEAD_ACT.get(cfg.family)) if mlm_head else None
         # Before the classifier, as SequenceClassifier (task.classifier_dropout); the encoder's rate by default.
@@ -75,8 +77,11 @@ class EncoderWithHeads(nn.Module):
             rows = hidden.reshape(-1, hidden.shape[-1]) if mlm_positions is None else gather_rows(hidden, mlm_positions)
             mlm_logits = self.mlm_head(rows, self.encoder.word_embeddings)
         if self.classifier is not None:
-            # As SequenceClassifier: the pooled [CLS] when the encoder has a pooler, else [CLS] itself.
-            pooled = out.pooled if out.pooled is not None else hidden[:, 0]
+            # As SequenceClassifier: the mean over non-padding tokens, or the pooled [CLS] (else [CLS] itself).
+            if self.pool == "mean":
+                pooled = mean_pool(hidden, attention_mask)
+            else:
+                pooled = out.pooled if out.pooled is not None else hidden[:, 0]
             logits = self.classifier(self.dropout(pooled))
         states = list(out.hidden_states)
         return DistillOutput(

@@ -35,8 +35,9 @@ class DistillStudent(EncoderWithHeads):
         mlm_head: bool = False,
         num_labels: int | None = None,
         classifier_dropout: float | None = None,
+        pool: str = "cls",
     ) -> None:
-        super().__init__(cfg, mlm_head, num_labels, classifier_dropout)
+        super().__init__(cfg, mlm_head, num_labels, classifier_dropout, pool)
         self.embedding_proj: nn.Linear | None = None
         self.hidden_proj: nn.Linear | None = None
         if teacher_hidden_size is not None and teacher_hidden_size != cfg.hidden_size:

@@ -138,10 +138,12 @@ class Teacher(EncoderWithHeads):
         tokenizer: Tokenizer,
         labels: list[str] | None = None,
         source: str = "teacher",
+        pool: str = "cls",
     ) -> None:
         has_mlm = "mlm_head.dense.weight" in weights
         has_classifier = labels is not None and "classifier.weight" in weights
-        super().__init__(cfg, mlm_head=has_mlm, num_labels=len(labels) if has_classifier and labels else None)
+        num_labels = len(labels) if has_classifier and labels else None
+        super().__init__(cfg, mlm_head=has_mlm, num_labels=num_labels, pool=pool)
         self.tokenizer, self.labels, self.source = tokenizer, labels if has_classifier else None, source
         own = self.state_dict()
         # Heads the teacher does not use (NSP, SOP, ELECTRA's generator) stay behind.
@@ -153,7 +155,9 @@ class Teacher(EncoderWithHeads):
     def load(cls, spec: str | Path) -> Teacher:
         model_dir, meta, cfg, weights, tokenizer = load_model_dir(resolve_teacher(str(spec)))
         labels = _labels(meta) if meta.get("architecture") == "sequence-classification" else None
-        return cls(cfg, weights, tokenizer, labels, str(model_dir))
+        # A classifier fine-tuned with task.pool=mean reads the mean of the hidden states, not [CLS].
+        pool = str((meta.get("task") or {}).get("pool", "cls"))
+        return cls(cfg, weights, tokenizer, labels, str(model_dir), pool)
 
     @property
     def has_mlm_head(self) -> bool:

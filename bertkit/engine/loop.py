@@ -173,6 +173,9 @@ def train(
     # exact same rows as an uninterrupted one.
     window: dict[str, float] = {}
     window_steps = 0
+    # Steps in the window that logged each key: a term that starts mid-window (task distillation's
+    # prediction phase) is averaged over its own steps, not the window's.
+    window_counts: dict[str, int] = {}
     previous_seconds = 0.0
     resume_state: tuple[dict[str, Any], dict[str, Any]] | None = None
     existing = list_checkpoints(checkpoint_dir)
@@ -215,6 +218,7 @@ def train(
             source.load_state(trainer["loader"])
         step, result.skipped_steps, result.tokens = trainer["step"], trainer["skipped_steps"], trainer["tokens"]
         window, window_steps = trainer["window"], trainer["window_steps"]
+        window_counts = trainer.get("window_counts") or dict.fromkeys(window, window_steps)
         previous_seconds = float(trainer.get("train_seconds", 0.0))
 
     metrics_path = run_dir / "metrics.jsonl"
@@ -251,6 +255,7 @@ def train(
                 "tokens": result.tokens,
                 "window": window,
                 "window_steps": window_steps,
+                "window_counts": window_counts,
                 "train_seconds": train_seconds(),
                 "optimizer": optim_cfg.name,
                 "engine": backend.name,
@@ -348,12 +353,14 @@ def train(
                 window_sequences += step_sequences
                 window_steps += 1
                 window["loss"] = window.get("loss", 0.0) + float(packed[0])
+                window_counts["loss"] = window_counts.get("loss", 0) + 1
                 for index, key in enumerate(keys, start=1):
                     window[key] = window.get(key, 0.0) + float(packed[index])
+                    window_counts[key] = window_counts.get(key, 0) + 1
                 if step % train_cfg.log_every == 0 or step == train_cfg.steps:
                     elapsed = time.perf_counter() - window_start
                     row: dict[str, Any] = {"step": step}
-                    row.update({k: round(v / window_steps, 6) for k, v in window.items()})
+                    row.update({k: round(v / window_counts[k], 6) for k, v in window.items()})
                     row["lr"] = scheduler.get_last_lr()[0]
                     row["grad_norm"] = round(float(grad_norm), 4)
                     row["tokens"] = result.tokens
@@ -367,7 +374,7 @@ def train(
                     if main:
                         _write_row(metrics_file, writer, row)
                     result.history.append(row)
-                    window, window_steps, window_start = {}, 0, time.perf_counter()
+                    window, window_counts, window_steps, window_start = {}, {}, 0, time.perf_counter()
                     window_tokens = window_sequences = 0
                     info = f"loss {row['loss']:.3f}"
                     if row["tokens_per_s"]:

@@ -168,8 +168,10 @@ def distill_general(
             f"is {student_cfg.hidden_size}, the teacher's {teacher.config.hidden_size}; use --init random or "
             f"--set model.hidden_size={teacher.config.hidden_size}"
         )
+    if init == "teacher-layers":
+        # DistilBERT's student is the teacher minus layers: its position table is the teacher's, copied.
+        student_cfg = student_cfg.model_copy(update={"max_position_embeddings": teacher.config.max_position_embeddings})
     recipe = recipe.model_copy(update={"model": student_cfg})
-    resumed = prepare_run_dir(output, recipe, overwrite, resume)
 
     torch.manual_seed(recipe.train.seed)  # reproducible initial weights (and the same on every rank)
     weights = term_weights(recipe.distill, GENERAL_TERMS[method])
@@ -178,10 +180,11 @@ def distill_general(
         teacher_hidden_size=teacher.config.hidden_size if method == "tinybert" else None,
         mlm_head=method == "distilbert" and (weights.get("ce", 0) > 0 or weights.get("mlm", 0) > 0),
     )
-    if init == "teacher-layers":
+    if init == "teacher-layers":  # before the run directory exists: a shape that does not fit leaves nothing
         layers = distilbert_init_layers(student_cfg.num_layers, teacher.config.num_layers)
         init_from_teacher(student, teacher.state_dict(), teacher.config, layers)
     freeze_unreached(student, method)
+    resumed = prepare_run_dir(output, recipe, overwrite, resume)
     objective = DistillationObjective(
         method, teacher, weights, recipe.distill.resolved_temperature(method), layer_map
     )

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from bertkit.config.recipe import FinetuneRecipe
-from bertkit.config.schema import LOWER_IS_BETTER, TaskConfig
+from bertkit.config.schema import LOWER_IS_BETTER, TaskConfig, TrainConfig
 from bertkit.corpus.loader import split_indices
 from bertkit.engine.checkpoint import list_checkpoints, load_state, read_weights
 from bertkit.engine.device import resolve_device
@@ -43,7 +43,7 @@ from bertkit.tasks.data import TaskData, read_task_data
 BEST_WEIGHTS = "best.safetensors"  # the best evaluation's weights while training; model/ gets them at the end
 
 
-def _read(path: Path, task: TaskConfig, split: str | None) -> TaskData:
+def read_task_file(path: Path, task: TaskConfig, split: str | None) -> TaskData:
     return read_task_data(
         path,
         task.text_field,
@@ -55,7 +55,7 @@ def _read(path: Path, task: TaskConfig, split: str | None) -> TaskData:
     )
 
 
-def _subset(data: TaskData, indices: np.ndarray) -> TaskData:
+def subset(data: TaskData, indices: np.ndarray) -> TaskData:
     pick = [int(i) for i in indices]
     return TaskData(
         data.path,
@@ -63,6 +63,17 @@ def _subset(data: TaskData, indices: np.ndarray) -> TaskData:
         [data.pairs[i] for i in pick] if data.pairs is not None else None,
         [data.labels[i] for i in pick] if data.labels is not None else None,
     )
+
+
+def plan_epochs(train_cfg: TrainConfig, examples: int) -> tuple[TrainConfig, int]:
+    """With `train.epochs`, the steps they take over `examples` (and an evaluation after each epoch)."""
+    steps_per_epoch = math.ceil(examples / train_cfg.batch_size)
+    if train_cfg.epochs is not None:
+        update: dict[str, Any] = {"steps": train_cfg.epochs * steps_per_epoch}
+        if not train_cfg.eval_every:
+            update["eval_every"] = steps_per_epoch  # evaluate after each epoch
+        train_cfg = train_cfg.model_copy(update=update)
+    return train_cfg, steps_per_epoch
 
 
 class BestModel:
@@ -121,7 +132,7 @@ def finetune(
     task = recipe.task
     regression = task.kind == "regression"
     model_dir, _, model_cfg, weights, tokenizer = load_model_dir(model_path)
-    train_data = _read(train_file, task, task.split)
+    train_data = read_task_file(train_file, task, task.split)
     if regression:
         labels: list[str] = []
         if len(set(train_data.labels or [])) < 2:
@@ -135,11 +146,11 @@ def finetune(
             )
     eval_read: TaskData | None = None
     if eval_file is not None:
-        eval_read = eval_data = _read(eval_file, task, task.eval_split)
+        eval_read = eval_data = read_task_file(eval_file, task, task.eval_split)
         train_part = train_data
     else:
         train_idx, eval_idx = split_indices(len(train_data), task.eval_fraction, recipe.train.seed)
-        train_part, eval_data = _subset(train_data, train_idx), _subset(train_data, eval_idx)
+        train_part, eval_data = subset(train_data, train_idx), subset(train_data, eval_idx)
 
     def targets(data: TaskData, source: object) -> np.ndarray:
         if regression:
@@ -155,13 +166,7 @@ def finetune(
         eval_targets = targets(eval_data, eval_file or train_file)
         eval_examples = encode_examples(eval_data.texts, eval_data.pairs, eval_targets, tokenizer, max_len)
 
-    train_cfg = recipe.train
-    steps_per_epoch = math.ceil(len(train_part) / train_cfg.batch_size)
-    if train_cfg.epochs is not None:
-        update: dict[str, Any] = {"steps": train_cfg.epochs * steps_per_epoch}
-        if not train_cfg.eval_every:
-            update["eval_every"] = steps_per_epoch  # evaluate after each epoch
-        train_cfg = train_cfg.model_copy(update=update)
+    train_cfg, steps_per_epoch = plan_epochs(recipe.train, len(train_part))
     # Everything is read and valid: only now does the run directory appear.
     resumed = prepare_run_dir(output, recipe, overwrite, resume)
 

