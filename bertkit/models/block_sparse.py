@@ -36,6 +36,7 @@ from bertkit.models.layers import AttentionOutput, SelfAttention
 # Sequence lengths for which the reference draws from the plan of the paper's code (random blocks among
 # the first 1024 tokens of the longest sequence); other lengths use its per-head plan.
 _PAPER_PLAN_LENGTHS = (1024, 3072, 4096)
+_PAPER_LAST_TOKEN = 1024
 
 
 # ------------------------------------------------------------------------------------- the random draw
@@ -48,8 +49,8 @@ def _paper_plan(rng: np.random.RandomState, length: int, block_size: int, num_ra
     rows = np.zeros((blocks - 2, num_random), dtype=np.int64)
     middle = np.arange(1, blocks - 1, dtype=np.int32)
     last = blocks - 1
-    if 1024 > 2 * block_size:
-        last = 1024 // block_size - 1
+    if 2 * block_size < _PAPER_LAST_TOKEN:
+        last = _PAPER_LAST_TOKEN // block_size - 1
     for i in range(1, blocks - 1):
         start, end = i - 2, i
         if i == 1:

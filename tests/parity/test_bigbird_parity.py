@@ -151,7 +151,7 @@ def test_export_loads_into_every_class(tmp_path: Path, head: str, cls: str) -> N
     assert type(model).__name__ == cls
     assert {k: v for k, v in info.items() if v and k != "error_msgs"} == {}
     batch = _inputs(300)
+    base = (model if head == "base" else model.bert).eval()
     with torch.no_grad():
-        base = model if head == "base" else model.bert
-        diff = (base.eval()(**batch).last_hidden_state - hf.bert(**batch).last_hidden_state)[batch["attention_mask"].bool()]
+        diff = (base(**batch).last_hidden_state - hf.bert(**batch).last_hidden_state)[batch["attention_mask"].bool()]
     assert diff.abs().max().item() == 0.0
