@@ -14,7 +14,8 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
-Family = Literal["bert", "roberta", "albert", "electra", "spanbert", "distilbert"]
+Family = Literal["bert", "roberta", "albert", "electra", "spanbert", "distilbert", "bigbird"]
+Attention = Literal["full", "block_sparse"]
 Sharing = Literal["none", "all-shared", "shared-ffn", "shared-attention"]
 
 
@@ -55,6 +56,13 @@ class ModelConfig(StrictModel):
     sharing: Sharing = "none"
     # ELECTRA only: the generator trained alongside the discriminator (this config is the discriminator).
     generator: GeneratorConfig | None = None
+    # Self-attention: `full` (SDPA over every pair of tokens) or BigBird's `block_sparse` (ITC: a window of
+    # 3 blocks, `num_random_blocks` random blocks per query block, the first and last block global), whose
+    # memory grows linearly with the length. Sequences of at most (5 + 2 * num_random_blocks) * block_size
+    # tokens use full attention, as transformers does.
+    attention: Attention = "full"
+    block_size: int = 64
+    num_random_blocks: int = 3
 
     @property
     def embedding_dim(self) -> int:
@@ -79,9 +87,41 @@ class ModelConfig(StrictModel):
             raise ValueError(
                 "DistilBERT has no segment embeddings and no pooler; set type_vocab_size: 0, pooler: false"
             )
+        self._check_block_sparse()
         if self.pad_token_id >= self.vocab_size:
             raise ValueError(f"pad_token_id {self.pad_token_id} is outside the vocabulary of {self.vocab_size}")
         return self
+
+    @property
+    def full_attention_limit(self) -> int:
+        """The longest sequence that block-sparse attention handles with full attention instead: its pattern
+        (2 global + 3 window + num_random_blocks random blocks, with as many again as a buffer) needs more."""
+        return (5 + 2 * self.num_random_blocks) * self.block_size
+
+    def _check_block_sparse(self) -> None:
+        if self.block_size < 1:
+            raise ValueError(f"model.block_size must be a positive number of tokens, got {self.block_size}; use 64")
+        if self.num_random_blocks < 0:
+            raise ValueError(
+                f"model.num_random_blocks must be >= 0 (0 turns random attention off), got {self.num_random_blocks}"
+            )
+        if self.attention != "block_sparse":
+            return
+        longest = self.max_position_embeddings - self.position_offset
+        if longest % self.block_size:
+            fits = [b for b in (128, 64, 32, 16, 8) if longest % b == 0]
+            hint = f"set model.block_size={fits[0]}" if fits else "pick a block size that divides it"
+            raise ValueError(
+                f"model.block_size {self.block_size} does not divide the longest sequence, {longest} tokens "
+                f"(max_position_embeddings - position_offset), so it is not a whole number of blocks; {hint}"
+            )
+        if longest <= self.full_attention_limit:
+            raise ValueError(
+                f"model.attention=block_sparse never applies: sequences of up to {self.full_attention_limit} tokens "
+                f"((5 + 2 * num_random_blocks) * block_size) use full attention, and this model takes at most "
+                f"{longest}; lower model.block_size or model.num_random_blocks, raise model.max_position_embeddings, "
+                "or set model.attention=full"
+            )
 
     def generator_config(self) -> ModelConfig:
         """The ELECTRA generator's own shape: narrower, same embeddings (E) and depth unless set."""

@@ -1,6 +1,6 @@
 """Hugging Face interchange: read HF checkpoints into bertkit's models and write bertkit models as HF
 checkpoints (config.json + model.safetensors + tokenizer files), through one explicit key map per family
-(hf_bert, hf_albert, hf_electra, hf_distilbert). Every HF tensor is either mapped, knowingly ignored
+(hf_bert, hf_albert, hf_electra, hf_distilbert, hf_bigbird). Every HF tensor is either mapped, knowingly ignored
 (buffers and tied copies), or an error. `transformers` itself is never imported here.
 """
 
@@ -18,7 +18,7 @@ import torch
 from bertkit.config.schema import ModelConfig, ObjectiveConfig
 from bertkit.engine.checkpoint import read_weights
 from bertkit.errors import BertkitError
-from bertkit.interop import hf_albert, hf_bert, hf_distilbert, hf_electra
+from bertkit.interop import hf_albert, hf_bert, hf_bigbird, hf_distilbert, hf_electra
 from bertkit.interop.keymap import Entry, to_hf, to_ours
 
 HFHead = Literal["pretraining", "mlm", "base", "generator"]
@@ -31,9 +31,12 @@ _MODEL_TYPES: dict[str, tuple[ModuleType, str, str]] = {
     "albert": (hf_albert, "albert.", "Albert"),
     "electra": (hf_electra, "electra.", "Electra"),
     "distilbert": (hf_distilbert, "distilbert.", "DistilBert"),
+    "big_bird": (hf_bigbird, "bert.", "BigBird"),
 }
 _FAMILY_TO_TYPE = {"bert": "bert", "spanbert": "bert", "roberta": "roberta", "albert": "albert",
-                   "electra": "electra", "distilbert": "distilbert"}  # fmt: skip
+                   "electra": "electra", "distilbert": "distilbert", "bigbird": "big_bird"}  # fmt: skip
+# The pair head (on the pooled output) that each HF family's ForPreTraining class carries.
+_PAIR_HEAD = {"bert": "nsp", "big_bird": "nsp", "albert": "sop"}
 # Buffers and tied copies of the word embeddings / output biases that HF may or may not store.
 _IGNORED = re.compile(
     r"(^|\.)embeddings\.(position_ids|token_type_ids)$"
@@ -112,7 +115,7 @@ def _check_shapes(cfg: ModelConfig, weights: dict[str, torch.Tensor], source: st
     """Every tensor must have the shape its config.json implies (built on the meta device: no memory)."""
     from bertkit.models.pretraining import build_pretraining_model
 
-    heads = ObjectiveConfig(mlm=1.0, nsp=1.0 if cfg.pooler and cfg.family == "bert" else 0.0,
+    heads = ObjectiveConfig(mlm=1.0, nsp=1.0 if cfg.pooler and cfg.family in ("bert", "bigbird") else 0.0,
                             sop=1.0 if cfg.pooler and cfg.family == "albert" else 0.0,
                             rtd=50.0 if cfg.family == "electra" else 0.0)  # fmt: skip
     with torch.device("meta"):
@@ -176,10 +179,11 @@ def export_plan(cfg: ModelConfig, available_heads: set[str], head: HFHead) -> tu
                 "--head base, or --head generator (the generator, as ElectraForMaskedLM)"
             )
         return "ElectraForPreTraining", {"rtd"}, False
-    pair = {"bert": "nsp", "albert": "sop"}.get(model_type)
+    pair = _PAIR_HEAD.get(model_type)
     if head == "pretraining" and pair and pair in available_heads:
         return f"{cls}ForPreTraining", {"mlm", pair}, True
-    return f"{cls}ForMaskedLM", {"mlm"}, False
+    # BigBirdForMaskedLM keeps its base model's pooler; the other families' masked-LM classes have none.
+    return f"{cls}ForMaskedLM", {"mlm"}, model_type == "big_bird"
 
 
 def to_hf_checkpoint(

@@ -1,8 +1,9 @@
 """Model code: forward passes only. No losses, no I/O, no distributed code.
 
-layers.py      embeddings, self-attention, feed-forward, encoder layer (pre/post-LN, GeLU variants, dropout)
-bert.py        the encoder every family shares (ALBERT's factorized embeddings and layer sharing included)
-heads.py       MLM, NSP/SOP, RTD and SBO heads
-electra.py     generator + discriminator with shared embeddings
-pretraining.py encoder + heads as one module per recipe; parameter counts on the meta device
+layers.py       embeddings, self-attention, feed-forward, encoder layer (pre/post-LN, GeLU variants, dropout)
+block_sparse.py BigBird's block-sparse self-attention (model.attention=block_sparse), linear in the length
+bert.py         the encoder every family shares (ALBERT's factorized embeddings and layer sharing included)
+heads.py        MLM, NSP/SOP, RTD and SBO heads
+electra.py      generator + discriminator with shared embeddings
+pretraining.py  encoder + heads as one module per recipe; parameter counts on the meta device
 """

@@ -1,7 +1,8 @@
 """The encoder every family shares, in the order data flows through it.
 
 BERT, RoBERTa, SpanBERT and the DistilBERT/TinyBERT shapes use it as is; ALBERT adds factorized embeddings
-(E -> H projection) and cross-layer sharing; ELECTRA's discriminator and generator add the projection.
+(E -> H projection) and cross-layer sharing; ELECTRA's discriminator and generator add the projection;
+BigBird is RoBERTa-shaped with block-sparse attention (model.attention, bertkit/models/block_sparse.py).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def _build_layers(cfg: ModelConfig) -> nn.ModuleList:
     own_attention = cfg.sharing != "shared-attention"
     own_ffn = cfg.sharing != "shared-ffn"
     return nn.ModuleList(
-        EncoderLayer(cfg, own_attention=i == 0 or own_attention, own_ffn=i == 0 or own_ffn)
+        EncoderLayer(cfg, own_attention=i == 0 or own_attention, own_ffn=i == 0 or own_ffn, layer_index=i)
         for i in range(cfg.num_layers)
     )
 

@@ -34,6 +34,8 @@ class Embeddings(nn.Module):
         self.norm = nn.LayerNorm(dim, eps=cfg.layer_norm_eps)
         self.dropout = nn.Dropout(cfg.hidden_dropout)
         self.position_offset = cfg.position_offset
+        # BigBird's embeddings apply dropout before the LayerNorm (the same in eval, not in training).
+        self.dropout_first = cfg.family == "bigbird"
 
     def forward(
         self,
@@ -51,6 +53,8 @@ class Embeddings(nn.Module):
                 x = x + self.token_type_embeddings.weight[0]
             else:
                 x = x + self.token_type_embeddings(token_type_ids)
+        if self.dropout_first:
+            return self.norm(self.dropout(x))
         return self.dropout(self.norm(x))
 
 
@@ -91,6 +95,16 @@ class SelfAttention(nn.Module):
         return AttentionOutput(self.out(context), probs, scores, values)
 
 
+def build_attention(cfg: ModelConfig, layer_index: int = 0) -> SelfAttention:
+    """The self-attention `model.attention` selects: full (SDPA) or BigBird's block-sparse, which seeds
+    its random-block draw with the layer's index as the reference does."""
+    if cfg.attention == "block_sparse":
+        from bertkit.models.block_sparse import BlockSparseAttention
+
+        return BlockSparseAttention(cfg, layer_index)
+    return SelfAttention(cfg)
+
+
 class FeedForward(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -110,9 +124,11 @@ class EncoderLayer(nn.Module):
     shared weights are stored once in the state dict.
     """
 
-    def __init__(self, cfg: ModelConfig, own_attention: bool = True, own_ffn: bool = True) -> None:
+    def __init__(
+        self, cfg: ModelConfig, own_attention: bool = True, own_ffn: bool = True, layer_index: int = 0
+    ) -> None:
         super().__init__()
-        self.attention = SelfAttention(cfg) if own_attention else None
+        self.attention = build_attention(cfg, layer_index) if own_attention else None
         self.attn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps) if own_attention else None
         self.ffn = FeedForward(cfg) if own_ffn else None
         self.ffn_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps) if own_ffn else None

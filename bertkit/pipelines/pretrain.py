@@ -49,6 +49,10 @@ SHAPE_FIELDS = (
     "sharing",
 )
 _SAME_FAMILY = {"spanbert": "bert"}  # SpanBERT checkpoints are BERT checkpoints
+# Families a recipe may warm-start from besides its own: BigBird starts from RoBERTa, as in the paper.
+_WARM_STARTS = {"bigbird": {"roberta"}}
+# Tables a checkpoint may have fewer rows of than the recipe: the missing rows are copied (see _extend_tables).
+_EXTENDABLE = ("max_position_embeddings", "type_vocab_size")
 
 
 def check_corpus_fits(objective: ObjectiveConfig, manifest: dict[str, Any], corpus_dir: Path) -> None:
@@ -97,19 +101,34 @@ class CheckedBatches:
         return batch
 
 
+def _usable_positions(cfg: ModelConfig) -> int:
+    return cfg.max_position_embeddings - cfg.position_offset
+
+
 def _fit_init_checkpoint(recipe_cfg: ModelConfig, init_cfg: ModelConfig, init_from: Path, recipe: str) -> ModelConfig:
-    """The recipe's model with the checkpoint's vocabulary; one line naming every shape that differs."""
+    """The recipe's model with the checkpoint's vocabulary; one line naming every shape that differs.
+
+    A checkpoint with fewer positions or token types than the recipe is accepted: `_extend_tables` fills
+    the rest by copying (BigBird warm-starts from RoBERTa's 512 positions this way)."""
     recipe_family = _SAME_FAMILY.get(recipe_cfg.family, recipe_cfg.family)
     init_family = _SAME_FAMILY.get(init_cfg.family, init_cfg.family)
-    if recipe_family != init_family:
+    if recipe_family != init_family and init_family not in _WARM_STARTS.get(recipe_family, ()):
         raise BertkitError(
             f"--init-from {init_from} is a {init_cfg.family} model but recipe '{recipe}' trains {recipe_cfg.family}; "
             "pick a recipe of the same family"
         )
+    same_family = recipe_family == init_family
+    # Position numbering (RoBERTa's pad + 1) belongs to the family: a warm start takes the recipe's.
+    offset = init_cfg.position_offset if same_family else recipe_cfg.position_offset
+    fitted = recipe_cfg.model_copy(update={"position_offset": offset})
+    extendable = {
+        "max_position_embeddings": _usable_positions(init_cfg) <= _usable_positions(fitted),
+        "type_vocab_size": 1 <= init_cfg.type_vocab_size <= recipe_cfg.type_vocab_size,
+    }
     differing = [
         (name, getattr(init_cfg, name), getattr(recipe_cfg, name))
         for name in SHAPE_FIELDS
-        if getattr(init_cfg, name) != getattr(recipe_cfg, name)
+        if getattr(init_cfg, name) != getattr(recipe_cfg, name) and not extendable.get(name, False)
     ]
     if differing:
         what = ", ".join(f"{name} {theirs} vs {ours}" for name, theirs, ours in differing)
@@ -118,13 +137,58 @@ def _fit_init_checkpoint(recipe_cfg: ModelConfig, init_cfg: ModelConfig, init_fr
             for name, theirs, _ in differing
         )
         raise BertkitError(f"--init-from {init_from} does not fit recipe '{recipe}' ({what}); add {fix}")
-    return recipe_cfg.model_copy(
-        update={
-            "vocab_size": init_cfg.vocab_size,
-            "pad_token_id": init_cfg.pad_token_id,
-            "position_offset": init_cfg.position_offset,
-        }
+    return ModelConfig.model_validate(
+        {**fitted.model_dump(), "vocab_size": init_cfg.vocab_size, "pad_token_id": init_cfg.pad_token_id}
     )
+
+
+def _extend_tables(
+    init_cfg: ModelConfig, cfg: ModelConfig, weights: dict[str, torch.Tensor]
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Grow the checkpoint's position and token-type tables to the recipe's sizes by copying.
+
+    Positions: the learned ones (rows from the checkpoint's offset on) are repeated in order until the
+    table is full, as BigBird (and Longformer) extended RoBERTa's 512 positions to 4,096; rows before the
+    recipe's offset (RoBERTa's padding rows) are kept. Token types: new types start as a copy of type 0."""
+    weights, report = dict(weights), {}
+    key = "encoder.embeddings.position_embeddings.weight"
+    old_rows = weights[key].shape[0] if key in weights else cfg.max_position_embeddings
+    if key in weights and (old_rows != cfg.max_position_embeddings or init_cfg.position_offset != cfg.position_offset):
+        table = weights[key]
+        learned = table[init_cfg.position_offset :]
+        rows = cfg.max_position_embeddings - cfg.position_offset
+        repeats = -(-rows // learned.shape[0])
+        tiled = learned.repeat(repeats, 1)[:rows]
+        weights[key] = torch.cat([table[: cfg.position_offset], tiled], dim=0).contiguous()
+        report["positions"] = f"{learned.shape[0]} learned positions copied to {rows}"
+    key = "encoder.embeddings.token_type_embeddings.weight"
+    if key in weights and weights[key].shape[0] < cfg.type_vocab_size:
+        table = weights[key]
+        extra = table[:1].expand(cfg.type_vocab_size - table.shape[0], -1)
+        weights[key] = torch.cat([table, extra], dim=0).contiguous()
+        report["token_types"] = f"{table.shape[0]} -> {cfg.type_vocab_size} (new types copy type 0)"
+    return weights, report
+
+
+def _check_block_sparse(cfg: ModelConfig, corpus: Corpus, corpus_dir: Path, longest: int) -> None:
+    """Block-sparse attention on a corpus it cannot help: sequences that are not whole blocks (each
+    would be padded at every layer) or that are all short enough for full attention."""
+    if cfg.attention != "block_sparse":
+        return
+    length = int(corpus.manifest.get("options", {}).get("max_seq_len", longest))
+    if length % cfg.block_size:
+        fit = length - length % cfg.block_size
+        raise BertkitError(
+            f"model.attention=block_sparse works on whole blocks of {cfg.block_size} tokens, but {corpus_dir} "
+            f"was built with --max-seq-len {length}; rebuild it with --max-seq-len {fit or cfg.block_size} "
+            f"(a multiple of model.block_size) or change model.block_size"
+        )
+    if longest <= cfg.full_attention_limit:
+        raise BertkitError(
+            f"model.attention=block_sparse falls back to full attention on sequences of up to "
+            f"{cfg.full_attention_limit} tokens ((5 + 2 * num_random_blocks) * block_size), and the sequences of "
+            f"{corpus_dir} reach only {longest}; rebuild it with a longer --max-seq-len or set model.attention=full"
+        )
 
 
 def _evaluator(
@@ -194,6 +258,7 @@ def pretrain(
     tokenizer = load_tokenizer(recipe.data.train / TOKENIZER_SUBDIR)
     model_cfg = recipe.model
     init_weights = None
+    extended: dict[str, Any] = {}
     if init_from is not None:
         _, _, init_cfg, init_weights, init_tokenizer = load_model_dir(init_from)
         if init_tokenizer.fingerprint() != tokenizer.fingerprint():
@@ -202,6 +267,7 @@ def pretrain(
                 f"{recipe.data.train}; rebuild the corpus with that model's tokenizer"
             )
         model_cfg = _fit_init_checkpoint(model_cfg, init_cfg, init_from, recipe.name)
+        init_weights, extended = _extend_tables(init_cfg, model_cfg, init_weights)
     else:
         # From scratch, the vocabulary is the corpus tokenizer's: a recipe cannot know its size in advance.
         update: dict[str, Any] = {"vocab_size": tokenizer.vocab_size, "pad_token_id": tokenizer.pad_id}
@@ -220,6 +286,7 @@ def pretrain(
             f"{model_cfg.max_position_embeddings} positions; raise model.max_position_embeddings "
             "or rebuild the corpus with a smaller --max-seq-len"
         )
+    _check_block_sparse(model_cfg, corpus, recipe.data.train, longest)
     recipe = recipe.model_copy(update={"model": model_cfg})
     resumed = prepare_run_dir(output, recipe, overwrite, resume)
 
@@ -301,6 +368,8 @@ def pretrain(
         "eval": result.eval,
         "skipped_steps": result.skipped_steps,
         "resumed_from": result.resumed_from,
+        "init_from": str(init_from) if init_from is not None else None,
+        "init_extended": extended,
         "stopped": result.stopped,
         "train_sequences": len(train_idx),
         "eval_sequences": len(eval_idx),
