@@ -139,6 +139,7 @@ def distill_general(
     if recipe.data.train is None:
         raise BertkitError("no training corpus: pass --corpus DIR (built with the teacher's tokenizer)")
     teacher = Teacher.load(teacher_spec)
+    teacher_parameters = sum(p.numel() for p in teacher.encoder.parameters())  # before an engine shards it
     corpus = Corpus(recipe.data.train)
     if load_tokenizer(recipe.data.train / TOKENIZER_SUBDIR).fingerprint() != teacher.tokenizer.fingerprint():
         raise BertkitError(
@@ -216,7 +217,7 @@ def distill_general(
         "method": method,
         "init": init,
         "teacher": teacher.source,
-        "teacher_parameters": sum(p.numel() for p in teacher.encoder.parameters()),
+        "teacher_parameters": teacher_parameters,
         "student_parameters": sum(p.numel() for p in student.encoder.parameters()),
         "layer_map": layer_map,
         "terms": list(objective.terms),

@@ -352,3 +352,63 @@ def test_gpu_engine_as_a_group_of_one(corpus_dir: Path, tmp_path: Path, engine: 
     pretrain(corpus_dir, tmp_path / engine, *sets(**cuda), "--engine", engine)
     for (_, x), (_, y) in zip(losses(tmp_path / engine), losses(tmp_path / "single"), strict=True):
         assert x == pytest.approx(y, rel=2e-2)
+
+
+@pytest.fixture(scope="module")
+def distill_single(pretrained_run: Path, corpus_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """TinyBERT-style distillation from the bertkit-pretrained teacher, one process, accumulation 1."""
+    output = tmp_path_factory.mktemp("distill") / "single"
+    bertkit(*distill_args(pretrained_run, corpus_dir, output))
+    return output
+
+
+def distill_args(teacher: Path, corpus: Path, output: Path) -> list[str]:
+    return ["distill", "--teacher", str(teacher), "--student", "bert-tiny", "--method", "tinybert", "--corpus",
+            str(corpus), "-o", str(output), *sets(**{"model.num_layers": 1, "model.hidden_size": 64})]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "engine", [["ddp"], ["fsdp"], ["deepspeed", "--set", "engine.deepspeed.zero_stage=3"]], ids=["ddp", "fsdp", "zero3"]
+)
+def test_distillation_on_every_engine_makes_the_same_steps(
+    pretrained_run: Path, corpus_dir: Path, distill_single: Path, tmp_path: Path, engine: list[str]
+) -> None:
+    """The teacher is replicated under DDP and sharded like the student under FSDP and ZeRO-3; the student's
+    steps are those of one process."""
+    output = tmp_path / engine[0]
+    result = bertkit(*distill_args(pretrained_run, corpus_dir, output), "--engine", *engine, procs=2)
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["terms"] == ["embedding", "hidden", "attention"]
+    assert summary["teacher_parameters"] == json.loads((distill_single / "summary.json").read_text())[
+        "teacher_parameters"
+    ]
+    assert_same_curve(output, distill_single)
+    assert_same_weights(output, distill_single)
+
+
+SHARDED_TEACHER = """
+import json, sys, torch
+from bertkit.config.schema import EngineConfig
+from bertkit.distill.teacher import Teacher
+from bertkit.engine.backends import create_backend
+cfg = EngineConfig(backend=sys.argv[2], device="cpu", deepspeed={"zero_stage": 3})
+backend = create_backend(cfg, torch.device("cpu"))
+teacher = backend.prepare_frozen(Teacher.load(sys.argv[1]))
+params = list(teacher.parameters())
+print(json.dumps({
+    "dtensor": all(type(p).__name__ == "DTensor" for p in params),
+    "zero3": all(hasattr(p, "ds_id") and p.numel() == 0 for p in params),
+    "trainable": any(p.requires_grad for p in params),
+}))
+"""
+
+
+@pytest.mark.parametrize("engine", ["fsdp", "deepspeed"])
+def test_the_teacher_is_sharded_where_the_student_is(pretrained_run: Path, engine: str) -> None:
+    """FSDP turns every teacher parameter into a DTensor shard; ZeRO-3 partitions them (the local tensors
+    are empty placeholders, gathered layer by layer in the forward). Neither trains them."""
+    command = [sys.executable, "-c", SHARDED_TEACHER, str(pretrained_run), engine]
+    result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "DS_ACCELERATOR": "cpu"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["dtensor" if engine == "fsdp" else "zero3"] and not report["trainable"]
