@@ -18,7 +18,7 @@ def quickstart_command(
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
-    """Tokenizer -> corpus -> pretraining -> fine-tuning on bundled real text, then a summary table."""
+    """Tokenizer -> corpus -> pretraining -> distillation -> fine-tuning on bundled real text, then a summary table."""
     import json
 
     from bertkit.pipelines.quickstart import quickstart
@@ -47,10 +47,21 @@ def quickstart_command(
         f"{pre['loss_last']:.3f} in {pre['steps']} steps; held-out MLM acc {pre['eval'].get('mlm_acc')}",
         pre["model_dir"],
     )
+    distilled = result["distill"]
+    held_out = distilled["eval"]
+    table.add_row(
+        "distill",
+        f"{distilled['student_parameters']:,}-parameter 1-layer student of the {distilled['teacher_parameters']:,}-"
+        f"parameter model, from its layer 0; {distilled['steps']} steps; held-out soft-target KL "
+        f"{held_out.get('ce_loss')}, MLM loss {held_out.get('mlm_loss')}, 1 - cosine {held_out.get('cos_loss')}",
+        distilled["model_dir"],
+    )
+    epochs = f"{ft['epochs']} epochs ({ft['steps']} steps)" if ft.get("epochs") else f"{ft['steps']} steps"
     table.add_row(
         "finetune",
         f"sentiment accuracy {ft['eval'].get('accuracy')} (macro-F1 {ft['eval'].get('macro_f1')}) "
-        f"on {ft['eval_examples']:,} held-out reviews; loss {ft['loss_first']:.3f} -> {ft['loss_last']:.3f}",
+        f"on {ft['eval_examples']:,} held-out reviews after {epochs}; loss {ft['loss_first']:.3f} -> "
+        f"{ft['loss_last']:.3f}",
         ft["model_dir"],
     )
     table.add_row("total", f"{result['seconds']:.0f} s", str(output))

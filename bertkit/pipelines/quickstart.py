@@ -6,10 +6,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bertkit.config.recipe import load_recipe
+from bertkit.config.recipe import load_distill_recipe, load_recipe
 from bertkit.corpus.build import BuildOptions, build_corpus
 from bertkit.data.samples import write_sample_data
 from bertkit.fsutil import check_output_dir
+from bertkit.pipelines.distill import distill_general
 from bertkit.pipelines.finetune import finetune
 from bertkit.pipelines.pretrain import pretrain
 from bertkit.progress import stderr_console
@@ -22,6 +23,7 @@ def quickstart(
     quiet: bool = False,
     pretrain_steps: int | None = None,
     finetune_steps: int | None = None,
+    distill_steps: int = 100,
 ) -> dict[str, Any]:
     import shutil
 
@@ -43,7 +45,13 @@ def quickstart(
     pre_overrides = [f"data.train={output / 'corpus'}"] + ([f"train.steps={pretrain_steps}"] if pretrain_steps else [])
     say("pretraining a tiny BERT with masked language modelling")
     pre = pretrain(load_recipe("bert-tiny", pre_overrides), output / "pretrain", quiet=quiet)  # type: ignore[arg-type]
-    say("fine-tuning it on Rotten Tomatoes sentiment")
+    say("distilling it into a 1-layer student (DistilBERT: soft targets + MLM + cosine)")
+    distill_overrides = [f"data.train={output / 'corpus'}", "model.num_layers=1", f"train.steps={distill_steps}"]
+    distilled = distill_general(
+        load_distill_recipe("bert-tiny", None, distill_overrides), str(output / "pretrain"), output / "distill",
+        "bert-tiny", quiet=quiet,
+    )  # fmt: skip
+    say("fine-tuning the pretrained model on Rotten Tomatoes sentiment")
     ft_overrides = [f"train.steps={finetune_steps}"] if finetune_steps else []
     ft = finetune(
         load_recipe("finetune-tiny", ft_overrides),
@@ -56,6 +64,7 @@ def quickstart(
         "tokenizer": {"path": tok["output"], "vocab_size": tok["vocab_size"]},
         "corpus": {"path": corpus["output"], "sequences": corpus["num_sequences"], "tokens": corpus["num_tokens"]},
         "pretrain": pre,
+        "distill": distilled,
         "finetune": ft,
         "seconds": round(time.perf_counter() - started, 1),
     }
