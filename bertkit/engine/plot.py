@@ -13,7 +13,9 @@ from bertkit.errors import BertkitError
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     path = run_dir / "metrics.jsonl"
     if not path.is_file():
-        raise BertkitError(f"{run_dir} has no metrics.jsonl; pass a run directory written by pretrain or finetune")
+        raise BertkitError(
+            f"{run_dir} has no metrics.jsonl; pass a run directory written by pretrain, distill or finetune"
+        )
     rows = []
     for number, line in enumerate(path.read_text("utf-8").splitlines(), start=1):
         if line.strip():
@@ -38,22 +40,33 @@ def plot_run(run_dir: Path, output: Path, overwrite: bool = False) -> dict[str, 
 
     steps = [r["step"] for r in train_rows]
     eval_key = next((k for r in rows for k in r if k in ("eval_mlm_loss", "eval_loss")), None)
-    fig, axes = plt.subplots(3, 1, figsize=(8, 9), sharex=True)
+    # The losses a run logs term by term (MLM + NSP, ELECTRA's RTD, distillation's terms), each on its own line.
+    terms = sorted({k for r in train_rows for k in r if k.endswith("_loss")})
+    panels = 4 if terms else 3
+    fig, axes = plt.subplots(panels, 1, figsize=(8, 3 * panels), sharex=True)
     axes[0].plot(steps, [r["loss"] for r in train_rows], label="train loss")
     if eval_key:
         eval_rows = [r for r in rows if eval_key in r]
         axes[0].plot([r["step"] for r in eval_rows], [r[eval_key] for r in eval_rows], "o-", label=eval_key)
     axes[0].set_ylabel("loss")
     axes[0].legend()
-    axes[1].plot(steps, [r["lr"] for r in train_rows], color="tab:orange")
-    axes[1].set_ylabel("learning rate")
+    if terms:
+        for term in terms:
+            logged = [(r["step"], r[term]) for r in train_rows if r.get(term) is not None and r[term] > 0]
+            axes[1].plot([s for s, _ in logged], [v for _, v in logged], label=term)
+        axes[1].set_yscale("log")  # terms differ by orders of magnitude (attention MSE vs cosine)
+        axes[1].set_ylabel("loss terms")
+        axes[1].legend(fontsize=8)
+    lr_axis, speed_axis = axes[-2], axes[-1]
+    lr_axis.plot(steps, [r["lr"] for r in train_rows], color="tab:orange")
+    lr_axis.set_ylabel("learning rate")
     throughput = [(r["step"], r["tokens_per_s"]) for r in train_rows if r.get("tokens_per_s")]
-    axes[2].plot([s for s, _ in throughput], [t for _, t in throughput], color="tab:green")
-    axes[2].set_ylabel("tokens / s")
-    axes[2].set_xlabel("step")
+    speed_axis.plot([s for s, _ in throughput], [t for _, t in throughput], color="tab:green")
+    speed_axis.set_ylabel("tokens / s")
+    speed_axis.set_xlabel("step")
     mfu = [r["mfu"] for r in train_rows if r.get("mfu")]
     if mfu:
-        axes[2].set_title(f"mean MFU {100 * sum(mfu) / len(mfu):.2f}%", fontsize=9)
+        speed_axis.set_title(f"mean MFU {100 * sum(mfu) / len(mfu):.2f}%", fontsize=9)
     for axis in axes:
         axis.grid(alpha=0.3)
     fig.suptitle(str(run_dir))
@@ -63,4 +76,4 @@ def plot_run(run_dir: Path, output: Path, overwrite: bool = False) -> dict[str, 
     fig.savefig(tmp, dpi=100)
     plt.close(fig)
     os.replace(tmp, output)
-    return {"plot": str(output), "steps": steps[-1], "rows": len(train_rows)}
+    return {"plot": str(output), "steps": steps[-1], "rows": len(train_rows), "terms": terms}

@@ -121,6 +121,9 @@ def test_every_term_falls_with_a_narrower_student(
 
     weights = load_file(str(tmp_path / method / "model" / "model.safetensors"))
     assert not any(key.startswith(("embedding_proj", "hidden_proj")) for key in weights)  # W_e, W_h dropped
+    plotted = run_json("plot", str(tmp_path / method))
+    assert plotted["terms"] == sorted(f"{term}_loss" for term in summary["terms"])
+    assert Path(plotted["plot"]).stat().st_size > 10_000
 
 
 @pytest.fixture(scope="module")
