@@ -34,6 +34,7 @@ def augment_command(
     split: str | None = typer.Option(None, "--split", help="Split of a DatasetDict directory."),
     batch_size: int = typer.Option(64, "--batch-size", help="Masked words per teacher forward pass."),
     device: str = typer.Option("auto", "--device", metavar="auto|cpu|cuda", help="Where to run the teacher."),
+    threads: int | None = typer.Option(None, "--threads", help="CPU threads for the teacher (default: torch's)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace the output file if it exists."),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
@@ -53,6 +54,7 @@ def augment_command(
         split=split,
         batch_size=batch_size,
         device=device,
+        threads=threads,
     )
     result = augment(model, input, output, opts, overwrite=overwrite, quiet=quiet)
     emit(result, json_out, "augmented data written")

@@ -79,6 +79,7 @@ class AugmentOptions:
     split: str | None = None
     batch_size: int = 64
     device: str = "auto"
+    threads: int | None = None  # CPU threads for the teacher (torch's default when None)
 
     def check(self) -> None:
         if not 0 < self.prob <= 1:
@@ -87,6 +88,8 @@ class AugmentOptions:
             raise BertkitError(f"--copies must be at least 1, not {self.copies}")
         if self.candidates < 1:
             raise BertkitError(f"--candidates must be at least 1, not {self.candidates}")
+        if self.threads is not None and self.threads < 1:
+            raise BertkitError(f"--threads must be at least 1, not {self.threads}")
         if self.batch_size < 1:
             raise BertkitError(f"--batch-size must be at least 1, not {self.batch_size}")
         if self.device not in ("auto", "cpu", "cuda"):
@@ -384,11 +387,23 @@ def augment(
     overwrite: bool = False,
     quiet: bool = False,
 ) -> dict[str, Any]:
+    opts = opts or AugmentOptions()
+    opts.check()
+    previous = torch.get_num_threads()
+    if opts.threads:
+        torch.set_num_threads(opts.threads)
+    try:
+        return _augment(model_path, input_path, output, opts, overwrite, quiet)
+    finally:
+        torch.set_num_threads(previous)  # a library call leaves the process as it found it
+
+
+def _augment(
+    model_path: Path, input_path: Path, output: Path, opts: AugmentOptions, overwrite: bool, quiet: bool
+) -> dict[str, Any]:
     from bertkit.distill.teacher import Teacher
     from bertkit.modeldir import load_model_dir
 
-    opts = opts or AugmentOptions()
-    opts.check()
     out_kind = output_format(Path(input_path), Path(output), overwrite)
     started = time.perf_counter()
     records, columns, schema, rows_read = _read(Path(input_path), opts)
