@@ -8,7 +8,7 @@ import sys
 import typer
 
 from bertkit import __version__
-from bertkit.cli import corpus, distill, embed, export, finetune, plot, pretrain, quickstart, recipes, tokenize
+from bertkit.cli import augment, corpus, distill, embed, export, finetune, plot, pretrain, quickstart, recipes, tokenize
 
 app = typer.Typer(
     name="bertkit",
@@ -24,6 +24,7 @@ app.add_typer(corpus.app, name="corpus")
 app.command("pretrain")(pretrain.pretrain_command)
 app.command("distill")(distill.distill_command)
 app.command("finetune")(finetune.finetune_command)
+app.command("augment")(augment.augment_command)
 app.command("embed")(embed.embed_command)
 app.add_typer(recipes.app, name="recipes")
 app.command("quickstart")(quickstart.quickstart_command)

@@ -18,7 +18,8 @@ def test_help_does_not_import_torch() -> None:
     code = "import sys; from bertkit.cli.app import app; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
     out = subprocess.run([sys.executable, "-m", "bertkit", "--help"], capture_output=True, text=True, check=True)
-    for command in ("tokenize", "build-corpus", "pretrain", "finetune", "embed", "recipes", "quickstart"):
+    commands = ("tokenize", "build-corpus", "pretrain", "distill", "augment", "finetune", "embed", "recipes")
+    for command in (*commands, "quickstart"):
         assert command in out.stdout
 
 

@@ -1,0 +1,60 @@
+"""`bertkit augment`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from bertkit.cli.common import JSON_HELP, QUIET_HELP, emit, guarded
+
+
+@guarded
+def augment_command(
+    model: Path = typer.Option(
+        ...,
+        "--model",
+        "-m",
+        help="Teacher with an MLM head: a bertkit model or run directory (e.g. from `bertkit pretrain`), or a "
+        "local Hugging Face *ForMaskedLM / *ForPreTraining checkpoint.",
+    ),
+    input: Path = typer.Option(
+        ..., "--input", "-i", help="Task data: CSV/TSV, JSON lines, Parquet, a datasets directory, or text lines."
+    ),
+    output: Path = typer.Option(
+        ..., "--output", "-o", help="Augmented data, in the input's format (a datasets directory: any table format)."
+    ),
+    copies: int = typer.Option(20, "--copies", "-n", help="New examples drawn per example (duplicates dropped)."),
+    prob: float = typer.Option(0.4, "--prob", "-p", help="Chance that each word is replaced, in (0, 1]."),
+    candidates: int = typer.Option(15, "--candidates", "-k", help="Candidates per word (top-K MLM or neighbours)."),
+    seed: int = typer.Option(0, "--seed", help="Random seed: the same seed gives the same output."),
+    text_field: str = typer.Option("text", "--text-field", help="Column with the text."),
+    text_pair_field: str | None = typer.Option(None, "--text-pair-field", help="Column with a second text."),
+    label_field: str = typer.Option("label", "--label-field", help="Column with the label ('' for none)."),
+    split: str | None = typer.Option(None, "--split", help="Split of a DatasetDict directory."),
+    batch_size: int = typer.Option(64, "--batch-size", help="Masked words per teacher forward pass."),
+    device: str = typer.Option("auto", "--device", metavar="auto|cpu|cuda", help="Where to run the teacher."),
+    threads: int | None = typer.Option(None, "--threads", help="CPU threads for the teacher (default: torch's)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace the output file if it exists."),
+    json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
+) -> None:
+    """TinyBERT data augmentation: copies of each example with words replaced by the teacher's MLM
+    predictions (single-piece words) or embedding neighbours (multi-piece words)."""
+    from bertkit.pipelines.augment import AugmentOptions, augment
+
+    opts = AugmentOptions(
+        copies=copies,
+        prob=prob,
+        candidates=candidates,
+        seed=seed,
+        text_field=text_field,
+        text_pair_field=text_pair_field or None,
+        label_field=label_field or None,
+        split=split,
+        batch_size=batch_size,
+        device=device,
+        threads=threads,
+    )
+    result = augment(model, input, output, opts, overwrite=overwrite, quiet=quiet)
+    emit(result, json_out, "augmented data written")
