@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from cli_helpers import run_error, run_json
 
-SMALL = ["--set", "train.log_every=5", "--set", "train.batch_size=16", "--set", "engine.threads=2",
+SMALL = ["--set", "train.log_every=5", "--set", "train.batch_size=16", "--set", "engine.threads=1",
          "--set", "train.eval_batches=1", "--set", "model.hidden_dropout=0",
          "--set", "model.attention_dropout=0"]  # fmt: skip
 
