@@ -17,8 +17,9 @@ from torch import nn
 from bertkit.config.recipe import PretrainRecipe
 from bertkit.config.schema import ModelConfig, ObjectiveConfig
 from bertkit.corpus.build import TOKENIZER_SUBDIR
-from bertkit.corpus.loader import LoaderState, MLMBatches, split_indices
+from bertkit.corpus.loader import LoaderState, MLMBatches, PLMBatches, split_indices
 from bertkit.corpus.masking import MaskingSpec
+from bertkit.corpus.permutation import PermutationSpec
 from bertkit.corpus.shards import Corpus
 from bertkit.engine.checkpoint import load_state
 from bertkit.engine.dist import is_main
@@ -36,7 +37,9 @@ CORPUS_NEEDS = {
     "nsp": ("format", ("segment-pair", "sentence-pair"), "--format segment-pair (or sentence-pair)"),
     "sop": ("format", ("sop",), "--format sop"),
     "sbo": ("mask_strategy", ("span",), "--mask-strategy span"),
+    "plm": ("layout", ("xlnet",), "--layout xlnet"),
 }
+_OPTION_DEFAULTS = {"format": "full-sentences", "mask_strategy": "token", "layout": "bert"}
 # Fields that fix the shapes of the weights: a checkpoint given to --init-from must agree on all of them.
 SHAPE_FIELDS = (
     "hidden_size",
@@ -61,7 +64,7 @@ def check_corpus_fits(objective: ObjectiveConfig, manifest: dict[str, Any], corp
         if name not in CORPUS_NEEDS:
             continue
         option, accepted, flag = CORPUS_NEEDS[name]
-        have = options.get(option, "full-sentences" if option == "format" else "token")
+        have = options.get(option, _OPTION_DEFAULTS[option])
         if have not in accepted:
             raise BertkitError(
                 f"objective.{name} needs a corpus built with {flag}, but {corpus_dir} has {option} '{have}'; "
@@ -191,10 +194,24 @@ def _check_block_sparse(cfg: ModelConfig, corpus: Corpus, corpus_dir: Path, long
         )
 
 
+def make_batches(
+    corpus: Corpus,
+    indices: np.ndarray,
+    batch_size: int,
+    spec: MaskingSpec | PermutationSpec,
+    pad_id: int,
+    seed: int,
+    shuffle: bool = True,
+) -> MLMBatches | PLMBatches:
+    """The loader of the recipe's objective: permutation LM draws for XLNet, masks for the others."""
+    kind = PLMBatches if isinstance(spec, PermutationSpec) else MLMBatches
+    return kind(corpus, indices, batch_size, spec, pad_id, seed, shuffle)  # type: ignore[arg-type]
+
+
 def _evaluator(
     corpus: Corpus,
     indices: np.ndarray,
-    spec: MaskingSpec,
+    spec: MaskingSpec | PermutationSpec,
     pad_id: int,
     batch_size: int,
     max_sequences: int,
@@ -209,7 +226,7 @@ def _evaluator(
     def evaluate(model: nn.Module) -> dict[str, float]:
         # A fresh, unshuffled loader with a fixed seed: every evaluation sees the same masks. ELECTRA's
         # generator samples during evaluation too; forking the RNG keeps training's random stream intact.
-        loader = MLMBatches(corpus, chosen, batch_size, spec, pad_id, seed=1234, shuffle=False)
+        loader = make_batches(corpus, chosen, batch_size, spec, pad_id, seed=1234, shuffle=False)
         batches = CheckedBatches(loader, objective)
         totals: dict[str, float] = {}
         count = 0
@@ -219,19 +236,25 @@ def _evaluator(
                 loader.batch_size = min(batch_size, len(chosen) - start)  # the last batch takes what is left
                 batch = {k: v.to(device) for k, v in batches.next_batch().items()}
                 _, metrics = objective(model, batch)
-                weight = batch["mlm_labels"].numel()
+                # Metrics are means over the primary targets: masked tokens (MLM) or predicted ones (PLM).
+                counts = objective.counts(batch)
+                weight = counts["mlm"] if "mlm" in counts else next(iter(counts.values()))
                 for key, value in metrics.items():
                     totals[key] = totals.get(key, 0.0) + float(value) * weight
                 count += weight
         result = {key: round(value / max(1, count), 4) for key, value in totals.items()}
-        if "mlm_loss" in result:
-            result["perplexity"] = round(math.exp(min(result["mlm_loss"], 50.0)), 2)
+        for name in ("mlm_loss", "plm_loss"):
+            if name in result:
+                result["perplexity"] = round(math.exp(min(result[name], 50.0)), 2)
+                break
         return result
 
     return evaluate
 
 
-def _masking_spec(recipe: PretrainRecipe, tokenizer: Tokenizer) -> MaskingSpec:
+def _masking_spec(recipe: PretrainRecipe, tokenizer: Tokenizer) -> MaskingSpec | PermutationSpec:
+    if recipe.objective.plm:
+        return PermutationSpec(recipe.objective.plm_k, recipe.objective.plm_max_span, tokenizer.special_ids)
     masking = recipe.data.masking
     return MaskingSpec(
         masking.prob,
@@ -309,7 +332,7 @@ def pretrain(
         eval_corpus = corpus
         train_idx, eval_idx = split_indices(len(corpus), recipe.data.eval_fraction, seed)
     micro = recipe.train.batch_size // recipe.train.grad_accum
-    source = CheckedBatches(MLMBatches(corpus, train_idx, micro, spec, tokenizer.pad_id, seed), objective)
+    source = CheckedBatches(make_batches(corpus, train_idx, micro, spec, tokenizer.pad_id, seed), objective)
     from bertkit.engine.device import resolve_device
 
     device = resolve_device(recipe.engine)
