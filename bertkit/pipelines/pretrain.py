@@ -108,11 +108,8 @@ def _usable_positions(cfg: ModelConfig) -> int:
     return cfg.max_position_embeddings - cfg.position_offset
 
 
-def _fit_init_checkpoint(recipe_cfg: ModelConfig, init_cfg: ModelConfig, init_from: Path, recipe: str) -> ModelConfig:
-    """The recipe's model with the checkpoint's vocabulary; one line naming every shape that differs.
-
-    A checkpoint with fewer positions or token types than the recipe is accepted: `_extend_tables` fills
-    the rest by copying (BigBird warm-starts from RoBERTa's 512 positions this way)."""
+def _check_family(recipe_cfg: ModelConfig, init_cfg: ModelConfig, init_from: Path, recipe: str) -> bool:
+    """Refuse a checkpoint of another family (bar the warm starts above); True when the families are the same."""
     recipe_family = _SAME_FAMILY.get(recipe_cfg.family, recipe_cfg.family)
     init_family = _SAME_FAMILY.get(init_cfg.family, init_cfg.family)
     if recipe_family != init_family and init_family not in _WARM_STARTS.get(recipe_family, ()):
@@ -120,7 +117,15 @@ def _fit_init_checkpoint(recipe_cfg: ModelConfig, init_cfg: ModelConfig, init_fr
             f"--init-from {init_from} is a {init_cfg.family} model but recipe '{recipe}' trains {recipe_cfg.family}; "
             "pick a recipe of the same family"
         )
-    same_family = recipe_family == init_family
+    return recipe_family == init_family
+
+
+def _fit_init_checkpoint(recipe_cfg: ModelConfig, init_cfg: ModelConfig, init_from: Path, recipe: str) -> ModelConfig:
+    """The recipe's model with the checkpoint's vocabulary; one line naming every shape that differs.
+
+    A checkpoint with fewer positions or token types than the recipe is accepted: `_extend_tables` fills
+    the rest by copying (BigBird warm-starts from RoBERTa's 512 positions this way)."""
+    same_family = _check_family(recipe_cfg, init_cfg, init_from, recipe)
     # Position numbering (RoBERTa's pad + 1) belongs to the family: a warm start takes the recipe's.
     offset = init_cfg.position_offset if same_family else recipe_cfg.position_offset
     fitted = recipe_cfg.model_copy(update={"position_offset": offset})
@@ -284,6 +289,7 @@ def pretrain(
     extended: dict[str, Any] = {}
     if init_from is not None:
         _, _, init_cfg, init_weights, init_tokenizer = load_model_dir(init_from)
+        _check_family(model_cfg, init_cfg, init_from, recipe.name)  # the first thing wrong with another family
         if init_tokenizer.fingerprint() != tokenizer.fingerprint():
             raise BertkitError(
                 f"--init-from {init_from} was trained with a different tokenizer than the corpus "
