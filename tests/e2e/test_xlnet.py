@@ -113,6 +113,15 @@ def test_finetune_on_real_reviews_pools_cls(xlnet_run: tuple[Path, dict], sentim
     assert base["architecture"] == "XLNetModel"
     line = run_error("export", str(tmp_path / "ft"), "--to", "hf", "--output", str(tmp_path / "lm"))
     assert "plm_head.bias" in line and "--head base" in line
+    # `bertkit embed` reads the fine-tuned XLNet too: <cls> (the last token) or the mean.
+    texts = tmp_path / "texts.txt"
+    texts.write_text("A gripping, beautifully shot film.\nDull.\n", encoding="utf-8")
+    for pool in ("cls", "mean"):
+        emb = run_json("embed", "--model", str(tmp_path / "ft"), "--input", str(texts), "--output",
+                       str(tmp_path / f"{pool}.npy"), "--pool", pool)  # fmt: skip
+        vectors = np.load(tmp_path / f"{pool}.npy")
+        assert emb["rows"] == 2 and emb["dim"] == 128
+        assert vectors.shape == (2, 128) and np.isfinite(vectors).all()
 
 
 def test_init_from_another_family_is_one_line(pretrained_run: Path, xlnet_corpus: Path, tmp_path: Path) -> None:
@@ -126,3 +135,21 @@ def test_xlnet_needs_an_xlnet_layout_corpus(corpus_dir: Path, tmp_path: Path) ->
     line = run_error("pretrain", "--recipe", "xlnet-tiny", "--corpus", str(corpus_dir), "--output",
                      str(tmp_path / "run"))  # fmt: skip
     assert "--layout xlnet" in line and "layout 'bert'" in line
+
+
+def test_resume_is_exact(xlnet_corpus: Path, tmp_path: Path) -> None:
+    """The permutation draws come from (seed, epoch, sequence): a run stopped after a checkpoint and resumed
+    ends with bitwise the weights of an uninterrupted one (fp32, CPU, dropout on)."""
+    from safetensors.torch import load_file
+
+    common = ["--recipe", "xlnet-tiny", "--corpus", str(xlnet_corpus), "--set", "train.batch_size=8",
+              "--set", "train.log_every=1", "--set", "train.checkpoint_every=3", "--set", "schedule.decay=constant",
+              "--set", "schedule.warmup_steps=2", *FAST]  # fmt: skip
+    run_json("pretrain", *common, "--output", str(tmp_path / "straight"), "--set", "train.steps=6")
+    run_json("pretrain", *common, "--output", str(tmp_path / "split"), "--set", "train.steps=3")
+    resumed = run_json("pretrain", *common, "--output", str(tmp_path / "split"), "--set", "train.steps=6",
+                       "--resume", "last")  # fmt: skip
+    assert resumed["resumed_from"] == 3 and resumed["steps"] == 6
+    straight = load_file(str(tmp_path / "straight" / "model" / "model.safetensors"))
+    split = load_file(str(tmp_path / "split" / "model" / "model.safetensors"))
+    assert straight.keys() == split.keys() and all(split[k].equal(straight[k]) for k in straight)
