@@ -153,3 +153,12 @@ def test_resume_is_exact(xlnet_corpus: Path, tmp_path: Path) -> None:
     straight = load_file(str(tmp_path / "straight" / "model" / "model.safetensors"))
     split = load_file(str(tmp_path / "split" / "model" / "model.safetensors"))
     assert straight.keys() == split.keys() and all(split[k].equal(straight[k]) for k in straight)
+
+
+def test_distilling_from_xlnet_is_refused_in_one_line(
+    xlnet_run: tuple[Path, dict], xlnet_corpus: Path, tmp_path: Path
+) -> None:
+    run, _ = xlnet_run
+    line = run_error("distill", "--teacher", str(run), "--student", "tinybert-4", "--corpus", str(xlnet_corpus),
+                     "--output", str(tmp_path / "student"))  # fmt: skip
+    assert "is an XLNet model" in line and not (tmp_path / "student").exists()
