@@ -124,6 +124,15 @@ def test_finetune_on_real_reviews_pools_cls(xlnet_run: tuple[Path, dict], sentim
         assert vectors.shape == (2, 128) and np.isfinite(vectors).all()
 
 
+def test_init_from_an_xlnet_run_continues_it(xlnet_run: tuple[Path, dict], xlnet_corpus: Path, tmp_path: Path) -> None:
+    run, _ = xlnet_run
+    out = run_json("pretrain", "--recipe", "xlnet-tiny", "--corpus", str(xlnet_corpus), "--output",
+                   str(tmp_path / "more"), "--init-from", str(run), "--set", "train.steps=2", *FAST)  # fmt: skip
+    assert out["init_from"] == str(run) and out["steps"] == 2
+    # Two more steps from the trained weights start where the first run ended, far below ln(2000).
+    assert out["loss_first"] < 7.0
+
+
 def test_init_from_another_family_is_one_line(pretrained_run: Path, xlnet_corpus: Path, tmp_path: Path) -> None:
     line = run_error("pretrain", "--recipe", "xlnet-tiny", "--corpus", str(xlnet_corpus), "--output",
                      str(tmp_path / "run"), "--init-from", str(pretrained_run))  # fmt: skip
