@@ -24,6 +24,11 @@ def build_corpus_command(
         help="Packing: full-sentences, doc-sentences (RoBERTa), segment-pair, sentence-pair (BERT NSP), "
         "sop (ALBERT), single-segment (SpanBERT, ELECTRA).",
     ),
+    layout: str = typer.Option(
+        "bert",
+        "--layout",
+        help="Special tokens: bert ([CLS] A [SEP] B [SEP]) or xlnet (A [SEP] B [SEP] [CLS], for the xlnet-* recipes).",
+    ),
     max_seq_len: int = typer.Option(128, "--max-seq-len", help="Tokens per sequence, specials included."),
     splitter: str = typer.Option(
         "rules", "--splitter", help="Sentence splitter: rules (English, Korean), pysbd, lines."
@@ -54,6 +59,7 @@ def build_corpus_command(
 
     options = BuildOptions(
         format=format,
+        layout=layout,
         max_seq_len=max_seq_len,
         splitter=splitter,
         text_field=text_field,

@@ -14,7 +14,7 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
-Family = Literal["bert", "roberta", "albert", "electra", "spanbert", "distilbert", "bigbird"]
+Family = Literal["bert", "roberta", "albert", "electra", "spanbert", "distilbert", "bigbird", "xlnet"]
 Attention = Literal["full", "block_sparse"]
 Sharing = Literal["none", "all-shared", "shared-ffn", "shared-attention"]
 
@@ -88,9 +88,27 @@ class ModelConfig(StrictModel):
                 "DistilBERT has no segment embeddings and no pooler; set type_vocab_size: 0, pooler: false"
             )
         self._check_block_sparse()
+        if self.family == "xlnet":
+            self._check_xlnet()
         if self.pad_token_id >= self.vocab_size:
             raise ValueError(f"pad_token_id {self.pad_token_id} is outside the vocabulary of {self.vocab_size}")
         return self
+
+    def _check_xlnet(self) -> None:
+        """XLNet (bertkit/models/xlnet.py) has its own relative attention and no absolute embedding tables, so
+        the options of the other families' encoder do not apply to it. `max_position_embeddings` is only the
+        longest sequence a recipe accepts (relative positions have no table), `type_vocab_size` is unused
+        (segments are relative: same or different), and `pooler` is the sequence summary on `<cls>` that
+        fine-tuning adds (XLNetForSequenceClassification's), off in pretraining."""
+        unsupported = {
+            "embedding_size": (self.embedding_size is not None, "remove it (XLNet's embeddings are hidden_size wide)"),
+            "norm": (self.norm != "post", "set model.norm=post"),
+            "attention": (self.attention != "full", "set model.attention=full (XLNet's attention is relative)"),
+            "position_offset": (self.position_offset != 0, "set model.position_offset=0 (positions are relative)"),
+        }
+        for name, (bad, fix) in unsupported.items():
+            if bad:
+                raise ValueError(f"model.{name}={getattr(self, name)} does not apply to model.family=xlnet; {fix}")
 
     @property
     def full_attention_limit(self) -> int:
@@ -182,6 +200,11 @@ class ObjectiveConfig(StrictModel):
     # Span boundary objective (SpanBERT), and the longest span it has a relative-position embedding for.
     sbo: float = Field(0.0, ge=0.0)
     sbo_max_span: int = Field(10, gt=0)
+    # Permutation language modelling (XLNet): predict the last 1/plm_k of a sampled factorization order,
+    # chosen as spans of 1..plm_max_span tokens (K = 6 for base, 7 for large; spans up to 5).
+    plm: float = Field(0.0, ge=0.0)
+    plm_k: int = 6
+    plm_max_span: int = 5
 
     @model_validator(mode="after")
     def _compatible(self) -> ObjectiveConfig:
@@ -189,15 +212,24 @@ class ObjectiveConfig(StrictModel):
             raise ValueError(
                 "nsp and sop both predict from the pooled output of a segment pair; keep one (set the other to 0)"
             )
-        if not any((self.mlm, self.nsp, self.sop, self.rtd, self.sbo)):
-            raise ValueError("every objective weight is 0; set at least objective.mlm > 0")
+        if self.plm_k < 2:
+            raise ValueError(
+                f"objective.plm_k={self.plm_k}: PLM predicts the last 1/K of each factorization order, so K must be "
+                "at least 2 (K=1 would predict every token with no context); use 6 (XLNet-base) or 7 (XLNet-large)"
+            )
+        if self.plm_max_span < 1:
+            raise ValueError(
+                f"objective.plm_max_span={self.plm_max_span}: a span holds at least one token; use 5 (XLNet's)"
+            )
+        if not any((self.mlm, self.nsp, self.sop, self.rtd, self.sbo, self.plm)):
+            raise ValueError("every objective weight is 0; set at least objective.mlm > 0 (or objective.plm for XLNet)")
         if self.sbo and not self.mlm:
             raise ValueError("sbo is trained with span-masked MLM; set objective.mlm > 0")
         return self
 
     @property
     def active(self) -> list[str]:
-        return [name for name in ("mlm", "nsp", "sop", "rtd", "sbo") if getattr(self, name) > 0]
+        return [name for name in ("mlm", "nsp", "sop", "rtd", "sbo", "plm") if getattr(self, name) > 0]
 
 
 def check_model_objective(model: ModelConfig, objective: ObjectiveConfig) -> None:
@@ -213,6 +245,18 @@ def check_model_objective(model: ModelConfig, objective: ObjectiveConfig) -> Non
         raise ValueError("objective.rtd needs a generator; use model.family=electra (see the electra-* recipes)")
     if objective.rtd and (objective.nsp or objective.sop or objective.sbo):
         raise ValueError("ELECTRA trains mlm (generator) + rtd only; set objective.nsp/sop/sbo to 0")
+    if model.family == "xlnet":
+        others = [name for name in objective.active if name != "plm"]
+        if others or not objective.plm:
+            what = f"objective.{others[0]} is not an XLNet objective" if others else "objective.plm is 0"
+            raise ValueError(
+                f"an XLNet model trains with permutation language modelling only, and {what}; "
+                "set objective.plm=1 and objective.mlm/nsp/sop/rtd/sbo=0 (see the xlnet-* recipes)"
+            )
+    elif objective.plm:
+        raise ValueError(
+            "objective.plm needs XLNet's two-stream attention; use model.family=xlnet (see the xlnet-* recipes)"
+        )
 
 
 class OptimConfig(StrictModel):

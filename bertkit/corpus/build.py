@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from bertkit.corpus.masking import STRATEGIES, MaskingSpec, mask_tokens
-from bertkit.corpus.pack import FORMATS, PAIR_FORMATS, Document, Packer, PackStats
+from bertkit.corpus.pack import FORMATS, LAYOUTS, PAIR_FORMATS, Document, Packer, PackStats
 from bertkit.corpus.sentences import get_splitter
 from bertkit.corpus.shards import MANIFEST, ShardWriter
 from bertkit.corpus.sources import ReadStats, expand_inputs, iter_documents
@@ -42,6 +42,7 @@ PID_FILE = ".build.pid"
 @dataclass(frozen=True)
 class BuildOptions:
     format: str = "full-sentences"
+    layout: str = "bert"  # where the special tokens go: bert [CLS] A [SEP] B [SEP], xlnet A [SEP] B [SEP] [CLS]
     max_seq_len: int = 128
     splitter: str = "rules"
     text_field: str = "text"
@@ -60,6 +61,11 @@ class BuildOptions:
     def validate(self) -> None:
         checks = [
             (self.format in FORMATS, f"unknown --format '{self.format}'; choose one of {', '.join(FORMATS)}"),
+            (
+                self.layout in LAYOUTS,
+                f"unknown --layout '{self.layout}'; choose bert ([CLS] A [SEP] B [SEP]) "
+                "or xlnet (A [SEP] B [SEP] [CLS])",
+            ),
             (self.max_seq_len >= 8, f"--max-seq-len {self.max_seq_len} is too short; use at least 8"),
             (self.masking in ("static", "dynamic"), f"--masking must be static or dynamic, not '{self.masking}'"),
             (
@@ -265,6 +271,7 @@ def build_corpus(
             np.random.default_rng([options.seed, 0x9AC4]),
             options.short_seq_prob,
             pack_stats,
+            options.layout,
         )
         last_bytes = 0
         for index, packed in enumerate(packer.pack(tokenized)):

@@ -13,6 +13,13 @@ Batch contract (all int64 unless said):
   span masking only (SpanBERT's span boundary objective): sbo_positions (M,) flat target positions,
   sbo_left (M,) / sbo_right (M,) flat positions of the tokens just outside the span, sbo_offsets (M,)
   0-based position of the target inside its span, sbo_labels (M,) original ids.
+
+Permutation LM (XLNet, `PLMBatches`): sequences in XLNet's layout (A <sep> B <sep> <cls>) padded on the
+left, so <cls> is the last column; token_type_ids 0 for A (and its <sep>), 1 for B, 2 for <cls>, 3 for
+padding (XLNet's segment ids; the model only compares them); perm_mask (B, T, T) bool, True where query i
+may not see key j; target_mapping (B, M, T) float32, one-hot rows, M the most targets of any row;
+plm_labels (B, M) the target ids, -100 in the empty slots of rows with fewer targets. The targets and
+their order are drawn from (seed, epoch, sequence), like dynamic masks.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import numpy as np
 import torch
 
 from bertkit.corpus.masking import MaskedSequence, MaskingSpec, mask_tokens
+from bertkit.corpus.permutation import PermutationSpec, PermutedSequence, draw_permutation, permutation_mask
 from bertkit.corpus.shards import Corpus
 
 
@@ -97,14 +105,16 @@ class EpochSampler:
         return self._take_global(count)[self.rank * share : (self.rank + 1) * share]
 
 
-def pad_batch(sequences: list[np.ndarray], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pad to the longest sequence of the batch, not to the maximum length: short batches cost less."""
+def pad_batch(sequences: list[np.ndarray], pad_id: int, left: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pad to the longest sequence of the batch, not to the maximum length: short batches cost less.
+    `left` pads before the tokens (XLNet, whose <cls> ends the sequence), else after them."""
     longest = max(len(s) for s in sequences)
     input_ids = np.full((len(sequences), longest), pad_id, dtype=np.int64)
     attention_mask = np.zeros((len(sequences), longest), dtype=bool)
     for row, ids in enumerate(sequences):
-        input_ids[row, : len(ids)] = ids
-        attention_mask[row, : len(ids)] = True
+        span = slice(longest - len(ids), longest) if left else slice(0, len(ids))
+        input_ids[row, span] = ids
+        attention_mask[row, span] = True
     return torch.from_numpy(input_ids), torch.from_numpy(attention_mask)
 
 
@@ -208,3 +218,69 @@ class MLMBatches:
             original[positions] = batch["mlm_labels"].numpy()
             batch["sbo_labels"] = torch.from_numpy(original[batch["sbo_positions"].numpy()])
         return batch
+
+
+# XLNet's segment ids: A, B, <cls>, padding (XLNetTokenizer's, whose pad_token_type_id is 3).
+SEGMENT_A, SEGMENT_B, SEGMENT_CLS, SEGMENT_PAD = 0, 1, 2, 3
+
+
+class PLMBatches:
+    """Permutation-LM batches (XLNet) over a subset of a corpus built with `--layout xlnet`, following the
+    batch contract above. Same sampler, same state, same resume as `MLMBatches`."""
+
+    def __init__(
+        self,
+        corpus: Corpus,
+        indices: np.ndarray,
+        batch_size: int,
+        spec: PermutationSpec,
+        pad_id: int,
+        seed: int,
+        shuffle: bool = True,
+    ) -> None:
+        self.corpus, self.batch_size, self.spec, self.pad_id, self.seed = corpus, batch_size, spec, pad_id, seed
+        self.sampler = EpochSampler(indices, seed, shuffle)
+
+    @property
+    def state(self) -> LoaderState:
+        return self.sampler.state
+
+    def load_state(self, state: dict[str, int]) -> None:
+        self.sampler.load_state(state)
+
+    def permuted(self, epoch: int, index: int) -> tuple[np.ndarray, PermutedSequence]:
+        """The sequence and its draw (targets and their order) for `index` in `epoch`."""
+        ids = self.corpus[index].astype(np.int64)
+        return ids, draw_permutation(ids, self.spec, np.random.default_rng([self.seed, epoch, index]))
+
+    def next_batch(self) -> dict[str, torch.Tensor]:
+        taken = self.sampler.take(self.batch_size)
+        items = [self.permuted(epoch, index) for epoch, index in taken]
+        input_ids, attention_mask = pad_batch([ids for ids, _ in items], self.pad_id, left=True)
+        rows, width = input_ids.shape
+        slots = max(1, max(len(draw.targets) for _, draw in items))
+        token_types = np.full((rows, width), SEGMENT_PAD, np.int64)
+        perm_mask = np.zeros((rows, width, width), bool)
+        target_mapping = np.zeros((rows, slots, width), np.float32)
+        labels = np.full((rows, slots), -100, np.int64)
+        for row, ((ids, draw), (_, index)) in enumerate(zip(items, taken, strict=True)):
+            length = len(ids)
+            start = width - length  # left padding
+            b_start = self.corpus.pair(index)[0] if self.corpus.has_pairs else 0
+            types = token_types[row, start:]
+            types[:] = SEGMENT_A
+            if b_start:
+                types[b_start:] = SEGMENT_B
+            types[-1] = SEGMENT_CLS
+            perm_mask[row, start:, start:] = permutation_mask(length, draw)
+            count = len(draw.targets)
+            target_mapping[row, np.arange(count), start + draw.targets] = 1.0
+            labels[row, :count] = ids[draw.targets]
+        return {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "token_type_ids": torch.from_numpy(token_types),
+            "perm_mask": torch.from_numpy(perm_mask),
+            "target_mapping": torch.from_numpy(target_mapping),
+            "plm_labels": torch.from_numpy(labels),
+        }

@@ -9,6 +9,10 @@
   sop             ALBERT: A and B two consecutive segments of one document, swapped half of the time (label 1).
   single-segment  SpanBERT / ELECTRA: one contiguous segment of a document filling the whole length.
 
+Every format comes in two layouts of the special tokens: `bert` ([CLS] A [SEP] B [SEP], the default) and
+`xlnet` (A [SEP] B [SEP] [CLS], XLNet's: its classification token ends the sequence, and the loader pads
+on the left). Same budget, same packing: only where the [CLS] goes differs.
+
 Documents arrive in blocks (a fixed number of documents, whatever the worker count); the "other document"
 of NSP is drawn from the current and the previous block, so memory stays bounded on any corpus size
 (BERT's script holds the whole corpus in memory to draw it). Every token is accounted for:
@@ -24,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 FORMATS = ("full-sentences", "doc-sentences", "segment-pair", "sentence-pair", "sop", "single-segment")
+LAYOUTS = ("bert", "xlnet")
 PAIR_FORMATS = ("segment-pair", "sentence-pair", "sop")
 
 # A sentence: token ids and, per token, whether it starts a word.
@@ -100,9 +105,13 @@ class Packer:
         rng: np.random.Generator,
         short_seq_prob: float = 0.1,
         stats: PackStats | None = None,
+        layout: str = "bert",
     ) -> None:
         if format not in FORMATS:
             raise ValueError(f"unknown format '{format}'; choose one of {', '.join(FORMATS)}")
+        if layout not in LAYOUTS:
+            raise ValueError(f"unknown layout '{layout}'; choose one of {', '.join(LAYOUTS)}")
+        self.cls_last = layout == "xlnet"
         pair = format in PAIR_FORMATS
         self.budget = max_seq_len - (3 if pair else 2)
         if self.budget < 2:
@@ -118,8 +127,8 @@ class Packer:
 
     # -- helpers ---------------------------------------------------------------------------------------
     def _emit(self, a: list[Sentence], b: list[Sentence] | None = None, label: int = -1) -> Packed:
-        ids = [np.array([self.cls], np.int64)]
-        starts = [np.zeros(1, bool)]
+        ids = [] if self.cls_last else [np.array([self.cls], np.int64)]
+        starts = [] if self.cls_last else [np.zeros(1, bool)]
         for ids_part, starts_part in a:
             ids.append(ids_part.astype(np.int64))
             starts.append(starts_part.astype(bool))
@@ -132,6 +141,9 @@ class Packer:
                 ids.append(ids_part.astype(np.int64))
                 starts.append(starts_part.astype(bool))
             ids.append(np.array([self.sep], np.int64))
+            starts.append(np.zeros(1, bool))
+        if self.cls_last:
+            ids.append(np.array([self.cls], np.int64))
             starts.append(np.zeros(1, bool))
         packed = Packed(np.concatenate(ids), np.concatenate(starts), b_start, label)
         parts = a + (b or [])

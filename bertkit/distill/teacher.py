@@ -154,6 +154,11 @@ class Teacher(EncoderWithHeads):
     @classmethod
     def load(cls, spec: str | Path) -> Teacher:
         model_dir, meta, cfg, weights, tokenizer = load_model_dir(resolve_teacher(str(spec)))
+        if cfg.family == "xlnet":
+            raise BertkitError(
+                f"the teacher {model_dir} is an XLNet model; distillation reads BERT-family encoders (BERT, RoBERTa, "
+                "ALBERT, ELECTRA, DistilBERT, BigBird), not XLNet's two-stream attention: pick another teacher"
+            )
         labels = _labels(meta) if meta.get("architecture") == "sequence-classification" else None
         # A classifier fine-tuned with task.pool=mean reads the mean of the hidden states, not [CLS].
         pool = str((meta.get("task") or {}).get("pool", "cls"))

@@ -1,7 +1,7 @@
 """Hugging Face interchange: read HF checkpoints into bertkit's models and write bertkit models as HF
 checkpoints (config.json + model.safetensors + tokenizer files), through one explicit key map per family
-(hf_bert, hf_albert, hf_electra, hf_distilbert, hf_bigbird). Every HF tensor is either mapped, knowingly ignored
-(buffers and tied copies), or an error. `transformers` itself is never imported here.
+(hf_bert, hf_albert, hf_electra, hf_distilbert, hf_bigbird, hf_xlnet). Every HF tensor is either mapped,
+knowingly ignored (buffers and tied copies), or an error. `transformers` itself is never imported here.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch
 from bertkit.config.schema import ModelConfig, ObjectiveConfig
 from bertkit.engine.checkpoint import read_weights
 from bertkit.errors import BertkitError
-from bertkit.interop import hf_albert, hf_bert, hf_bigbird, hf_distilbert, hf_electra
+from bertkit.interop import hf_albert, hf_bert, hf_bigbird, hf_distilbert, hf_electra, hf_xlnet
 from bertkit.interop.keymap import Entry, to_hf, to_ours
 
 HFHead = Literal["pretraining", "mlm", "base", "generator"]
@@ -32,18 +32,20 @@ _MODEL_TYPES: dict[str, tuple[ModuleType, str, str]] = {
     "electra": (hf_electra, "electra.", "Electra"),
     "distilbert": (hf_distilbert, "distilbert.", "DistilBert"),
     "big_bird": (hf_bigbird, "bert.", "BigBird"),
+    "xlnet": (hf_xlnet, "transformer.", "XLNet"),
 }
 _FAMILY_TO_TYPE = {"bert": "bert", "spanbert": "bert", "roberta": "roberta", "albert": "albert",
-                   "electra": "electra", "distilbert": "distilbert", "bigbird": "big_bird"}  # fmt: skip
+                   "electra": "electra", "distilbert": "distilbert", "bigbird": "big_bird",
+                   "xlnet": "xlnet"}  # fmt: skip
 # The pair head (on the pooled output) that each HF family's ForPreTraining class carries.
 _PAIR_HEAD = {"bert": "nsp", "big_bird": "nsp", "albert": "sop"}
 # Buffers and tied copies of the word embeddings / output biases that HF may or may not store.
 _IGNORED = re.compile(
     r"(^|\.)embeddings\.(position_ids|token_type_ids)$"
-    r"|^cls\.predictions\.decoder\.|^lm_head\.decoder\.|^predictions\.decoder\.|^vocab_projector\.weight$"
+    r"|^cls\.predictions\.decoder\.|^lm_head\.decoder\.|^predictions\.decoder\.|^vocab_projector\.weight$|^lm_loss\.weight$"
 )
 # Heads of task models that bertkit's pretraining model has no place for (fine-tuned checkpoints).
-_TASK_HEADS = re.compile(r"^(classifier|qa_outputs|pre_classifier|sequence_summary)\.")
+_TASK_HEADS = re.compile(r"^(classifier|qa_outputs|pre_classifier|sequence_summary|logits_proj)\.")
 
 
 def hf_model_type(cfg: ModelConfig) -> str:
@@ -85,7 +87,7 @@ def from_hf_state(hf_config: dict[str, Any], state: dict[str, torch.Tensor], sou
     _, prefix, _ = _module(hf_model_type(cfg))
     # Task models store the encoder under `bert.` (etc.); base models store it at the root.
     has_prefix = any(key.startswith(prefix) for key in state)
-    entries = _entries(cfg, prefix if has_prefix else "", cfg.pooler, {"mlm", "nsp", "sop", "rtd"})
+    entries = _entries(cfg, prefix if has_prefix else "", cfg.pooler, {"mlm", "nsp", "sop", "rtd", "plm"})
     weights = to_ours(entries, state, source)
     used = {key for entry in entries for key in entry.hf if key in state}
     leftover = [k for k in state if k not in used and not _IGNORED.search(k) and not _TASK_HEADS.match(k)]
@@ -99,8 +101,10 @@ def from_hf_state(hf_config: dict[str, Any], state: dict[str, torch.Tensor], sou
         cfg = cfg.model_copy(update={"pooler": False})  # e.g. a BertForMaskedLM checkpoint
     _check_shapes(cfg, weights, source)
     heads = {name.split("_head.")[0] for name in weights if "_head." in name}
+    xlnet = cfg.family == "xlnet"  # an XLNet checkpoint, with or without its LM head, is a PLM model
     weights_of = {
         "mlm": 1.0 if "mlm" in heads or cfg.family == "electra" else 0.0,
+        "plm": 1.0 if xlnet else 0.0,
         "nsp": 1.0 if "nsp" in heads else 0.0,
         "sop": 1.0 if "sop" in heads else 0.0,
         "rtd": 50.0 if cfg.family == "electra" else 0.0,
@@ -118,6 +122,8 @@ def _check_shapes(cfg: ModelConfig, weights: dict[str, torch.Tensor], source: st
     heads = ObjectiveConfig(mlm=1.0, nsp=1.0 if cfg.pooler and cfg.family in ("bert", "bigbird") else 0.0,
                             sop=1.0 if cfg.pooler and cfg.family == "albert" else 0.0,
                             rtd=50.0 if cfg.family == "electra" else 0.0)  # fmt: skip
+    if cfg.family == "xlnet":
+        heads = ObjectiveConfig(mlm=0.0, plm=1.0)
     with torch.device("meta"):
         expected = build_pretraining_model(cfg, heads).state_dict()
     for key, value in weights.items():
@@ -171,7 +177,10 @@ def export_plan(cfg: ModelConfig, available_heads: set[str], head: HFHead) -> tu
     if head == "generator":
         return "ElectraForMaskedLM", {"generator"}, False
     if head == "base":
-        return f"{cls}Model", set(), cfg.pooler and model_type != "distilbert"
+        return f"{cls}Model", set(), cfg.pooler and model_type not in ("distilbert", "xlnet")
+    if model_type == "xlnet":
+        # XLNet's one pretraining head is its LM head, for --head pretraining and mlm alike.
+        return "XLNetLMHeadModel", {"plm"}, False
     if model_type == "electra":
         if head == "mlm":
             raise BertkitError(

@@ -5,5 +5,6 @@ block_sparse.py BigBird's block-sparse self-attention (model.attention=block_spa
 bert.py         the encoder every family shares (ALBERT's factorized embeddings and layer sharing included)
 heads.py        MLM, NSP/SOP, RTD and SBO heads
 electra.py      generator + discriminator with shared embeddings
+xlnet.py        XLNet: relative positions and segments, two-stream attention, the tied LM head
 pretraining.py  encoder + heads as one module per recipe; parameter counts on the meta device
 """

@@ -77,11 +77,33 @@ MaskedLMModel = PretrainingModel
 
 
 def build_pretraining_model(cfg: ModelConfig, objective: ObjectiveConfig | None = None) -> nn.Module:
+    if cfg.family == "xlnet":
+        from bertkit.models.xlnet import XLNetPretraining
+
+        return XLNetPretraining(cfg, objective)
     if cfg.family == "electra":
         from bertkit.models.electra import ElectraPretraining
 
         return ElectraPretraining(cfg, objective)
     return PretrainingModel(cfg, objective)
+
+
+def build_encoder(cfg: ModelConfig) -> nn.Module:
+    """The family's encoder alone (what fine-tuning and embedding put a head on)."""
+    if cfg.family == "xlnet":
+        from bertkit.models.xlnet import XLNetEncoder
+
+        return XLNetEncoder(cfg)
+    return BertEncoder(cfg)
+
+
+def default_objective(cfg: ModelConfig) -> ObjectiveConfig:
+    """The objective a family's checkpoint is trained with when nothing says otherwise."""
+    if cfg.family == "electra":
+        return ObjectiveConfig(rtd=50.0)
+    if cfg.family == "xlnet":
+        return ObjectiveConfig(mlm=0.0, plm=1.0)
+    return ObjectiveConfig()
 
 
 # Trained only to help pretraining, never kept: ELECTRA's generator and SpanBERT's SBO head.
@@ -96,7 +118,7 @@ def count_parameters(cfg: ModelConfig, with_heads: bool = True, objective: Objec
     and SpanBERT's SBO head, which exist only during pretraining. `with_heads=False` counts the encoder.
     """
     if objective is None:
-        objective = ObjectiveConfig(rtd=50.0) if cfg.family == "electra" else ObjectiveConfig()
+        objective = default_objective(cfg)
     with torch.device("meta"):
         model = build_pretraining_model(cfg, objective)
     return sum(

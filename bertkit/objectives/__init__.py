@@ -6,6 +6,7 @@ from bertkit.config.schema import ObjectiveConfig
 from bertkit.objectives.base import CombinedObjective, Objective
 from bertkit.objectives.mlm import MLMObjective
 from bertkit.objectives.nsp import NSPObjective
+from bertkit.objectives.plm import PLMObjective
 from bertkit.objectives.rtd import RTDObjective
 from bertkit.objectives.sbo import SBOObjective
 from bertkit.objectives.sop import SOPObjective
@@ -16,6 +17,7 @@ REGISTRY: dict[str, type[Objective]] = {
     "sop": SOPObjective,
     "rtd": RTDObjective,
     "sbo": SBOObjective,
+    "plm": PLMObjective,
 }
 
 

@@ -21,6 +21,7 @@ from torch import nn
 
 # Batch fields that are model inputs (the rest, such as labels, only feed the losses). ELECTRA reads
 # mlm_labels too: it needs the original tokens to tell which of its generator's samples replaced one.
+# XLNet reads its factorization order (perm_mask) and which positions the query stream predicts (target_mapping).
 MODEL_INPUTS = (
     "input_ids",
     "attention_mask",
@@ -30,6 +31,8 @@ MODEL_INPUTS = (
     "sbo_left",
     "sbo_right",
     "sbo_offsets",
+    "perm_mask",
+    "target_mapping",
 )
 
 Metrics = dict[str, torch.Tensor]

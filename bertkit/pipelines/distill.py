@@ -58,6 +58,11 @@ def check_method(method: DistillMethod, recipe: DistillRecipe, student: ModelCon
     """What each method needs of the teacher and the student; one line that names the fix."""
     cfg = recipe.distill
     tcfg = teacher.config
+    if student.family == "xlnet":
+        raise BertkitError(
+            "distillation trains BERT-family students; an XLNet student is not supported: "
+            "pick a student recipe such as tinybert-4 or distilbert"
+        )
     if method == "distilbert":
         if cfg.alpha_ce > 0 and not teacher.has_mlm_head:
             raise BertkitError(

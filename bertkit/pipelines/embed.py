@@ -20,7 +20,8 @@ import torch
 from bertkit.engine.checkpoint import load_state
 from bertkit.errors import BertkitError
 from bertkit.modeldir import encoder_weights, load_model_dir
-from bertkit.models.bert import BertEncoder
+from bertkit.models.pretraining import build_encoder
+from bertkit.models.xlnet import last_token
 from bertkit.progress import Tracker
 from bertkit.tasks.classification import mean_pool
 from bertkit.tasks.data import read_texts
@@ -69,13 +70,17 @@ def embed(
         raise BertkitError(f"--max-seq-len must be at least 3 ([CLS] text [SEP]), not {max_seq_len}")
     data = read_texts(input_path, text_field, split, skip_bad_rows)
 
-    encoder = BertEncoder(cfg)
+    encoder = build_encoder(cfg)
+    xlnet = cfg.family == "xlnet"  # XLNet's layout: text [SEP] [CLS], the [CLS] (last token) its own segment
     load_state(encoder, encoder_weights(weights), str(model_dir))
     target = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else device.replace("auto", "cpu"))
     encoder = encoder.to(target).eval()
     ids = tokenizer.encode_batch(data.texts)
     truncated = sum(len(t) > max_len - 2 for t in ids)
-    ids = [[tokenizer.cls_id, *t[: max_len - 2], tokenizer.sep_id] for t in ids]
+    if xlnet:
+        ids = [[*t[: max_len - 2], tokenizer.sep_id, tokenizer.cls_id] for t in ids]
+    else:
+        ids = [[tokenizer.cls_id, *t[: max_len - 2], tokenizer.sep_id] for t in ids]
     order = np.argsort([len(t) for t in ids], kind="stable")
     vectors = np.empty((len(ids), cfg.hidden_size), dtype=np.float32)
     last = layer in (-1, cfg.num_layers)
@@ -90,12 +95,15 @@ def embed(
                 input_ids[j, : len(ids[i])] = torch.tensor(ids[i])
                 mask[j, : len(ids[i])] = True
             input_ids, mask = input_ids.to(target), mask.to(target)
-            types = torch.zeros_like(input_ids) if cfg.type_vocab_size else None
+            types = torch.zeros_like(input_ids) if cfg.type_vocab_size or xlnet else None
+            if xlnet:
+                types[torch.arange(len(rows)), mask.sum(1) - 1] = 2
             out = encoder(input_ids, mask, types, output_hidden_states=not last)
             # hidden_states[0] is the embeddings' output, [k] layer k's; the last layer's state is taken
             # after the final norm of pre-LN models (last_hidden_state).
             hidden = out.last_hidden_state if last else out.hidden_states[layer]
-            pooled = mean_pool(hidden, mask) if pool == "mean" else hidden[:, 0]
+            cls_state = last_token(hidden, mask) if xlnet else hidden[:, 0]
+            pooled = mean_pool(hidden, mask) if pool == "mean" else cls_state
             vectors[rows] = pooled.float().cpu().numpy()
             tracker.advance(len(rows))
     seconds = time.perf_counter() - started

@@ -26,7 +26,7 @@ from bertkit.engine.dist import is_main
 from bertkit.engine.loop import train
 from bertkit.errors import BertkitError
 from bertkit.modeldir import encoder_weights, load_model_dir, save_model_dir
-from bertkit.models.bert import BertEncoder
+from bertkit.models.pretraining import build_encoder
 from bertkit.pipelines.rundir import prepare_run_dir, write_summary
 from bertkit.tasks.classification import (
     ClassificationBatches,
@@ -158,13 +158,18 @@ def finetune(
         return label_indices(data.labels or [], labels, source)
 
     max_len = min(task.max_seq_len, model_cfg.max_position_embeddings - model_cfg.position_offset)
+    # XLNet: text <sep> <cls> with <cls> last, padded on the left, pooled at <cls> through a fresh summary layer
+    # (XLNetForSequenceClassification's sequence_summary); segment ids always, since <cls> has its own.
+    xlnet = model_cfg.family == "xlnet"
+    if xlnet and not model_cfg.pooler:
+        model_cfg = model_cfg.model_copy(update={"pooler": True})
     train_examples = encode_examples(
-        train_part.texts, train_part.pairs, targets(train_part, train_file), tokenizer, max_len
+        train_part.texts, train_part.pairs, targets(train_part, train_file), tokenizer, max_len, xlnet
     )
     eval_examples = None
     if len(eval_data):
         eval_targets = targets(eval_data, eval_file or train_file)
-        eval_examples = encode_examples(eval_data.texts, eval_data.pairs, eval_targets, tokenizer, max_len)
+        eval_examples = encode_examples(eval_data.texts, eval_data.pairs, eval_targets, tokenizer, max_len, xlnet)
 
     train_cfg, steps_per_epoch = plan_epochs(recipe.train, len(train_part))
     # Everything is read and valid: only now does the run directory appear.
@@ -172,17 +177,19 @@ def finetune(
 
     torch.manual_seed(recipe.train.seed)  # reproducible initial weights (and the same on every rank)
     outputs = 1 if regression else len(labels)
-    model = SequenceClassifier(BertEncoder(model_cfg), outputs, task.classifier_dropout, task.pool)
-    load_state(model.encoder, encoder_weights(weights), str(model_dir))
+    model = SequenceClassifier(build_encoder(model_cfg), outputs, task.classifier_dropout, task.pool)
+    own = encoder_weights(weights)
+    # A pretrained XLNet has no summary layer yet: it starts fresh, as transformers starts it.
+    load_state(model.encoder, own, str(model_dir), strict=not (xlnet and "pooler.dense.weight" not in own))
     if task.mode == "feature":
         # Feature-based: the encoder is a frozen feature extractor; only the head learns.
         model.encoder.requires_grad_(False)
-    use_types = task.text_pair_field is not None and model_cfg.type_vocab_size > 1
+    use_types = xlnet or (task.text_pair_field is not None and model_cfg.type_vocab_size > 1)
     micro = train_cfg.batch_size // train_cfg.grad_accum
-    source = ClassificationBatches(train_examples, micro, tokenizer.pad_id, train_cfg.seed, use_types)
+    source = ClassificationBatches(train_examples, micro, tokenizer.pad_id, train_cfg.seed, use_types, xlnet)
     evaluate = best = None
     if eval_examples is not None:
-        eval_batches = ClassificationBatches(eval_examples, micro, tokenizer.pad_id, train_cfg.seed, use_types)
+        eval_batches = ClassificationBatches(eval_examples, micro, tokenizer.pad_id, train_cfg.seed, use_types, xlnet)
         device = resolve_device(recipe.engine)
         scorer = evaluate_regressor if regression else evaluate_classifier
         evaluate = lambda m: scorer(m, eval_batches, device)  # noqa: E731

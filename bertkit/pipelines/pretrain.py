@@ -17,8 +17,9 @@ from torch import nn
 from bertkit.config.recipe import PretrainRecipe
 from bertkit.config.schema import ModelConfig, ObjectiveConfig
 from bertkit.corpus.build import TOKENIZER_SUBDIR
-from bertkit.corpus.loader import LoaderState, MLMBatches, split_indices
+from bertkit.corpus.loader import LoaderState, MLMBatches, PLMBatches, split_indices
 from bertkit.corpus.masking import MaskingSpec
+from bertkit.corpus.permutation import PermutationSpec
 from bertkit.corpus.shards import Corpus
 from bertkit.engine.checkpoint import load_state
 from bertkit.engine.dist import is_main
@@ -36,7 +37,9 @@ CORPUS_NEEDS = {
     "nsp": ("format", ("segment-pair", "sentence-pair"), "--format segment-pair (or sentence-pair)"),
     "sop": ("format", ("sop",), "--format sop"),
     "sbo": ("mask_strategy", ("span",), "--mask-strategy span"),
+    "plm": ("layout", ("xlnet",), "--layout xlnet"),
 }
+_OPTION_DEFAULTS = {"format": "full-sentences", "mask_strategy": "token", "layout": "bert"}
 # Fields that fix the shapes of the weights: a checkpoint given to --init-from must agree on all of them.
 SHAPE_FIELDS = (
     "hidden_size",
@@ -61,7 +64,7 @@ def check_corpus_fits(objective: ObjectiveConfig, manifest: dict[str, Any], corp
         if name not in CORPUS_NEEDS:
             continue
         option, accepted, flag = CORPUS_NEEDS[name]
-        have = options.get(option, "full-sentences" if option == "format" else "token")
+        have = options.get(option, _OPTION_DEFAULTS[option])
         if have not in accepted:
             raise BertkitError(
                 f"objective.{name} needs a corpus built with {flag}, but {corpus_dir} has {option} '{have}'; "
@@ -105,11 +108,8 @@ def _usable_positions(cfg: ModelConfig) -> int:
     return cfg.max_position_embeddings - cfg.position_offset
 
 
-def _fit_init_checkpoint(recipe_cfg: ModelConfig, init_cfg: ModelConfig, init_from: Path, recipe: str) -> ModelConfig:
-    """The recipe's model with the checkpoint's vocabulary; one line naming every shape that differs.
-
-    A checkpoint with fewer positions or token types than the recipe is accepted: `_extend_tables` fills
-    the rest by copying (BigBird warm-starts from RoBERTa's 512 positions this way)."""
+def _check_family(recipe_cfg: ModelConfig, init_cfg: ModelConfig, init_from: Path, recipe: str) -> bool:
+    """Refuse a checkpoint of another family (bar the warm starts above); True when the families are the same."""
     recipe_family = _SAME_FAMILY.get(recipe_cfg.family, recipe_cfg.family)
     init_family = _SAME_FAMILY.get(init_cfg.family, init_cfg.family)
     if recipe_family != init_family and init_family not in _WARM_STARTS.get(recipe_family, ()):
@@ -117,7 +117,15 @@ def _fit_init_checkpoint(recipe_cfg: ModelConfig, init_cfg: ModelConfig, init_fr
             f"--init-from {init_from} is a {init_cfg.family} model but recipe '{recipe}' trains {recipe_cfg.family}; "
             "pick a recipe of the same family"
         )
-    same_family = recipe_family == init_family
+    return recipe_family == init_family
+
+
+def _fit_init_checkpoint(recipe_cfg: ModelConfig, init_cfg: ModelConfig, init_from: Path, recipe: str) -> ModelConfig:
+    """The recipe's model with the checkpoint's vocabulary; one line naming every shape that differs.
+
+    A checkpoint with fewer positions or token types than the recipe is accepted: `_extend_tables` fills
+    the rest by copying (BigBird warm-starts from RoBERTa's 512 positions this way)."""
+    same_family = _check_family(recipe_cfg, init_cfg, init_from, recipe)
     # Position numbering (RoBERTa's pad + 1) belongs to the family: a warm start takes the recipe's.
     offset = init_cfg.position_offset if same_family else recipe_cfg.position_offset
     fitted = recipe_cfg.model_copy(update={"position_offset": offset})
@@ -191,10 +199,24 @@ def _check_block_sparse(cfg: ModelConfig, corpus: Corpus, corpus_dir: Path, long
         )
 
 
+def make_batches(
+    corpus: Corpus,
+    indices: np.ndarray,
+    batch_size: int,
+    spec: MaskingSpec | PermutationSpec,
+    pad_id: int,
+    seed: int,
+    shuffle: bool = True,
+) -> MLMBatches | PLMBatches:
+    """The loader of the recipe's objective: permutation LM draws for XLNet, masks for the others."""
+    kind = PLMBatches if isinstance(spec, PermutationSpec) else MLMBatches
+    return kind(corpus, indices, batch_size, spec, pad_id, seed, shuffle)  # type: ignore[arg-type]
+
+
 def _evaluator(
     corpus: Corpus,
     indices: np.ndarray,
-    spec: MaskingSpec,
+    spec: MaskingSpec | PermutationSpec,
     pad_id: int,
     batch_size: int,
     max_sequences: int,
@@ -209,7 +231,7 @@ def _evaluator(
     def evaluate(model: nn.Module) -> dict[str, float]:
         # A fresh, unshuffled loader with a fixed seed: every evaluation sees the same masks. ELECTRA's
         # generator samples during evaluation too; forking the RNG keeps training's random stream intact.
-        loader = MLMBatches(corpus, chosen, batch_size, spec, pad_id, seed=1234, shuffle=False)
+        loader = make_batches(corpus, chosen, batch_size, spec, pad_id, seed=1234, shuffle=False)
         batches = CheckedBatches(loader, objective)
         totals: dict[str, float] = {}
         count = 0
@@ -219,19 +241,25 @@ def _evaluator(
                 loader.batch_size = min(batch_size, len(chosen) - start)  # the last batch takes what is left
                 batch = {k: v.to(device) for k, v in batches.next_batch().items()}
                 _, metrics = objective(model, batch)
-                weight = batch["mlm_labels"].numel()
+                # Metrics are means over the primary targets: masked tokens (MLM) or predicted ones (PLM).
+                counts = objective.counts(batch)
+                weight = counts["mlm"] if "mlm" in counts else next(iter(counts.values()))
                 for key, value in metrics.items():
                     totals[key] = totals.get(key, 0.0) + float(value) * weight
                 count += weight
         result = {key: round(value / max(1, count), 4) for key, value in totals.items()}
-        if "mlm_loss" in result:
-            result["perplexity"] = round(math.exp(min(result["mlm_loss"], 50.0)), 2)
+        for name in ("mlm_loss", "plm_loss"):
+            if name in result:
+                result["perplexity"] = round(math.exp(min(result[name], 50.0)), 2)
+                break
         return result
 
     return evaluate
 
 
-def _masking_spec(recipe: PretrainRecipe, tokenizer: Tokenizer) -> MaskingSpec:
+def _masking_spec(recipe: PretrainRecipe, tokenizer: Tokenizer) -> MaskingSpec | PermutationSpec:
+    if recipe.objective.plm:
+        return PermutationSpec(recipe.objective.plm_k, recipe.objective.plm_max_span, tokenizer.special_ids)
     masking = recipe.data.masking
     return MaskingSpec(
         masking.prob,
@@ -261,6 +289,7 @@ def pretrain(
     extended: dict[str, Any] = {}
     if init_from is not None:
         _, _, init_cfg, init_weights, init_tokenizer = load_model_dir(init_from)
+        _check_family(model_cfg, init_cfg, init_from, recipe.name)  # the first thing wrong with another family
         if init_tokenizer.fingerprint() != tokenizer.fingerprint():
             raise BertkitError(
                 f"--init-from {init_from} was trained with a different tokenizer than the corpus "
@@ -309,7 +338,7 @@ def pretrain(
         eval_corpus = corpus
         train_idx, eval_idx = split_indices(len(corpus), recipe.data.eval_fraction, seed)
     micro = recipe.train.batch_size // recipe.train.grad_accum
-    source = CheckedBatches(MLMBatches(corpus, train_idx, micro, spec, tokenizer.pad_id, seed), objective)
+    source = CheckedBatches(make_batches(corpus, train_idx, micro, spec, tokenizer.pad_id, seed), objective)
     from bertkit.engine.device import resolve_device
 
     device = resolve_device(recipe.engine)

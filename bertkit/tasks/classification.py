@@ -25,10 +25,16 @@ class Examples:
 
 
 def encode_examples(
-    texts: list[str], pairs: list[str] | None, labels: np.ndarray, tokenizer: Tokenizer, max_len: int
+    texts: list[str],
+    pairs: list[str] | None,
+    labels: np.ndarray,
+    tokenizer: Tokenizer,
+    max_len: int,
+    cls_last: bool = False,
 ) -> Examples:
     """Token ids `[CLS] a [SEP]` or `[CLS] a [SEP] b [SEP]` (at most `max_len`), with `labels` (class indices
-    or numbers) alongside."""
+    or numbers) alongside. `cls_last` is XLNet's layout, `a [SEP] [CLS]` or `a [SEP] b [SEP] [CLS]`, whose
+    segment ids are 0 for a, 1 for b and 2 for [CLS] (XLNet compares them, so [CLS] is a segment of its own)."""
     first = tokenizer.encode_batch(texts)
     second = tokenizer.encode_batch(pairs) if pairs is not None else None
     input_ids, token_types = [], []
@@ -46,6 +52,9 @@ def encode_examples(
                     ids_b = ids_b[:-1]
             ids = [tokenizer.cls_id, *ids_a, tokenizer.sep_id, *ids_b, tokenizer.sep_id]
             types = [0] * (len(ids_a) + 2) + [1] * (len(ids_b) + 1)
+        if cls_last:
+            ids = [*ids[1:], tokenizer.cls_id]
+            types = [*types[1:], 2]
         input_ids.append(np.asarray(ids, dtype=np.int64))
         token_types.append(np.asarray(types, dtype=np.int64))
     return Examples(input_ids, token_types, labels)
@@ -66,9 +75,17 @@ def label_indices(labels: list[str], names: list[str], source: object) -> np.nda
 class ClassificationBatches:
     """Shuffled, resumable batches of labelled examples."""
 
-    def __init__(self, examples: Examples, batch_size: int, pad_id: int, seed: int, use_token_types: bool) -> None:
+    def __init__(
+        self,
+        examples: Examples,
+        batch_size: int,
+        pad_id: int,
+        seed: int,
+        use_token_types: bool,
+        pad_left: bool = False,
+    ) -> None:
         self.examples, self.batch_size, self.pad_id = examples, batch_size, pad_id
-        self.use_token_types = use_token_types
+        self.use_token_types, self.pad_left = use_token_types, pad_left  # pad_left: XLNet's <cls> stays last
         self.sampler = EpochSampler(np.arange(len(examples.labels)), seed)
 
     @property
@@ -79,14 +96,15 @@ class ClassificationBatches:
         self.sampler.load_state(state)
 
     def batch_of(self, indices: list[int]) -> dict[str, torch.Tensor]:
-        input_ids, attention_mask = pad_batch([self.examples.input_ids[i] for i in indices], self.pad_id)
+        input_ids, attention_mask = pad_batch([self.examples.input_ids[i] for i in indices], self.pad_id, self.pad_left)
         batch = {
             "input_ids": input_ids,
             "attention_mask": attention_mask,
             "labels": torch.from_numpy(self.examples.labels[indices]),
         }
         if self.use_token_types:
-            batch["token_type_ids"], _ = pad_batch([self.examples.token_type_ids[i] for i in indices], 0)
+            types = [self.examples.token_type_ids[i] for i in indices]
+            batch["token_type_ids"], _ = pad_batch(types, 3 if self.pad_left else 0, self.pad_left)
         return batch
 
     def next_batch(self) -> dict[str, torch.Tensor]:
@@ -95,10 +113,11 @@ class ClassificationBatches:
 
 class SequenceClassifier(nn.Module):
     """Encoder + dropout + linear layer on a sentence representation: the pooled [CLS] output (`pool="cls"`;
-    the raw [CLS] state for models without a pooler) or the mean of the last hidden states over the
-    non-padding tokens (`pool="mean"`). `num_labels=1` is a regression head."""
+    the raw [CLS] state for models without a pooler; XLNet's encoder pools its last token, <cls>) or the
+    mean of the last hidden states over the non-padding tokens (`pool="mean"`). `num_labels=1` is a
+    regression head."""
 
-    def __init__(self, encoder: BertEncoder, num_labels: int, dropout: float, pool: str = "cls") -> None:
+    def __init__(self, encoder: BertEncoder | nn.Module, num_labels: int, dropout: float, pool: str = "cls") -> None:
         super().__init__()
         if pool not in ("cls", "mean"):
             raise ValueError(f"pool must be cls or mean, not {pool!r}")
