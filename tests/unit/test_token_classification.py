@@ -56,7 +56,10 @@ def test_conllu_reads_form_and_upos(tmp_path: Path) -> None:
 
 
 def test_jsonl_and_its_errors(tmp_path: Path) -> None:
-    rows = [{"tokens": ["Paris", "is", "big"], "tags": ["S-LOC", "O", "O"]}, {"tokens": ["New", "York"], "tags": ["B-LOC", "E-LOC"]}]  # fmt: skip
+    rows = [
+        {"tokens": ["Paris", "is", "big"], "tags": ["S-LOC", "O", "O"]},
+        {"tokens": ["New", "York"], "tags": ["B-LOC", "E-LOC"]},
+    ]
     data = read_token_file(_write(tmp_path, "a.jsonl", "\n".join(json.dumps(r) for r in rows)))
     assert resolve_tags(data, "auto") == [["B-LOC", "O", "O"], ["B-LOC", "I-LOC"]] and data.scheme == "iobes"
     bad = _write(tmp_path, "b.jsonl", json.dumps({"tokens": ["a", "b"], "tags": ["O"]}))
