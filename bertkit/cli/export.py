@@ -9,7 +9,9 @@ import typer
 from bertkit.cli.common import JSON_HELP, OVERWRITE_HELP, QUIET_HELP, emit, guarded
 
 HEAD_HELP = (
-    "Which Hugging Face class the checkpoint is for: pretraining (AutoModelForPreTraining, the default), "
+    "Which Hugging Face class the checkpoint is for: auto (the default: classifier for a fine-tuned run, else "
+    "pretraining), classifier (AutoModelForSequenceClassification / AutoModelForTokenClassification, for runs of "
+    "bertkit finetune), pretraining (AutoModelForPreTraining), "
     "mlm (AutoModelForMaskedLM), base (AutoModel) or, for ELECTRA, generator (ElectraForMaskedLM)."
 )
 
@@ -19,7 +21,7 @@ def export_command(
     model: Path = typer.Argument(..., help="A bertkit run or model directory (from pretrain or finetune)."),
     to: str = typer.Option("hf", "--to", help="Target format; 'hf' (Hugging Face transformers) is supported."),
     output: Path = typer.Option(..., "--output", "-o", help="Directory to write."),
-    head: str = typer.Option("pretraining", "--head", help=HEAD_HELP),
+    head: str = typer.Option("auto", "--head", help=HEAD_HELP),
     overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),

@@ -43,6 +43,12 @@ def finetune_command(
     skip_bad_rows: bool = typer.Option(
         False, "--skip-bad-rows", help="Skip (and count) rows with a missing or empty text or label instead of failing."
     ),
+    task: str | None = typer.Option(
+        None,
+        "--task",
+        metavar="classification|regression|token-classification",
+        help="What to learn (task.kind); token-classification reads CoNLL, CoNLL-U or JSON lines (tokens, tags).",
+    ),
     pool: str | None = typer.Option(None, "--pool", metavar="cls|mean", help="Sentence representation (task.pool)."),
     feature_based: bool = typer.Option(False, "--feature-based", help="Freeze the encoder; train only the head."),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
@@ -53,7 +59,8 @@ def finetune_command(
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
-    """Fine-tune a pretrained encoder for text classification or regression (single texts or pairs)."""
+    """Fine-tune a pretrained encoder for text classification or regression (single texts or pairs), or for
+    token classification (NER, POS)."""
     from bertkit.config.recipe import load_recipe
     from bertkit.pipelines.finetune import finetune
     from bertkit.pipelines.rundir import resume_mode
@@ -67,6 +74,7 @@ def finetune_command(
         "split": split,
         "eval_split": eval_split,
         "pool": pool,
+        "kind": task,
     }
     for key, value in options.items():
         if value is not None:

@@ -491,7 +491,12 @@ class DistillConfig(StrictModel):
 
 
 # Metrics a task can select the best model by; every other one is "higher is better".
-TASK_METRICS = {"classification": ("accuracy", "macro_f1"), "regression": ("pearson", "spearman", "mse")}
+TASK_METRICS = {
+    "classification": ("accuracy", "macro_f1"),
+    "regression": ("pearson", "spearman", "mse"),
+    # Entity-level micro precision/recall/F1 by exact span (seqeval's default), and word-level tag accuracy.
+    "token-classification": ("f1", "precision", "recall", "accuracy"),
+}
 LOWER_IS_BETTER = {"mse"}
 
 
@@ -499,7 +504,8 @@ class TaskConfig(StrictModel):
     """A fine-tuning task read from CSV/TSV, JSON lines, Parquet or a datasets directory."""
 
     # classification: labels are classes (cross-entropy). regression: labels are numbers (MSE; STS-B).
-    kind: Literal["classification", "regression"] = "classification"
+    # token-classification: one tag per word (NER, POS) from CoNLL, CoNLL-U or JSON lines (tokens, tags).
+    kind: Literal["classification", "regression", "token-classification"] = "classification"
     text_field: str = "text"
     text_pair_field: str | None = None
     label_field: str = "label"
@@ -522,6 +528,9 @@ class TaskConfig(StrictModel):
     classifier_dropout: float = Field(0.1, ge=0.0, lt=1.0)
     # "finetune" trains encoder and head; "feature" freezes the encoder and trains the head alone.
     mode: Literal["finetune", "feature"] = "finetune"
+    # Token classification: how the tags mark entities. auto detects it from the training file; iob1 and
+    # iobes are converted to BIO (what the model learns and predicts); none is plain tags (POS: accuracy only).
+    tag_scheme: Literal["auto", "bio", "iob1", "iobes", "none"] = "auto"
 
     @model_validator(mode="after")
     def _metric_fits_kind(self) -> TaskConfig:

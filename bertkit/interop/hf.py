@@ -19,9 +19,9 @@ from bertkit.config.schema import ModelConfig, ObjectiveConfig
 from bertkit.engine.checkpoint import read_weights
 from bertkit.errors import BertkitError
 from bertkit.interop import hf_albert, hf_bert, hf_bigbird, hf_distilbert, hf_electra, hf_xlnet
-from bertkit.interop.keymap import Entry, to_hf, to_ours
+from bertkit.interop.keymap import Entry, linear, to_hf, to_ours
 
-HFHead = Literal["pretraining", "mlm", "base", "generator"]
+HFHead = Literal["pretraining", "mlm", "base", "generator", "classifier"]
 HF_CONFIG, HF_WEIGHTS = "config.json", "model.safetensors"
 
 # HF model_type -> (key map module, prefix of the base model inside task models, class prefix)
@@ -215,6 +215,67 @@ def to_hf_checkpoint(
         )
     hf_config = hf_electra.config_to_hf(config_cfg) if head == "generator" else config_to_hf(config_cfg)
     config = {**hf_config, "architectures": [architecture], "tie_word_embeddings": True}
+    return config, to_hf(entries, weights)
+
+
+# Fine-tuned bertkit models (bertkit_model.json `architecture`) and the HF class suffix each exports as.
+TASK_CLASSES = {
+    "sequence-classification": "ForSequenceClassification",
+    "sequence-regression": "ForSequenceClassification",
+    "token-classification": "ForTokenClassification",
+}
+
+
+def to_hf_task_checkpoint(
+    cfg: ModelConfig, weights: dict[str, torch.Tensor], architecture: str, labels: list[str], pool: str = "cls"
+) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """A fine-tuned model (encoder.* + classifier.*) -> (HF config.json dict, HF state dict) for its family's
+    *ForSequenceClassification or *ForTokenClassification class, which gives the same logits."""
+    if architecture not in TASK_CLASSES:
+        raise BertkitError(
+            f"--head classifier exports fine-tuned models; this one is a {architecture} model "
+            "(use --head pretraining, mlm or base)"
+        )
+    model_type = hf_model_type(cfg)
+    module, prefix, cls = _module(model_type)
+    name = f"{cls}{TASK_CLASSES[architecture]}"
+    entries = module.encoder_entries(cfg, prefix, False)
+    if architecture == "token-classification":
+        # Every family's ForTokenClassification is encoder + dropout + linear; BigBird's keeps its pooler.
+        if model_type == "big_bird" and cfg.pooler:
+            entries += module.encoder_entries(cfg, prefix, True)[len(entries) :]
+        entries += linear("classifier", "classifier")
+    else:
+        if pool != "cls":
+            raise BertkitError(
+                f"this classifier reads mean-pooled states (task.pool={pool}), which no Hugging Face "
+                "*ForSequenceClassification class does; export the encoder with --head base"
+            )
+        if model_type not in ("bert", "albert", "roberta") or not cfg.pooler:
+            raise BertkitError(
+                f"{name} puts its own layers between [CLS] and the classifier, which this {cfg.family} classifier "
+                "(a linear layer on the raw [CLS] state) lacks; export the encoder with --head base"
+            )
+        if model_type == "roberta":
+            # RobertaClassificationHead: dense + tanh on <s> (bertkit's pooler), then out_proj.
+            entries += linear("encoder.pooler.dense", "classifier.dense") + linear("classifier", "classifier.out_proj")
+        else:
+            # BERT/ALBERT: the pooler (dense + tanh on [CLS]), then the classifier.
+            entries += module.encoder_entries(cfg, prefix, True)[len(entries) :] + linear("classifier", "classifier")
+    missing = [e.ours for e in entries if e.ours not in weights]
+    if missing:
+        raise BertkitError(f"this model has no tensor {missing[0]} needed for {name}; is the model directory complete?")
+    regression = architecture == "sequence-regression"
+    names = ["LABEL_0"] if regression else list(labels)
+    config = {
+        **config_to_hf(cfg),
+        "architectures": [name],
+        "tie_word_embeddings": True,
+        "id2label": {str(i): label for i, label in enumerate(names)},
+        "label2id": {label: i for i, label in enumerate(names)},
+    }
+    if architecture != "token-classification":
+        config["problem_type"] = "regression" if regression else "single_label_classification"
     return config, to_hf(entries, weights)
 
 

@@ -130,6 +130,10 @@ def finetune(
     quiet: bool = False,
 ) -> dict[str, Any]:
     task = recipe.task
+    if task.kind == "token-classification":
+        from bertkit.pipelines.finetune_tokens import finetune_tokens
+
+        return finetune_tokens(recipe, model_path, train_file, output, eval_file, overwrite, resume, quiet)
     regression = task.kind == "regression"
     model_dir, _, model_cfg, weights, tokenizer = load_model_dir(model_path)
     train_data = read_task_file(train_file, task, task.split)

@@ -1,0 +1,69 @@
+"""`bertkit predict`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from bertkit.cli.common import QUIET_HELP, emit, guarded
+
+PREDICT_JSON_HELP = (
+    "Print one JSON summary object as the last line of stdout; needs --output FILE, since with stdout output "
+    "the predictions themselves are stdout's lines."
+)
+
+
+@guarded
+def predict_command(
+    model: Path = typer.Option(..., "--model", "-m", help="A fine-tuned run or model directory (bertkit finetune)."),
+    input: Path = typer.Option(
+        ...,
+        "--input",
+        "-i",
+        help="Text lines (one text per non-empty line; NER: split on whitespace), JSON lines, CSV/TSV or Parquet.",
+    ),
+    output: str = typer.Option("-", "--output", "-o", help="JSON lines file to write; '-' (the default) is stdout."),
+    batch_size: int = typer.Option(32, "--batch-size", help="Rows per forward pass."),
+    text_field: str | None = typer.Option(
+        None, "--text-field", help="Field with the text (default: the one the model was fine-tuned on; NER: tokens)."
+    ),
+    text_pair_field: str | None = typer.Option(
+        None, "--text-pair-field", help="Field with the second text, for pair models (default: as fine-tuned)."
+    ),
+    max_seq_len: int | None = typer.Option(
+        None, "--max-seq-len", help="Truncate to this many tokens (default: as fine-tuned)."
+    ),
+    device: str = typer.Option("auto", "--device", metavar="auto|cpu|cuda", help="Where to run the model."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace the output file if it exists."),
+    json_out: bool = typer.Option(False, "--json", help=PREDICT_JSON_HELP),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
+) -> None:
+    """Predictions of a fine-tuned model, one JSON line per input row, in input order."""
+    from bertkit.errors import BertkitError
+    from bertkit.pipelines.predict import predict
+
+    if device not in ("auto", "cpu", "cuda"):
+        raise BertkitError(f"--device takes auto, cpu or cuda, not '{device}'")
+    to_stdout = output == "-"
+    if json_out and to_stdout:
+        raise BertkitError("--json needs --output FILE: with stdout output the predictions are stdout's lines")
+    result = predict(
+        model,
+        input,
+        None if to_stdout else Path(output),
+        batch_size=batch_size,
+        text_field=text_field,
+        text_pair_field=text_pair_field,
+        max_seq_len=max_seq_len,
+        overwrite=overwrite,
+        device=device,
+        quiet=quiet,
+    )
+    if to_stdout:
+        # stdout holds the predictions alone: the summary goes to stderr (unless --quiet).
+        if not quiet:
+            sys.stderr.write(f"predict done: {result['rows']} rows in {result['seconds']} s\n")
+        return
+    emit(result, json_out, "predictions written")

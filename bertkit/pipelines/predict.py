@@ -1,0 +1,336 @@
+"""`bertkit predict`: a fine-tuned run and an input file in, one JSON line of predictions per input row out,
+in input order.
+
+The input streams: rows are read in chunks of `CHUNK_BATCHES` batches, each chunk is sorted by length so
+batches pad little, predicted, and written back in input order before the next chunk is read, so memory
+does not grow with the input. A file output is written under a temporary name and renamed at the end;
+with stdout (`--output -`, the default) predictions go out chunk by chunk.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+import torch
+
+from bertkit.corpus.loader import pad_batch
+from bertkit.engine.checkpoint import load_state
+from bertkit.errors import BertkitError
+from bertkit.modeldir import load_model_dir
+from bertkit.models.bert import BertEncoder
+from bertkit.progress import Tracker
+from bertkit.tasks.classification import SequenceClassifier, encode_examples
+from bertkit.tasks.data import file_format
+from bertkit.tasks.token_classification import TokenClassifier, encode_words, entities, split_words, word_offsets
+
+TASK_ARCHITECTURES = ("sequence-classification", "sequence-regression", "token-classification")
+CHUNK_BATCHES = 32  # batches read, predicted and written at a time
+
+
+class _CountingReader(io.RawIOBase):
+    """The input file's bytes, counting how many were read (the progress bar's position)."""
+
+    def __init__(self, handle: IO[bytes]) -> None:
+        self.handle, self.position = handle, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.handle.read(len(buffer))
+        buffer[: len(data)] = data
+        self.position += len(data)
+        return len(data)
+
+
+def _open_text(path: Path, counter: _CountingReader) -> IO[str]:
+    import bz2
+    import gzip
+
+    name = path.name.lower()
+    raw: IO[bytes] = io.BufferedReader(counter)
+    if name.endswith(".gz"):
+        raw = gzip.open(raw, "rb")  # type: ignore[assignment]  # noqa: SIM115
+    elif name.endswith(".bz2"):
+        raw = bz2.open(raw, "rb")  # type: ignore[assignment]  # noqa: SIM115
+    elif name.endswith(".zst"):
+        import zstandard
+
+        raw = zstandard.ZstdDecompressor().stream_reader(raw)  # type: ignore[assignment]
+    return io.TextIOWrapper(raw, encoding="utf-8-sig", errors="strict", newline="")
+
+
+def _rows(path: Path, kind: str, handle: IO[str], fields: list[str]) -> Iterator[tuple[str, Any]]:
+    """(where, row) pairs: a dict of fields for tables and JSON lines, the raw line for text files."""
+    if kind == "text":
+        for number, line in enumerate(handle, 1):
+            line = line.rstrip("\r\n")
+            if line.strip():
+                yield f"line {number}", line
+    elif kind == "jsonl":
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise BertkitError(f"{path} line {number} is not valid JSON ({err.msg}); fix the line") from None
+            if not isinstance(row, dict):
+                raise BertkitError(f"{path} line {number} is a JSON {type(row).__name__}, not an object with fields")
+            yield f"line {number}", row
+    elif kind in ("csv", "tsv"):
+        reader = csv.reader(handle, delimiter="\t" if kind == "tsv" else ",", strict=True)
+        header = [name.strip() for name in next(reader, [])]
+        for name in fields:
+            if name not in header:
+                raise BertkitError(
+                    f"{path} has no column '{name}' (columns: {header[:20]}); choose it with --text-field"
+                )
+        number = 1
+        for values in reader:
+            if not values:
+                continue
+            number += 1
+            if len(values) != len(header):
+                raise BertkitError(f"{path} row {number}: has {len(values)} fields, the header has {len(header)}")
+            yield f"row {number}", dict(zip(header, values, strict=True))
+    else:
+        raise BertkitError(f"{path}: predict reads text lines, JSON lines, CSV/TSV or Parquet, not {kind}")
+
+
+def _parquet_rows(path: Path, fields: list[str]) -> Iterator[tuple[str, Any]]:
+    import pyarrow.parquet as pq
+
+    table = pq.ParquetFile(path)
+    missing = [f for f in fields if f not in table.schema_arrow.names]
+    if missing:
+        raise BertkitError(f"{path} has no column '{missing[0]}'; choose it with --text-field")
+    number = 0
+    for batch in table.iter_batches(columns=fields, batch_size=4096):  # one row group at a time
+        columns = {name: batch.column(name).to_pylist() for name in fields}
+        for index in range(batch.num_rows):
+            number += 1
+            yield f"row {number}", {name: values[index] for name, values in columns.items()}
+
+
+def _text(path: Path, where: str, row: Any, field: str | None) -> str:
+    value = row if field is None else row.get(field)
+    if not isinstance(value, str) or not value.strip():
+        what = "missing or empty" if value is None or isinstance(value, str) else f"a {type(value).__name__}"
+        raise BertkitError(f"{path} {where}: text {('(' + repr(field) + ') ') if field else ''}is {what}; fix the row")
+    return value
+
+
+def predict(
+    model_path: Path,
+    input_path: Path,
+    output: Path | None = None,
+    batch_size: int = 32,
+    text_field: str | None = None,
+    text_pair_field: str | None = None,
+    max_seq_len: int | None = None,
+    overwrite: bool = False,
+    device: str = "auto",
+    quiet: bool = False,
+) -> dict[str, Any]:
+    if batch_size < 1:
+        raise BertkitError(f"--batch-size must be at least 1, not {batch_size}")
+    to_stdout = output is None or str(output) == "-"
+    if not to_stdout:
+        assert output is not None
+        if output.is_dir():
+            raise BertkitError(f"--output {output} is a directory; give a file name (JSON lines)")
+        if output.exists() and not overwrite:
+            raise BertkitError(f"output {output} already exists; pass --overwrite to replace it or choose another path")
+    input_path = Path(input_path)
+    if not input_path.is_file():
+        raise BertkitError(f"input file not found: {input_path}")
+    model_dir, meta, cfg, weights, tokenizer = load_model_dir(model_path)
+    architecture = meta.get("architecture")
+    if architecture not in TASK_ARCHITECTURES:
+        raise BertkitError(
+            f"{model_dir} is a {architecture} model without a task head; predict needs a run of `bertkit finetune`"
+        )
+    task = meta.get("task") or {}
+    labels: list[str] = list(meta.get("labels") or [])
+    tokens_task = architecture == "token-classification"
+    regression = architecture == "sequence-regression"
+    limit = cfg.max_position_embeddings - cfg.position_offset
+    max_len = min(max_seq_len or task.get("max_seq_len") or limit, limit)
+    if max_len < 3:
+        raise BertkitError(f"--max-seq-len must be at least 3, not {max_seq_len}")
+    kind = "parquet" if file_format(input_path) == "parquet" else file_format(input_path)
+    if kind == "dataset":
+        raise BertkitError(f"{input_path}: predict reads files; export the split to JSON lines or Parquet first")
+    text_field = text_field or (None if tokens_task else task.get("text_field", "text"))
+    pair_field = None if tokens_task else (text_pair_field or task.get("text_pair_field"))
+    fields = [f for f in (text_field, pair_field) if f]
+    if kind == "text" and pair_field:
+        raise BertkitError(f"this model reads text pairs ({pair_field}); give JSON lines, CSV/TSV or Parquet input")
+
+    if tokens_task:
+        model: torch.nn.Module = TokenClassifier(BertEncoder(cfg), len(labels), 0.0)
+    else:
+        model = SequenceClassifier(BertEncoder(cfg), 1 if regression else len(labels), 0.0, task.get("pool", "cls"))
+    load_state(model, weights, str(model_dir))
+    target = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else device.replace("auto", "cpu"))
+    model = model.to(target).eval()
+    use_types = pair_field is not None and cfg.type_vocab_size > 1
+
+    def predict_chunk(rows: list[tuple[str, Any]]) -> list[dict[str, Any]]:
+        if tokens_task:
+            return _tag_chunk(rows)
+        texts = [_text(input_path, where, row, text_field if kind != "text" else None) for where, row in rows]
+        pairs = [_text(input_path, where, row, pair_field) for where, row in rows] if pair_field else None
+        examples = encode_examples(texts, pairs, np.zeros(len(texts)), tokenizer, max_len)
+        logits = _run(model, examples.input_ids, examples.token_type_ids if use_types else None)
+        if regression:
+            return [{"score": round(float(x), 6)} for x in logits[:, 0]]
+        probs = torch.softmax(torch.from_numpy(logits), dim=-1).numpy()
+        return [
+            {
+                "label": labels[int(p.argmax())],
+                "probabilities": {name: round(float(v), 6) for name, v in zip(labels, p, strict=True)},
+            }
+            for p in probs
+        ]
+
+    def _tag_chunk(rows: list[tuple[str, Any]]) -> list[dict[str, Any]]:
+        texts, spans, words_of = [], [], []
+        for where, row in rows:
+            if kind != "text" and isinstance(row, dict) and "tokens" in row and text_field is None:
+                tokens = row["tokens"]
+                if not isinstance(tokens, list) or not all(
+                    isinstance(t, str) and t and not any(c.isspace() for c in t) for t in tokens
+                ):
+                    raise BertkitError(
+                        f"{input_path} {where}: 'tokens' must be a list of non-empty strings without spaces"
+                    )
+                text, word_spans = word_offsets(tokens)
+                words = list(tokens)
+            else:
+                text = _text(input_path, where, row, None if kind == "text" else (text_field or "text"))
+                words, word_spans = split_words(text)
+            texts.append(text)
+            spans.append(word_spans)
+            words_of.append(words)
+        examples = encode_words(texts, spans, tokenizer, max_len)
+        logits = _run(model, examples.input_ids, None)
+        out = []
+        for n, positions in enumerate(examples.positions):
+            best = logits[n].argmax(-1)
+            tags = [labels[int(best[p])] if p >= 0 else None for p in positions]
+            out.append(tag_record(texts[n], spans[n], tags, task.get("tag_scheme") != "none"))
+        return out
+
+    def _run(model: torch.nn.Module, input_ids: list[np.ndarray], types: list[np.ndarray] | None) -> np.ndarray:
+        """Logits of every row, predicted in batches of similar length, back in input order."""
+        order = np.argsort([len(ids) for ids in input_ids], kind="stable")
+        results: list[np.ndarray | None] = [None] * len(input_ids)
+        with torch.no_grad():
+            for start in range(0, len(order), batch_size):
+                rows = [int(i) for i in order[start : start + batch_size]]
+                ids, mask = pad_batch([input_ids[i] for i in rows], tokenizer.pad_id)
+                type_ids = pad_batch([types[i] for i in rows], 0)[0].to(target) if types is not None else None
+                logits = model(ids.to(target), mask.to(target), type_ids)["logits"].float().cpu().numpy()
+                for j, i in enumerate(rows):
+                    results[i] = logits[j]
+        if tokens_task:  # per token: rows of different lengths, padded to the chunk's longest
+            longest = max(r.shape[0] for r in results)  # type: ignore[union-attr]
+            padded = np.zeros((len(results), longest, len(labels)), dtype=np.float32)
+            for i, r in enumerate(results):
+                padded[i, : r.shape[0]] = r  # type: ignore[union-attr]
+            return padded
+        return np.stack(results)  # type: ignore[arg-type]
+
+    started = time.perf_counter()
+    rows_done = 0
+    chunk_rows = batch_size * CHUNK_BATCHES
+    raw = open(input_path, "rb")  # noqa: SIM115 (closed in the finally below)
+    counter = _CountingReader(raw)
+    tmp: Path | None = None
+    sink: IO[str]
+    if to_stdout:
+        sink = sys.stdout
+    else:
+        assert output is not None
+        output.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f".{output.name}.tmp-", dir=output.parent)
+        tmp = Path(name)
+        sink = os.fdopen(fd, "w", encoding="utf-8")
+    try:
+        if kind == "parquet":
+            rows_iter = _parquet_rows(input_path, fields)
+        else:
+            rows_iter = _rows(input_path, kind, _open_text(input_path, counter), fields if kind != "text" else [])
+        size = input_path.stat().st_size
+        with Tracker("predict", total=size or None, quiet=quiet, unit="bytes") as tracker:
+            shown = 0
+            while True:
+                chunk = []
+                try:
+                    for row in rows_iter:
+                        chunk.append(row)
+                        if len(chunk) >= chunk_rows:
+                            break
+                except UnicodeDecodeError:
+                    raise BertkitError(
+                        f"{input_path} is not UTF-8 text (after row {rows_done + len(chunk)}); re-encode it as UTF-8"
+                    ) from None
+                if not chunk:
+                    break
+                for record in predict_chunk(chunk):
+                    sink.write(json.dumps(record, ensure_ascii=False) + "\n")
+                sink.flush()
+                rows_done += len(chunk)
+                position = size if kind == "parquet" else counter.position
+                tracker.advance(position - shown, info=f"{rows_done} rows")
+                shown = position
+        if rows_done == 0:
+            raise BertkitError(f"{input_path} holds no rows to predict (an empty file, or a header alone)")
+        if tmp is not None:
+            sink.close()
+            assert output is not None
+            os.replace(tmp, output)
+            tmp = None
+    finally:
+        raw.close()
+        if tmp is not None:
+            sink.close()
+            tmp.unlink(missing_ok=True)
+    seconds = time.perf_counter() - started
+    return {
+        "output": "-" if to_stdout else str(output),
+        "model": str(model_dir),
+        "task": architecture,
+        "rows": rows_done,
+        "labels": labels,
+        "max_seq_len": max_len,
+        "seconds": round(seconds, 2),
+        "rows_per_s": round(rows_done / seconds, 1) if seconds > 0 else None,
+    }
+
+
+def tag_record(
+    text: str, spans: list[tuple[int, int]], tags: list[str | None], with_entities: bool = True
+) -> dict[str, Any]:
+    """{"entities": [{"type", "start", "end", "text"}], "tags": [...]}: an entity's start and end are
+    character offsets into `text` (end exclusive), from its first word's start to its last word's end,
+    so text[start:end] is exactly its text. A word the model did not see (truncated) is tagged O."""
+    if with_entities:
+        tags = [tag or "O" for tag in tags]
+    found = []
+    for kind, first, end in entities(tags) if with_entities else []:
+        start, stop = spans[first][0], spans[end - 1][1]
+        found.append({"type": kind, "start": start, "end": stop, "text": text[start:stop]})
+    return {"entities": found, "tags": tags}
