@@ -210,7 +210,7 @@ def test_hub_name_teacher_from_an_offline_cache(
 ) -> None:
     """`--teacher sentence-transformers/all-MiniLM-L6-v2` read from an HF_HOME laid out as the hub lays it
     out (filled from the real checkpoint), with HF_HUB_OFFLINE=1; and with an empty cache, one line."""
-    from unit.test_distill_teacher import _fill_hub_cache
+    from hub_helpers import fill_hub_cache
 
     home = tmp_path / "hf"
     monkeypatch.setenv("HF_HOME", str(home))
@@ -220,7 +220,7 @@ def test_hub_name_teacher_from_an_offline_cache(
     error = run_error("distill", "--teacher", name, "--student", "bert-tiny", "--corpus", str(minilm_corpus),
                       "-o", str(tmp_path / "none"))  # fmt: skip
     assert "offline" in error.lower() and "directory" in error and not (tmp_path / "none").exists()
-    _fill_hub_cache(home / "hub", minilm_dir)
+    fill_hub_cache(home / "hub", minilm_dir)
     summary = run_json(
         "distill", "--teacher", name, "--student", "bert-tiny", "--method", "minilm", "-o", str(tmp_path / "run"),
         "--corpus", str(minilm_corpus), *SMALL, "--set", "train.steps=2", "--set", "model.num_heads=12",

@@ -27,12 +27,7 @@ SMALL = dict(vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_h
              hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)  # fmt: skip
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _hf_model(tmp_path: Path, **overrides):

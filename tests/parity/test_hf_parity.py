@@ -13,14 +13,7 @@ transformers = pytest.importorskip("transformers")
 from bertkit.interop.hf import load_hf_dir, to_hf_checkpoint  # noqa: E402
 from bertkit.models.pretraining import build_pretraining_model  # noqa: E402
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run fastest on one thread; several threads on a busy 2-core machine are far slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 TOL = 1e-5

@@ -20,12 +20,7 @@ SMALL = dict(vocab_size=97, d_model=32, n_layer=3, n_head=4, d_inner=48, pad_tok
              use_mems_eval=False, use_mems_train=False)  # fmt: skip
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -7,16 +7,15 @@ cache laid out exactly as huggingface_hub lays it out, filled with that checkpoi
 
 from __future__ import annotations
 
-import hashlib
-import shutil
 from pathlib import Path
 
 import pytest
 import torch
+from hub_helpers import REPO, fill_hub_cache
 
 from bertkit.config.schema import ModelConfig, ObjectiveConfig
 from bertkit.data.samples import python_docs_documents
-from bertkit.distill.teacher import HUB_FILES, Teacher, resolve_teacher
+from bertkit.distill.teacher import Teacher, resolve_teacher
 from bertkit.errors import BertkitError
 from bertkit.modeldir import save_model_dir
 from bertkit.models.bert import BertEncoder
@@ -24,16 +23,7 @@ from bertkit.models.pretraining import PretrainingModel
 from bertkit.tasks.classification import SequenceClassifier
 from bertkit.tokenizers.base import Tokenizer, load_tokenizer
 
-REPO = "sentence-transformers/all-MiniLM-L6-v2"
-COMMIT = "c9745ed1d9f207416be6d2e6f8de32d1f16199bf"  # any 40-hex name: the cache only needs refs/main to match
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
@@ -92,23 +82,6 @@ def test_teacher_with_mlm_head_and_classifier(tmp_path: Path, minilm_dir: Path) 
     assert torch.allclose(teacher(ids, mask).logits, expected, atol=1e-5)
 
 
-def _fill_hub_cache(hub: Path, source: Path) -> Path:
-    """HF_HOME/hub/models--ORG--NAME/{blobs/<hash>, refs/main, snapshots/<commit>/<file> -> ../../blobs/<hash>}."""
-    repo = hub / ("models--" + REPO.replace("/", "--"))
-    (repo / "blobs").mkdir(parents=True)
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text(COMMIT)  # the hub writes the bare hash, no newline
-    snapshot = repo / "snapshots" / COMMIT
-    snapshot.mkdir(parents=True)
-    for name in HUB_FILES:
-        if not (source / name).is_file():
-            continue
-        digest = hashlib.sha256((source / name).read_bytes()).hexdigest()
-        shutil.copyfile(source / name, repo / "blobs" / digest)
-        (snapshot / name).symlink_to(Path("..", "..", "blobs", digest))
-    return snapshot
-
-
 @pytest.fixture
 def offline_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An empty HF_HOME with HF_HUB_OFFLINE=1, in the environment and in huggingface_hub's constants
@@ -126,7 +99,7 @@ def offline_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_hub_name_resolves_from_the_cache_offline(offline_hub: Path, minilm_dir: Path, minilm_teacher: Teacher) -> None:
-    snapshot = _fill_hub_cache(offline_hub / "hub", minilm_dir)
+    snapshot = fill_hub_cache(offline_hub / "hub", minilm_dir)
     assert resolve_teacher(REPO) == snapshot
     teacher = Teacher.load(REPO)
     ids, mask = _prose_batch(teacher.tokenizer)

@@ -13,14 +13,7 @@ from bertkit.engine.checkpoint import load_weights, save_weights
 from bertkit.models.bert import BertEncoder
 from bertkit.models.pretraining import build_pretraining_model
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run fastest on one thread; several threads on a busy 2-core machine are far slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 BASE = dict(vocab_size=50, hidden_size=32, num_layers=4, num_heads=4, intermediate_size=64,

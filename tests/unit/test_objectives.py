@@ -22,13 +22,7 @@ from bertkit.tokenizers import load_tokenizer
 MAX_LEN = 48
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models step fastest on one thread; several threads on a busy 2-core machine are 20x slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -29,12 +29,7 @@ TINY = ModelConfig(family="xlnet", vocab_size=120, hidden_size=32, num_layers=2,
 PLM = ObjectiveConfig(mlm=0.0, plm=1.0)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
