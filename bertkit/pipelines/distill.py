@@ -27,7 +27,7 @@ from bertkit.engine.dist import is_main
 from bertkit.engine.loop import TrainResult, train
 from bertkit.errors import BertkitError
 from bertkit.modeldir import save_model_dir
-from bertkit.pipelines.pretrain import CheckedBatches, _masking_spec
+from bertkit.pipelines.pretrain import CheckedBatches, mlm_masking_spec
 from bertkit.pipelines.rundir import prepare_run_dir, write_summary
 from bertkit.tokenizers.base import load_tokenizer
 
@@ -194,7 +194,7 @@ def distill_general(
     objective = DistillationObjective(
         method, teacher, weights, recipe.distill.resolved_temperature(method), layer_map
     )
-    spec = _masking_spec(recipe, teacher.tokenizer)  # type: ignore[arg-type]
+    spec = mlm_masking_spec(recipe.data.masking, teacher.tokenizer)
     seed = recipe.train.seed
     train_idx, eval_idx = split_indices(len(corpus), recipe.data.eval_fraction, seed)
     micro = recipe.train.batch_size // recipe.train.grad_accum

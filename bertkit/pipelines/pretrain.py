@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from bertkit.config.recipe import PretrainRecipe
-from bertkit.config.schema import ModelConfig, ObjectiveConfig
+from bertkit.config.schema import MaskingConfig, ModelConfig, ObjectiveConfig
 from bertkit.corpus.build import TOKENIZER_SUBDIR
 from bertkit.corpus.loader import LoaderState, MLMBatches, PLMBatches, split_indices
 from bertkit.corpus.masking import MaskingSpec
@@ -260,7 +260,11 @@ def _evaluator(
 def _masking_spec(recipe: PretrainRecipe, tokenizer: Tokenizer) -> MaskingSpec | PermutationSpec:
     if recipe.objective.plm:
         return PermutationSpec(recipe.objective.plm_k, recipe.objective.plm_max_span, tokenizer.special_ids)
-    masking = recipe.data.masking
+    return mlm_masking_spec(recipe.data.masking, tokenizer)
+
+
+def mlm_masking_spec(masking: MaskingConfig, tokenizer: Tokenizer) -> MaskingSpec:
+    """The loader's dynamic masking (BERT's 80/10/10) for a recipe's `data.masking` and a tokenizer."""
     return MaskingSpec(
         masking.prob,
         masking.mask_fraction,

@@ -111,8 +111,12 @@ def test_finetune_on_real_reviews_pools_cls(xlnet_run: tuple[Path, dict], sentim
     # The fine-tuned encoder exports as XLNetModel; the LM head is gone, which the error says.
     base = run_json("export", str(tmp_path / "ft"), "--to", "hf", "--output", str(tmp_path / "base"), "--head", "base")
     assert base["architecture"] == "XLNetModel"
-    line = run_error("export", str(tmp_path / "ft"), "--to", "hf", "--output", str(tmp_path / "lm"))
+    line = run_error("export", str(tmp_path / "ft"), "--to", "hf", "--output", str(tmp_path / "lm"), "--head",
+                     "pretraining")  # fmt: skip
     assert "plm_head.bias" in line and "--head base" in line
+    # A fine-tuned run exports its classifier by default (--head auto); XLNet's HF classifier is refused.
+    line = run_error("export", str(tmp_path / "ft"), "--to", "hf", "--output", str(tmp_path / "cls"))
+    assert "XLNetForSequenceClassification" in line and "--head base" in line
     # `bertkit embed` reads the fine-tuned XLNet too: <cls> (the last token) or the mean.
     texts = tmp_path / "texts.txt"
     texts.write_text("A gripping, beautifully shot film.\nDull.\n", encoding="utf-8")
