@@ -251,6 +251,7 @@ def test_deepspeed_launcher(corpus_dir: Path, single_run: Path, tmp_path: Path) 
     assert_same_weights(output, single_run)
 
 
+@pytest.mark.slow  # make bench: keeps the default suite under 10 minutes on 2 cores
 def test_bf16_autocast_under_zero2_tracks_one_process(corpus_dir: Path, tmp_path: Path) -> None:
     """bf16 autocast (fp32 master weights, which ZeRO-2 partitions) trains like one process in bf16."""
     bf16 = {"engine.precision": "bf16"}
@@ -285,6 +286,7 @@ def test_deepspeed_without_ninja_is_one_line(corpus_dir: Path, tmp_path: Path) -
     assert line.startswith("error: DeepSpeed could not start: ") and "pip install ninja" in line
 
 
+@pytest.mark.slow  # make bench: keeps the default suite under 10 minutes on 2 cores
 def test_deepspeed_skips_nan_steps_then_stops_with_the_last_good_state(corpus_dir: Path, tmp_path: Path) -> None:
     """lr=1e30 makes every step after the first NaN. DeepSpeed must skip them without touching the weights,
     and stop with the checkpoint one process writes for the same run."""
@@ -308,6 +310,7 @@ def test_deepspeed_skips_nan_steps_then_stops_with_the_last_good_state(corpus_di
         torch.testing.assert_close(ours[key], value, rtol=0, atol=1e27)
 
 
+@pytest.mark.slow  # make bench: keeps the default suite under 10 minutes on 2 cores
 def test_feature_based_finetune_under_zero3_matches_ddp(
     pretrained_run: Path, sentiment_csv: Path, tmp_path: Path
 ) -> None:
