@@ -6,6 +6,7 @@ Submodule names are those of bertkit's own models (`encoder`, `mlm_head` as in P
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import NamedTuple
 
 import torch
@@ -61,7 +62,7 @@ class EncoderWithHeads(nn.Module):
         token_type_ids: torch.Tensor | None,
         mlm_positions: torch.Tensor | None,
         output_hidden_states: bool,
-        output_attentions: bool,
+        output_attentions: bool | Collection[int],
     ) -> DistillOutput:
         """The output with `projected` = hidden_states (the student replaces it with its projections)."""
         out = self.encoder(
