@@ -11,17 +11,19 @@ Real model and data only (named as tests/conftest.py fetches them):
 1. `test_teacher_vs_student_table`: (a) the teacher fine-tuned; (b) a student of the teacher's width with
    STUDENT_LAYERS layers, initialised from teacher layers (DistilBERT's every-other-layer copy), distilled with
    TinyBERT's intermediate losses (embeddings, hidden states along the uniform layer map, attention scores) for
-   DISTILL_SECONDS, then fine-tuned; (c) the same shape pretrained with MLM from random weights on the same
-   corpus for the same wall time as (b)'s distillation, then fine-tuned. All three are fine-tuned with the same
-   recipe, steps and seed (mean pooling), evaluated once at the end (no model selection on the held-out set).
+   DISTILL_SECONDS, then fine-tuned; (b') the same copy without distillation, to separate the two; (c) the
+   same shape pretrained with MLM from random weights on the same corpus for the same time budget as (b)'s
+   distillation, then fine-tuned. Every row is fine-tuned with the same recipe, steps and seed (mean pooling)
+   and evaluated once at the end (no model selection on the held-out set).
 2. `test_distillation_throughput_vs_plain_loop`: the same MiniLM distillation step (teacher forward included)
    through bertkit's `train()` with `DistillationObjective`, and through plain PyTorch loops over
    `transformers` `BertModel`s computing the same two losses by hand (with `output_attentions`, as transformers
    documents it, and hand-tuned with SDPA and hooks); student tokens/s and their ratios.
 
 Every figure is printed as a `[bench]` line. The assertions are only what must hold whatever the machine's luck:
-the student has fewer parameters and runs faster than the teacher, every fine-tuned model beats the
-majority class, and bertkit's distillation loop is not slower than the plain loop.
+the students have fewer parameters and run faster than the teacher, the teacher and the students built from its
+layers beat the majority class once fine-tuned, and bertkit's distillation loop is not slower than the plain
+loop written as transformers documents it.
 
 On a 2-core machine the whole file takes several minutes (most of it fine-tuning the teacher). Set
 BERTKIT_BENCH_QUICK=1 for a smoke run of the same code with far fewer steps (its figures mean nothing).
@@ -174,27 +176,32 @@ def test_teacher_vs_student_table(
                  schedule__warmup_steps=10)  # fmt: skip
 
     # (b) general distillation from the (not fine-tuned) teacher on the corpus, for DISTILL_SECONDS.
-    distilled = run_json(
-        "distill", "--teacher", str(minilm_dir), "--student", "bert-tiny", "--method", "tinybert",
-        "--init", "teacher-layers", "--corpus", str(teacher_corpus), "-o", str(tmp_path / "distill"),
-        "--budget", f"{DISTILL_SECONDS}s", *STUDENT_SET, *small, *_set(optim__lr=3e-4),
-    )  # fmt: skip
-    # (c) the same shape, MLM from random weights on the same corpus, for the wall time (b) trained.
-    mlm_seconds = max(float(distilled["seconds"]), 1.0)
+    distill = ["distill", "--teacher", str(minilm_dir), "--student", "bert-tiny", "--method", "tinybert",
+               "--init", "teacher-layers", "--corpus", str(teacher_corpus), *STUDENT_SET, *small]  # fmt: skip
+    distilled = run_json(*distill, "-o", str(tmp_path / "distill"), "--budget", f"{DISTILL_SECONDS}s",
+                         *_set(optim__lr=3e-4))  # fmt: skip
+    # (b') the same student with the teacher's layers copied and no distillation (one step at lr 1e-12): how
+    # much of (b) is the initialisation and how much the distillation.
+    copied = run_json(*distill, "-o", str(tmp_path / "copied"), *_set(train__steps=1, optim__lr=1e-12))
+    # (c) the same shape, MLM from random weights on the same corpus, on the same time budget as (b). Both stop
+    # at the first step boundary past the budget (then save and evaluate, which the printed seconds include).
     pretrained = run_json(
         "pretrain", "--recipe", "bert-tiny", "--corpus", str(teacher_corpus), "-o", str(tmp_path / "mlm"),
-        "--budget", f"{mlm_seconds:.1f}s", *STUDENT_SET, *small, *_set(optim__lr=1e-3),
+        "--budget", f"{DISTILL_SECONDS}s", *STUDENT_SET, *small, *_set(optim__lr=1e-3),
     )  # fmt: skip
 
     rows = []
     for name, model, detail in (
-        ("(a) teacher all-MiniLM-L6-v2", minilm_dir, "6 layers, hidden 384"),
-        (f"(b) student, distilled ({distilled['method']})", Path(distilled["model_dir"]),
-         f"{STUDENT_LAYERS} layers from teacher layers {distilbert_init_layers(STUDENT_LAYERS, 6)}, "
-         f"{distilled['steps']} steps / {distilled['tokens']:,} tokens in {distilled['seconds']:.0f} s"),
-        ("(c) student, MLM from scratch", Path(pretrained["model_dir"]),
-         f"{STUDENT_LAYERS} layers, random init, {pretrained['steps']} steps / {pretrained['tokens']:,} tokens "
-         f"in {pretrained['seconds']:.0f} s"),
+        ("(a)  teacher all-MiniLM-L6-v2", minilm_dir, "6 layers, hidden 384, as released"),
+        (f"(b)  student, distilled ({distilled['method']})", Path(distilled["model_dir"]),
+         f"{STUDENT_LAYERS} layers copied from teacher layers {distilbert_init_layers(STUDENT_LAYERS, 6)}, then "
+         f"distilled on a {DISTILL_SECONDS} s budget: {distilled['steps']} steps, {distilled['tokens']:,} tokens, "
+         f"{distilled['seconds']:.0f} s"),
+        ("(b') student, teacher layers copied only", Path(copied["model_dir"]),
+         "the same copy as (b), no distillation"),
+        ("(c)  student, MLM from scratch", Path(pretrained["model_dir"]),
+         f"{STUDENT_LAYERS} layers, random init, MLM on a {DISTILL_SECONDS} s budget: {pretrained['steps']} steps, "
+         f"{pretrained['tokens']:,} tokens, {pretrained['seconds']:.0f} s"),
     ):  # fmt: skip
         tuned = finetune(model, bench_data, tmp_path / f"ft-{len(rows)}")
         params, speed, accuracy = inference(Path(tuned["model_dir"]), texts, labels)
@@ -210,24 +217,28 @@ def test_teacher_vs_student_table(
             f"max length {INFER_MAX_LEN}, CPU fp32, {torch.get_num_threads()} threads, load average "
             f"{os.getloadavg()[0]:.1f}"
         )
-        header = f"{'model':38} {'params':>8} {'sent/s':>8} {'speed-up':>8} {'accuracy':>8} {'% of teacher':>12}"
+        header = f"{'model':40} {'params':>8} {'sent/s':>8} {'speed-up':>8} {'accuracy':>8} {'% of teacher':>12}"
         print(f"[bench]   {header}")
         for row in rows:
             print(
-                f"[bench]   {row['name']:38} {row['params'] / 1e6:7.1f}M {row['speed']:8,.0f} "
+                f"[bench]   {row['name']:40} {row['params'] / 1e6:7.1f}M {row['speed']:8,.0f} "
                 f"{row['speed'] / teacher['speed']:7.2f}x {row['accuracy']:8.3f} "
                 f"{100 * row['accuracy'] / teacher['accuracy']:11.1f}%"
             )
         for row in rows:
-            print(f"[bench]   {row['name'][:3]} {row['detail']}; fine-tuning {row['ft_seconds']:.0f} s")
+            print(f"[bench]   {row['name'][:4]} {row['detail']}; fine-tuning {row['ft_seconds']:.0f} s")
     for student in rows[1:]:
         assert student["params"] < teacher["params"]
         # 2 of 6 layers: the forward is about 2-3x cheaper, a margin no scheduling noise closes.
         assert student["speed"] > teacher["speed"]
     for row in rows:
-        assert row["accuracy"] > majority, row
         # The timed forward is the fine-tuned model itself: it scores what `finetune` reported (padding aside).
         assert abs(row["check"] - row["accuracy"]) <= 0.01, row
+    # A pretrained encoder fine-tuned, and the students that start from its layers, learn the task. (c) is
+    # printed, not asserted: a short MLM run from random weights may leave fine-tuning nothing to build on,
+    # which is the finding the row exists to show, not a failure of bertkit.
+    for row in rows[:3] if not QUICK else []:
+        assert row["check"] > majority, row  # `check`: unrounded (the summary rounds to 4 decimals)
 
 
 # ---------------------------------------------------------------------------------------------- throughput
