@@ -26,6 +26,8 @@ class DistillOutput(NamedTuple):
     # hidden_states in the teacher's width: the student's W_e on entry 0 and W_h on the others; the very
     # same tensors when there is nothing to project (equal widths, or the teacher itself).
     projected: list[torch.Tensor]
+    # The next three: one entry per layer when attentions are asked for, None for a layer left out of the
+    # selection (`output_attentions` takes layer indices: distillation asks only for the layers it compares).
     attention_scores: list[torch.Tensor]  # per layer (B, heads, T, T), QK^T/sqrt(d) before masking
     attentions: list[torch.Tensor]  # per layer (B, heads, T, T), softmax probabilities
     values: list[torch.Tensor]  # per layer (B, heads, T, head_dim)
