@@ -6,6 +6,7 @@ Submodule names are those of bertkit's own models (`encoder`, `mlm_head` as in P
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import NamedTuple
 
 import torch
@@ -25,6 +26,8 @@ class DistillOutput(NamedTuple):
     # hidden_states in the teacher's width: the student's W_e on entry 0 and W_h on the others; the very
     # same tensors when there is nothing to project (equal widths, or the teacher itself).
     projected: list[torch.Tensor]
+    # The next three: one entry per layer when attentions are asked for, None for a layer left out of the
+    # selection (`output_attentions` takes layer indices: distillation asks only for the layers it compares).
     attention_scores: list[torch.Tensor]  # per layer (B, heads, T, T), QK^T/sqrt(d) before masking
     attentions: list[torch.Tensor]  # per layer (B, heads, T, T), softmax probabilities
     values: list[torch.Tensor]  # per layer (B, heads, T, head_dim)
@@ -61,7 +64,7 @@ class EncoderWithHeads(nn.Module):
         token_type_ids: torch.Tensor | None,
         mlm_positions: torch.Tensor | None,
         output_hidden_states: bool,
-        output_attentions: bool,
+        output_attentions: bool | Collection[int],
     ) -> DistillOutput:
         """The output with `projected` = hidden_states (the student replaces it with its projections)."""
         out = self.encoder(

@@ -105,13 +105,28 @@ class DistillationObjective:
     def counts(self, batch: dict[str, torch.Tensor]) -> Counts:
         return {term: float(_COUNTS[term](batch)) for term in self.terms}
 
+    def attention_layers(self) -> tuple[list[int] | bool, list[int] | bool]:
+        """(teacher, student) layers whose attention the active terms read, as `output_attentions` takes them:
+        0-based (negative from the end), True for all, False for none. Only those layers leave the fast SDPA
+        kernel for the explicit path (scores, probabilities, values), which costs far more: TinyBERT reads the
+        layer map's teacher layers and every student layer, MiniLM the last layer of each."""
+        terms = set(self.terms)
+        teacher: set[int] = set()
+        student: list[int] | bool = False
+        if "attention" in terms:
+            teacher |= {g - 1 for g in self.layer_map}
+            student = True
+        if {"attention_kl", "value_relation"} & terms:
+            teacher.add(-1)
+            student = True if student is True else [-1]
+        return sorted(teacher), student
+
     def _inputs(self, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
         terms = self.terms
         inputs: dict[str, Any] = {
             "input_ids": batch["input_ids"],
             "attention_mask": batch["attention_mask"],
             "output_hidden_states": bool({"embedding", "hidden"} & set(terms)),
-            "output_attentions": bool({"attention", "attention_kl", "value_relation"} & set(terms)),
         }
         if "token_type_ids" in batch:
             inputs["token_type_ids"] = batch["token_type_ids"]
@@ -126,8 +141,9 @@ class DistillationObjective:
             batch = unmask(batch)
         totals = self.counts(batch) if totals is None else totals
         inputs = self._inputs(batch)
-        teacher: DistillOutput = self.teacher(**inputs)
-        student: DistillOutput = model(**inputs)
+        teacher_layers, student_layers = self.attention_layers()
+        teacher: DistillOutput = self.teacher(**inputs, output_attentions=teacher_layers)
+        student: DistillOutput = model(**inputs, output_attentions=student_layers)
         mask = batch["attention_mask"]
         loss = torch.zeros((), device=mask.device)
         metrics: Metrics = {}

@@ -8,7 +8,7 @@ never saved with the student: `kept_module` / `kept_state_dict` leave them out.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import torch
 from torch import nn
@@ -58,7 +58,7 @@ class DistillStudent(EncoderWithHeads):
         token_type_ids: torch.Tensor | None = None,
         mlm_positions: torch.Tensor | None = None,
         output_hidden_states: bool = False,
-        output_attentions: bool = False,
+        output_attentions: bool | Collection[int] = False,
         **_: torch.Tensor,  # other batch fields (labels, mlm_labels), so a whole batch can be passed
     ) -> DistillOutput:
         out = self._run(

@@ -9,6 +9,7 @@ device or sharding it is the engine's job, not its own.
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -183,7 +184,7 @@ class Teacher(EncoderWithHeads):
         token_type_ids: torch.Tensor | None = None,
         mlm_positions: torch.Tensor | None = None,
         output_hidden_states: bool = False,
-        output_attentions: bool = False,
+        output_attentions: bool | Collection[int] = False,
         **_: torch.Tensor,
     ) -> DistillOutput:
         with torch.no_grad():

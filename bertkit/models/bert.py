@@ -7,6 +7,7 @@ BigBird is RoBERTa-shaped with block-sparse attention (model.attention, bertkit/
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import NamedTuple
 
 import torch
@@ -21,8 +22,9 @@ class EncoderOutput(NamedTuple):
     last_hidden_state: torch.Tensor
     pooled: torch.Tensor | None
     hidden_states: list[torch.Tensor]  # embeddings output + every layer (empty unless asked for)
-    attentions: list[torch.Tensor]  # softmax probabilities per layer (empty unless asked for)
-    attention_scores: list[torch.Tensor]  # pre-softmax QK^T/sqrt(d) (empty unless asked for)
+    # Per layer, empty unless asked for; None for a layer left out of a selection (see forward).
+    attentions: list[torch.Tensor]  # softmax probabilities
+    attention_scores: list[torch.Tensor]  # pre-softmax QK^T/sqrt(d)
     # (B, heads, T, head_dim) value vectors per layer, for MiniLM's value relation; they come with the
     # attentions (output_attentions), at no cost: autograd keeps them alive anyway.
     values: list[torch.Tensor]
@@ -74,10 +76,16 @@ class BertEncoder(nn.Module):
         token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         output_hidden_states: bool = False,
-        output_attentions: bool = False,
+        output_attentions: bool | Collection[int] = False,
         embedded: torch.Tensor | None = None,
     ) -> EncoderOutput:
-        """`embedded` replaces the embedding lookup (width E) for an encoder built without embeddings."""
+        """`embedded` replaces the embedding lookup (width E) for an encoder built without embeddings.
+
+        `output_attentions`: True for every layer's attention probabilities, scores and values, or the 0-based
+        indices of the layers to return them for (negative from the end; distillation reads only the layers its
+        losses compare). The explicit path they need is much slower than SDPA, so the other layers keep SDPA
+        and their entries in the three lists are None (the lists always have one entry per layer).
+        """
         if embedded is None:
             if self.embeddings is None or input_ids is None:
                 raise ValueError("this encoder has no embeddings of its own; pass `embedded`")
@@ -90,12 +98,17 @@ class BertEncoder(nn.Module):
         attention_scores: list[torch.Tensor] = []
         values: list[torch.Tensor] = []
         first = self.layers[0]
-        for i in range(self.config.num_layers):
+        layers = self.config.num_layers
+        if isinstance(output_attentions, bool):
+            wanted = set(range(layers)) if output_attentions else set()
+        else:
+            wanted = {i % layers for i in output_attentions}
+        for i in range(layers):
             layer = first if len(self.layers) == 1 else self.layers[i]
-            x, attn = layer(x, mask, need_weights=output_attentions, shared=first)
+            x, attn = layer(x, mask, need_weights=i in wanted, shared=first)
             if output_hidden_states:
                 hidden_states.append(x)
-            if output_attentions:
+            if wanted:
                 attentions.append(attn.probs)
                 attention_scores.append(attn.scores)
                 values.append(attn.values)

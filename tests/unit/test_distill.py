@@ -370,3 +370,36 @@ def test_encoder_exposes_value_vectors_with_the_attentions() -> None:
     v = attention.qkv(out.hidden_states[2]).view(2, 9, 3, 4, 8)[:, :, 2].transpose(1, 2)
     assert torch.allclose(out.values[2], v, atol=1e-6)
     assert enc(ids, mask).values == []  # the SDPA path keeps nothing
+
+
+def test_attentions_of_selected_layers_only() -> None:
+    """`output_attentions=[...]` takes the explicit path only in those layers (negative from the end): the same
+    scores, probabilities, values and outputs as asking for all layers, None elsewhere (SDPA kept there)."""
+    torch.manual_seed(0)
+    enc = BertEncoder(ModelConfig(**TINY)).eval()
+    ids, mask = _ids()
+    full = enc(ids, mask, output_attentions=True)
+    some = enc(ids, mask, output_attentions=[1, -1])
+    assert torch.allclose(some.last_hidden_state, full.last_hidden_state, atol=1e-5)
+    for i in range(4):
+        for got, expected in ((some.attention_scores, full.attention_scores), (some.attentions, full.attentions),
+                              (some.values, full.values)):  # fmt: skip
+            if i in (1, 3):
+                assert torch.allclose(got[i], expected[i], atol=1e-5)
+            else:
+                assert got[i] is None
+    none = enc(ids, mask, output_attentions=[])
+    assert none.attentions == [] and none.values == []
+
+
+def test_objective_asks_only_for_the_attention_its_terms_read() -> None:
+    from bertkit.distill.objective import DistillationObjective
+
+    tinybert = DistillationObjective("tinybert", None, {"embedding": 1, "hidden": 1, "attention": 1}, 1.0, [3, 6])
+    assert tinybert.attention_layers() == ([2, 5], True)
+    no_attention = DistillationObjective("tinybert", None, {"embedding": 1, "hidden": 1, "attention": 0}, 1.0, [3, 6])
+    assert no_attention.attention_layers() == ([], False)
+    minilm = DistillationObjective("minilm", None, {"attention_kl": 1, "value_relation": 1}, 1.0)
+    assert minilm.attention_layers() == ([-1], [-1])
+    distilbert = DistillationObjective("distilbert", None, {"ce": 5, "mlm": 2, "cos": 1}, 2.0)
+    assert distilbert.attention_layers() == ([], False)
