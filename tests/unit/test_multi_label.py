@@ -90,3 +90,21 @@ def test_objective_counts_pairs_and_splits_exactly() -> None:
     totals = objective.counts(batch)
     parts = [objective(model, {k: v[s] for k, v in batch.items()}, totals)[0] for s in (slice(0, 3), slice(3, 8))]
     assert sum(p.item() for p in parts) == pytest.approx(whole.item(), rel=1e-6)
+
+
+def test_reads_parquet_lists_and_datasets_sequence_of_classlabel(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"text": ["a", "b"], "tags": [["x", "y"], []]}), tmp_path / "t.parquet")
+    assert read_task_data(tmp_path / "t.parquet", label_field="tags", label_type="list").labels == [["x", "y"], []]
+
+    datasets = pytest.importorskip("datasets")
+    features = datasets.Features(
+        {"text": datasets.Value("string"), "tags": datasets.Sequence(datasets.ClassLabel(names=["war", "drama"]))}
+    )
+    datasets.Dataset.from_dict({"text": ["a", "b"], "tags": [[1, 0], [1]]}, features=features).save_to_disk(
+        tmp_path / "ds"
+    )
+    data = read_task_data(tmp_path / "ds", label_field="tags", label_type="list")
+    assert data.labels == [["drama", "war"], ["drama"]]
