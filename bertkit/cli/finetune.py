@@ -46,8 +46,9 @@ def finetune_command(
     task: str | None = typer.Option(
         None,
         "--task",
-        metavar="classification|regression|token-classification",
-        help="What to learn (task.kind); token-classification reads CoNLL, CoNLL-U or JSON lines (tokens, tags).",
+        metavar="classification|multi-label|regression|token-classification",
+        help="What to learn (task.kind); multi-label reads lists of labels (or 'a|b' strings, task.label_separator); "
+        "token-classification reads CoNLL, CoNLL-U or JSON lines (tokens, tags).",
     ),
     pool: str | None = typer.Option(None, "--pool", metavar="cls|mean", help="Sentence representation (task.pool)."),
     feature_based: bool = typer.Option(False, "--feature-based", help="Freeze the encoder; train only the head."),
@@ -59,8 +60,8 @@ def finetune_command(
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
-    """Fine-tune a pretrained encoder for text classification or regression (single texts or pairs), or for
-    token classification (NER, POS)."""
+    """Fine-tune a pretrained encoder for text classification (one label or several per text) or regression
+    (single texts or pairs), or for token classification (NER, POS)."""
     from bertkit.config.recipe import load_recipe
     from bertkit.pipelines.finetune import finetune
     from bertkit.pipelines.rundir import resume_mode

@@ -493,6 +493,8 @@ class DistillConfig(StrictModel):
 # Metrics a task can select the best model by; every other one is "higher is better".
 TASK_METRICS = {
     "classification": ("accuracy", "macro_f1"),
+    # Per (example, label) decisions at task.threshold: micro/macro F1 over the labels, and exact-match accuracy.
+    "multi-label": ("micro_f1", "macro_f1", "subset_accuracy"),
     "regression": ("pearson", "spearman", "mse"),
     # Entity-level micro precision/recall/F1 by exact span (seqeval's default), and word-level tag accuracy.
     "token-classification": ("f1", "precision", "recall", "accuracy"),
@@ -505,7 +507,9 @@ class TaskConfig(StrictModel):
 
     # classification: labels are classes (cross-entropy). regression: labels are numbers (MSE; STS-B).
     # token-classification: one tag per word (NER, POS) from CoNLL, CoNLL-U or JSON lines (tokens, tags).
-    kind: Literal["classification", "regression", "token-classification"] = "classification"
+    # multi-label: any number of labels per row (a JSON list, or one string joined by label_separator);
+    # a sigmoid per label, binary cross-entropy per (example, label).
+    kind: Literal["classification", "multi-label", "regression", "token-classification"] = "classification"
     text_field: str = "text"
     text_pair_field: str | None = None
     label_field: str = "label"
@@ -531,6 +535,10 @@ class TaskConfig(StrictModel):
     # Token classification: how the tags mark entities. auto detects it from the training file; iob1 and
     # iobes are converted to BIO (what the model learns and predicts); none is plain tags (POS: accuracy only).
     tag_scheme: Literal["auto", "bio", "iob1", "iobes", "none"] = "auto"
+    # Multi-label: what joins the labels of a row held in one string (CSV/TSV, or a string in JSON/Parquet),
+    # and the probability from which a label is predicted (metrics and bertkit predict).
+    label_separator: str = Field("|", min_length=1)
+    threshold: float = Field(0.5, gt=0.0, lt=1.0)
 
     @model_validator(mode="after")
     def _metric_fits_kind(self) -> TaskConfig:

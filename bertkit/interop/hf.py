@@ -221,6 +221,7 @@ def to_hf_checkpoint(
 # Fine-tuned bertkit models (bertkit_model.json `architecture`) and the HF class suffix each exports as.
 TASK_CLASSES = {
     "sequence-classification": "ForSequenceClassification",
+    "sequence-multi-label": "ForSequenceClassification",
     "sequence-regression": "ForSequenceClassification",
     "token-classification": "ForTokenClassification",
 }
@@ -275,7 +276,10 @@ def to_hf_task_checkpoint(
         "label2id": {label: i for i, label in enumerate(names)},
     }
     if architecture != "token-classification":
-        config["problem_type"] = "regression" if regression else "single_label_classification"
+        config["problem_type"] = {
+            "sequence-regression": "regression",
+            "sequence-multi-label": "multi_label_classification",
+        }.get(architecture, "single_label_classification")
     return config, to_hf(entries, weights)
 
 

@@ -34,12 +34,21 @@ from bertkit.tasks.classification import (
     classification_objective,
     encode_examples,
     evaluate_classifier,
+    evaluate_multi_label,
     evaluate_regressor,
     label_indices,
+    multi_hot,
+    multi_label_objective,
     regression_objective,
 )
 from bertkit.tasks.data import TaskData, read_task_data
 
+# What bertkit_model.json calls each task's model (predict and export read it).
+ARCHITECTURES = {
+    "classification": "sequence-classification",
+    "multi-label": "sequence-multi-label",
+    "regression": "sequence-regression",
+}
 BEST_WEIGHTS = "best.safetensors"  # the best evaluation's weights while training; model/ gets them at the end
 
 
@@ -51,7 +60,8 @@ def read_task_file(path: Path, task: TaskConfig, split: str | None) -> TaskData:
         task.text_pair_field,
         split,
         task.skip_bad_rows,
-        "float" if task.kind == "regression" else "str",
+        {"regression": "float", "multi-label": "list"}.get(task.kind, "str"),
+        task.label_separator,
     )
 
 
@@ -135,12 +145,22 @@ def finetune(
 
         return finetune_tokens(recipe, model_path, train_file, output, eval_file, overwrite, resume, quiet)
     regression = task.kind == "regression"
+    multi_label = task.kind == "multi-label"
     model_dir, _, model_cfg, weights, tokenizer = load_model_dir(model_path)
     train_data = read_task_file(train_file, task, task.split)
     if regression:
         labels: list[str] = []
         if len(set(train_data.labels or [])) < 2:
             raise BertkitError(f"{train_file}: every score is the same; regression needs varied scores")
+    elif multi_label:
+        label_sets = {tuple(sorted(row)) for row in train_data.labels or []}
+        labels = sorted({label for row in label_sets for label in row})
+        if len(label_sets) < 2 or not labels:
+            raise BertkitError(
+                f"{train_file}: every one of its {len(train_data)} rows has the labels {sorted(label_sets)[0]!r}; "
+                f"there is nothing to learn (is --label-field '{task.label_field}' the right column, and "
+                f"task.label_separator '{task.label_separator}' the separator?)"
+            )
     else:
         labels = sorted(set(train_data.labels or []))
         if len(labels) < 2:
@@ -159,6 +179,8 @@ def finetune(
     def targets(data: TaskData, source: object) -> np.ndarray:
         if regression:
             return np.asarray(data.labels, dtype=np.float32)
+        if multi_label:
+            return multi_hot(data.labels or [], labels, source)
         return label_indices(data.labels or [], labels, source)
 
     max_len = min(task.max_seq_len, model_cfg.max_position_embeddings - model_cfg.position_offset)
@@ -195,8 +217,11 @@ def finetune(
     if eval_examples is not None:
         eval_batches = ClassificationBatches(eval_examples, micro, tokenizer.pad_id, train_cfg.seed, use_types, xlnet)
         device = resolve_device(recipe.engine)
-        scorer = evaluate_regressor if regression else evaluate_classifier
-        evaluate = lambda m: scorer(m, eval_batches, device)  # noqa: E731
+        if multi_label:
+            evaluate = lambda m: evaluate_multi_label(m, eval_batches, device, task.threshold)  # noqa: E731
+        else:
+            scorer = evaluate_regressor if regression else evaluate_classifier
+            evaluate = lambda m: scorer(m, eval_batches, device)  # noqa: E731
         best = BestModel(output, task.best_metric, task.early_stopping_patience)
         if resumed:
             checkpoints = list_checkpoints(output / "checkpoints")
@@ -205,7 +230,7 @@ def finetune(
             best.path.unlink()
     result = train(
         model,
-        regression_objective if regression else classification_objective,
+        regression_objective if regression else multi_label_objective if multi_label else classification_objective,
         source,
         output,
         train_cfg,
@@ -232,7 +257,7 @@ def finetune(
             saved,
             model,
             model_cfg,
-            "sequence-regression" if regression else "sequence-classification",
+            ARCHITECTURES[task.kind],
             tokenizer,
             {"labels": labels, "task": task.model_dump(mode="json"), "best": best_info},
         )
@@ -262,6 +287,8 @@ def finetune(
         "mode": task.mode,
         "pool": task.pool,
     }
+    if multi_label:
+        summary["threshold"] = task.threshold
     if eval_read is not None:
         summary["eval_rows_read"], summary["eval_rows_skipped"] = eval_read.rows_read, eval_read.skipped
     if train_data.skipped_rows or (eval_read is not None and eval_read.skipped_rows):

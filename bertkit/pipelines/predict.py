@@ -33,7 +33,7 @@ from bertkit.tasks.classification import SequenceClassifier, encode_examples
 from bertkit.tasks.data import file_format
 from bertkit.tasks.token_classification import TokenClassifier, encode_words, entities, split_words, word_offsets
 
-TASK_ARCHITECTURES = ("sequence-classification", "sequence-regression", "token-classification")
+TASK_ARCHITECTURES = ("sequence-classification", "sequence-multi-label", "sequence-regression", "token-classification")
 CHUNK_BATCHES = 32  # batches read, predicted and written at a time
 
 
@@ -165,6 +165,8 @@ def predict(
     labels: list[str] = list(meta.get("labels") or [])
     tokens_task = architecture == "token-classification"
     regression = architecture == "sequence-regression"
+    multi_label = architecture == "sequence-multi-label"
+    threshold = float(task.get("threshold", 0.5))
     limit = cfg.max_position_embeddings - cfg.position_offset
     max_len = min(max_seq_len or task.get("max_seq_len") or limit, limit)
     if max_len < 3:
@@ -196,6 +198,15 @@ def predict(
         logits = _run(model, examples.input_ids, examples.token_type_ids if use_types else None)
         if regression:
             return [{"score": round(float(x), 6)} for x in logits[:, 0]]
+        if multi_label:  # one sigmoid per label; every label at or above task.threshold is predicted
+            sig = torch.sigmoid(torch.from_numpy(logits)).numpy()
+            return [
+                {
+                    "labels": [name for name, v in zip(labels, p, strict=True) if v >= threshold],
+                    "probabilities": {name: round(float(v), 6) for name, v in zip(labels, p, strict=True)},
+                }
+                for p in sig
+            ]
         probs = torch.softmax(torch.from_numpy(logits), dim=-1).numpy()
         return [
             {

@@ -21,7 +21,8 @@ from bertkit.tokenizers.base import Tokenizer
 class Examples:
     input_ids: list[np.ndarray]
     token_type_ids: list[np.ndarray]
-    labels: np.ndarray  # int64 class indices, or float32 scores for regression
+    # int64 class indices, float32 scores (regression), or float32 0/1 rows of one column per label (multi-label)
+    labels: np.ndarray
 
 
 def encode_examples(
@@ -187,6 +188,75 @@ class RegressionObjective(ClassificationObjective):
 
 
 regression_objective = RegressionObjective()
+
+
+class MultiLabelObjective(ClassificationObjective):
+    """Binary cross-entropy of one sigmoid per label. Target: one (example, label) pair, so a batch has
+    examples x labels targets, and the loss is the sum over pairs divided by the global count of pairs."""
+
+    name = "multi_label"
+
+    def count(self, batch: dict[str, torch.Tensor]) -> float:
+        return float(batch["labels"].numel())
+
+    def __call__(
+        self, model: nn.Module, batch: dict[str, torch.Tensor], totals: Counts | None = None
+    ) -> tuple[torch.Tensor, Metrics]:
+        total = (totals or self.counts(batch))[self.name]
+        logits = _logits(model, batch)
+        targets = batch["labels"].float()
+        loss = share(F.binary_cross_entropy_with_logits(logits, targets, reduction="sum"), total)
+        with torch.no_grad():
+            right = ((logits > 0).float() == targets).float().sum()  # per-pair accuracy at probability 0.5
+        return loss, {"acc": share(right, total)}
+
+
+multi_label_objective = MultiLabelObjective()
+
+
+def multi_hot(rows: list[list[str]], names: list[str], source: object) -> np.ndarray:
+    """(rows, labels) float32 0/1 matrix; a label the training data never had is an error."""
+    index = {name: i for i, name in enumerate(names)}
+    unknown = sorted({label for row in rows for label in row} - set(index))
+    if unknown:
+        raise BertkitError(
+            f"{source}: labels {unknown[:5]} do not occur in the training data (known: {names[:10]}); "
+            "evaluate on a file with the training labels"
+        )
+    out = np.zeros((len(rows), len(names)), dtype=np.float32)
+    for i, row in enumerate(rows):
+        out[i, [index[label] for label in row]] = 1.0
+    return out
+
+
+def multi_label_metrics(predicted: np.ndarray, gold: np.ndarray) -> dict[str, float]:
+    """Micro F1 (over every (example, label) decision), macro F1 (the mean of the per-label F1s, over the
+    labels that occur in the gold or the predictions: a label absent from both has no defined F1) and
+    subset accuracy (every label of the row right), of 0/1 matrices (rows, labels)."""
+    predicted, gold = predicted.astype(bool), gold.astype(bool)
+    tp = (predicted & gold).sum(0).astype(np.float64)
+    fp = (predicted & ~gold).sum(0).astype(np.float64)
+    fn = (~predicted & gold).sum(0).astype(np.float64)
+
+    def f1(tp: np.ndarray, fp: np.ndarray, fn: np.ndarray) -> np.ndarray:
+        denominator = 2 * tp + fp + fn
+        return np.divide(2 * tp, denominator, out=np.zeros_like(tp), where=denominator > 0)
+
+    defined = (tp + fp + fn) > 0
+    return {
+        "micro_f1": round(float(f1(tp.sum(keepdims=True), fp.sum(keepdims=True), fn.sum(keepdims=True))[0]), 4),
+        "macro_f1": round(float(f1(tp, fp, fn)[defined].mean()) if defined.any() else 0.0, 4),
+        "subset_accuracy": round(float(np.mean((predicted == gold).all(1))), 4),
+    }
+
+
+def evaluate_multi_label(
+    model: nn.Module, batches: ClassificationBatches, device: torch.device, threshold: float = 0.5, batch_size: int = 64
+) -> dict[str, float]:
+    """Multi-label metrics at `threshold` (see multi_label_metrics) over every example of `batches`."""
+    probabilities = torch.sigmoid(_predict(model, batches, device, batch_size)).numpy()
+    gold = batches.examples.labels
+    return {**multi_label_metrics(probabilities >= threshold, gold), "examples": len(gold)}
 
 
 def _predict(model: nn.Module, batches: ClassificationBatches, device: torch.device, batch_size: int) -> torch.Tensor:

@@ -36,7 +36,8 @@ class TaskData:
     path: Path
     texts: list[str]
     pairs: list[str] | None
-    labels: list[Any] | None  # strings (classification), floats (regression), None without a label field
+    # strings (classification), floats (regression), lists of strings (multi-label), None without a label field
+    labels: list[Any] | None
     rows_read: int = 0
     skipped: int = 0
     skipped_rows: list[str] = field(default_factory=list)  # the first few, as "row N: why"
@@ -47,7 +48,10 @@ class TaskData:
     def label_counts(self) -> dict[str, int]:
         if self.labels is None:
             return {}
-        return dict(sorted(Counter(str(label) for label in self.labels).items()))
+        counts: Counter[str] = Counter()
+        for label in self.labels:
+            counts.update(label if isinstance(label, list) else [str(label)])
+        return dict(sorted(counts.items()))
 
     def report(self) -> dict[str, Any]:
         out: dict[str, Any] = {"file": str(self.path), "rows_read": self.rows_read, "rows_skipped": self.skipped}
@@ -82,11 +86,15 @@ def read_task_data(
     split: str | None = None,
     skip_bad_rows: bool = False,
     label_type: str = "str",
+    label_separator: str = "|",
 ) -> TaskData:
     """Read `path` (CSV/TSV with a header, JSON lines, Parquet, a `datasets` directory) into columns.
 
     `label_type` "float" parses labels as numbers (regression); "str" keeps them as strings (a number
-    in JSON or Parquet becomes its decimal text, a datasets ClassLabel its class name)."""
+    in JSON or Parquet becomes its decimal text, a datasets ClassLabel its class name); "list" reads a row's
+    labels (multi-label) from a JSON/Parquet list, or from a string joined by `label_separator` (CSV/TSV):
+    stripped, duplicates dropped, first occurrence first. An empty list `[]` is a row without labels; an empty
+    string or an empty part (`a||b`) is a bad row."""
     path = Path(path)
     if not path.exists():
         raise BertkitError(f"task file not found: {path}")
@@ -111,7 +119,7 @@ def read_task_data(
             checked_columns = True
         if columns is None and data.rows_read == 1 and isinstance(row, dict):
             _check_columns(path, list(row), text_field, text_pair_field, label_field)
-        problem, values = _check_row(row, text_field, text_pair_field, label_field, label_type)
+        problem, values = _check_row(row, text_field, text_pair_field, label_field, label_type, label_separator)
         if problem is not None:
             if not skip_bad_rows:
                 raise BertkitError(f"{path} {where}: {problem}; {SKIP_HINT}")
@@ -156,7 +164,12 @@ def _value_text(value: Any) -> str | None:
 
 
 def _check_row(
-    row: Any, text_field: str, text_pair_field: str | None, label_field: str | None, label_type: str
+    row: Any,
+    text_field: str,
+    text_pair_field: str | None,
+    label_field: str | None,
+    label_type: str,
+    label_separator: str = "|",
 ) -> tuple[str | None, tuple[str, str | None, Any]]:
     """(problem, values): problem is None for a usable row."""
     none = ("", None, None)
@@ -165,8 +178,14 @@ def _check_row(
     if not isinstance(row, dict):
         return f"is a JSON {type(row).__name__}, not an object with fields", none
     values: dict[str, str] = {}
+    label_list: list[str] | None = None
     for name, what in ((text_field, "text"), (text_pair_field, "second text"), (label_field, "label")):
         if name is None:
+            continue
+        if name == label_field and label_type == "list":
+            problem, label_list = _label_list(row.get(name), name, label_separator)
+            if problem is not None:
+                return problem, none
             continue
         value = _value_text(row.get(name))
         if value is not None and _UNDECODABLE.search(value):
@@ -179,8 +198,8 @@ def _check_row(
             state = "missing" if value is None else "empty"
             return f"{state} {what} (column '{name}')", none
         values[name] = value
-    label: Any = None
-    if label_field is not None:
+    label: Any = label_list
+    if label_field is not None and label_list is None:
         label = values[label_field].strip()
         if label_type == "float":
             try:
@@ -191,6 +210,24 @@ def _check_row(
                 return f"label {label} (column '{label_field}') is not a finite number", none
     pair = values[text_pair_field] if text_pair_field else None
     return None, (values[text_field], pair, label)
+
+
+def _label_list(value: Any, name: str, separator: str) -> tuple[str | None, list[str] | None]:
+    """(problem, labels) of a multi-label cell: a list of labels, or one string joined by `separator`."""
+    if isinstance(value, (list, tuple)):
+        parts = [_value_text(v) for v in value]
+        if any(p is None or not p.strip() for p in parts):
+            return f"an empty or missing label in the list (column '{name}')", None
+    else:
+        text = _value_text(value)
+        if text is None or not text.strip():
+            return f"{'missing' if text is None else 'empty'} labels (column '{name}')", None
+        parts = text.split(separator)
+        if any(not p.strip() for p in parts):
+            return f"labels {text!r} (column '{name}') have an empty part between '{separator}' separators", None
+    if any(_UNDECODABLE.search(p or "") for p in parts):
+        return f"column '{name}' is not UTF-8 text; re-encode the file as UTF-8", None
+    return None, list(dict.fromkeys(p.strip() for p in parts if p is not None))
 
 
 def _read_text(path: Path) -> str:
@@ -286,9 +323,14 @@ def _table_rows(path: Path, fields: list[str], split: str | None, label_field: s
     _check_columns(path, columns, fields[0], pair_field, label_field)
     data = {} if table is None else {name: table.column(name).to_pylist() for name in table.column_names}
     if class_names is not None and label_field in data:
-        data[label_field] = [
-            class_names[v] if isinstance(v, int) and 0 <= v < len(class_names) else v for v in data[label_field]
-        ]
+        names = class_names
+
+        def name_of(v: Any) -> Any:
+            if isinstance(v, list):  # a Sequence of ClassLabel (multi-label)
+                return [name_of(x) for x in v]
+            return names[v] if isinstance(v, int) and 0 <= v < len(names) else v
+
+        data[label_field] = [name_of(v) for v in data[label_field]]
     count = 0 if table is None else table.num_rows
 
     def rows():
@@ -327,6 +369,8 @@ def _class_names(directory: Path, label_field: str | None) -> list[str] | None:
         except (OSError, ValueError):
             continue
         feature = (info.get("features") or {}).get(label_field) if isinstance(info, dict) else None
+        if isinstance(feature, dict) and feature.get("_type") in ("Sequence", "List", "LargeList"):
+            feature = feature.get("feature")  # multi-label: a list of ClassLabel
         if isinstance(feature, dict) and feature.get("_type") == "ClassLabel" and feature.get("names"):
             return [str(n) for n in feature["names"]]
     return None
