@@ -20,6 +20,7 @@ from bertkit.config.schema import EngineConfig, ModelConfig, OptimConfig, Schedu
 from bertkit.engine.flops import peak_flops, training_flops
 
 SEQ, BATCH, STEPS, WARMUP = 128, 32, 8, 2
+ROUNDS = 2
 SHAPE = {"hidden_size": 256, "num_layers": 4, "num_heads": 4, "intermediate_size": 1024}
 BERT_BASE = {"hidden_size": 768, "num_layers": 12, "num_heads": 12, "intermediate_size": 3072}
 
@@ -142,8 +143,13 @@ def synchronize(device: str) -> None:
 
 @pytest.mark.bench
 def test_pretraining_throughput_vs_huggingface(bench_corpus: Path, tmp_path: Path, capsys) -> None:
-    hf_tps, hf_model = run_hf(bench_corpus)
-    ours_tps, tokens_per_step, ours_model = run_bertkit(bench_corpus, tmp_path / "eager", compile_model=False)
+    # Interleaved rounds, best of each: a load change during one run cannot decide the ratio.
+    hf_runs, ours_runs = [], []
+    for round_ in range(ROUNDS):
+        hf_runs.append(run_hf(bench_corpus))
+        ours_runs.append(run_bertkit(bench_corpus, tmp_path / f"eager-{round_}", compile_model=False))
+    hf_tps, hf_model = max(hf_runs, key=lambda run: run[0])
+    ours_tps, tokens_per_step, ours_model = max(ours_runs, key=lambda run: run[0])
     peak = peak_flops(torch.device("cpu"), "fp32")
     seq = tokens_per_step / BATCH
     ours_mfu = training_flops(ours_model, int(ours_tps), seq) / peak
@@ -155,7 +161,8 @@ def test_pretraining_throughput_vs_huggingface(bench_corpus: Path, tmp_path: Pat
             f"(peak assumed {peak / 1e9:.0f} GFLOP/s)\n"
             f"[bench]   Hugging Face BertForMaskedLM (SDPA): {hf_tps:9,.0f} tokens/s   MFU {100 * hf_mfu:5.2f}%\n"
             f"[bench]   bertkit                           : {ours_tps:9,.0f} tokens/s   MFU {100 * ours_mfu:5.2f}%\n"
-            f"[bench]   ratio bertkit / HF: {ours_tps / hf_tps:.2f}x (target >= 1.5x)"
+            f"[bench]   ratio bertkit / HF: {ours_tps / hf_tps:.2f}x (target >= 2.5x; best of {ROUNDS} interleaved "
+            f"rounds: HF {[round(r[0]) for r in hf_runs]}, bertkit {[round(r[0]) for r in ours_runs]})"
         )
     # Both implement the same model: the same number of non-embedding parameters enter the MFU formula.
     from bertkit.engine.flops import non_embedding_parameters
@@ -169,8 +176,15 @@ def test_pretraining_throughput_vs_huggingface(bench_corpus: Path, tmp_path: Pat
 
 
 @pytest.mark.bench
-def test_cpu_torch_compile_vs_eager(bench_corpus: Path, tmp_path: Path, capsys) -> None:
-    """engine.compile=true on CPU: steady-state tokens/s next to eager, and what the compilation costs."""
+def test_cpu_torch_compile_vs_eager(bench_corpus: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+    """engine.compile=true on CPU: steady-state tokens/s next to eager, and what the compilation costs from a
+    cold start (an empty inductor cache: a warm one from an earlier run would hide most of it)."""
+    import torch._dynamo
+    import torch._inductor.config
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor-cache"))
+    monkeypatch.setattr(torch._inductor.config, "fx_graph_cache", False)
+    torch._dynamo.reset()
     start = time.perf_counter()
     eager_tps, _, _ = run_bertkit(bench_corpus, tmp_path / "eager", compile_model=False)
     eager_seconds = time.perf_counter() - start
