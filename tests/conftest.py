@@ -59,6 +59,25 @@ def corpus_dir(workdir: Path, text_file: Path, tokenizer_dir: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
+def spm_dir(workdir: Path, text_file: Path) -> Path:
+    """A SentencePiece unigram tokenizer (2,000 pieces) for XLNet."""
+    from bertkit.tokenizers.train import train_tokenizer
+
+    train_tokenizer("sentencepiece-unigram", [text_file], workdir / "spm", vocab_size=2000)
+    return workdir / "spm"
+
+
+@pytest.fixture(scope="session")
+def xlnet_corpus(workdir: Path, text_file: Path, spm_dir: Path) -> Path:
+    """A corpus of 64-token sequences in XLNet's layout (<cls> last), for xlnet-tiny."""
+    from bertkit.corpus.build import BuildOptions, build_corpus
+
+    built = build_corpus([text_file], spm_dir, workdir / "xlnet-corpus", BuildOptions(layout="xlnet", max_seq_len=64))
+    assert built["num_sequences"] > 500 and built["options"]["layout"] == "xlnet"
+    return workdir / "xlnet-corpus"
+
+
+@pytest.fixture(scope="session")
 def pretrained_run(workdir: Path, corpus_dir: Path) -> Path:
     from bertkit.config.recipe import load_recipe
     from bertkit.pipelines.pretrain import pretrain

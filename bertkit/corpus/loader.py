@@ -105,10 +105,14 @@ class EpochSampler:
         return self._take_global(count)[self.rank * share : (self.rank + 1) * share]
 
 
-def pad_batch(sequences: list[np.ndarray], pad_id: int, left: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def pad_batch(
+    sequences: list[np.ndarray], pad_id: int, left: bool = False, length: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Pad to the longest sequence of the batch, not to the maximum length: short batches cost less.
-    `left` pads before the tokens (XLNet, whose <cls> ends the sequence), else after them."""
-    longest = max(len(s) for s in sequences)
+    `left` pads before the tokens (XLNet, whose <cls> ends the sequence), else after them. `length` pads
+    to at least that many tokens: for models whose result depends on the padded width (block-sparse
+    attention), so that a sequence's result does not depend on the batch it shares."""
+    longest = max(length, *(len(s) for s in sequences))
     input_ids = np.full((len(sequences), longest), pad_id, dtype=np.int64)
     attention_mask = np.zeros((len(sequences), longest), dtype=bool)
     for row, ids in enumerate(sequences):
@@ -159,8 +163,10 @@ class MLMBatches:
         shuffle: bool = True,
         *,
         span_targets: bool | None = None,
+        pad_to: int = 0,
     ) -> None:
         self.corpus, self.batch_size, self.pad_id, self.seed = corpus, batch_size, pad_id, seed
+        self.pad_to = pad_to  # pad every batch to at least this width (see pad_batch)
         self.spec = corpus_masking(corpus, spec)
         self.sampler = EpochSampler(indices, seed, shuffle)
         self._candidates = self.spec.random_candidates()
@@ -190,7 +196,7 @@ class MLMBatches:
     def next_batch(self) -> dict[str, torch.Tensor]:
         taken = self.sampler.take(self.batch_size)
         items = [self.masked_sequence(epoch, index) for epoch, index in taken]
-        input_ids, attention_mask = pad_batch([item.ids for item in items], self.pad_id)
+        input_ids, attention_mask = pad_batch([item.ids for item in items], self.pad_id, length=self.pad_to)
         width = input_ids.shape[1]
         positions = np.concatenate([item.positions + row * width for row, item in enumerate(items)])
         batch = {

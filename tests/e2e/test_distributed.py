@@ -415,3 +415,55 @@ def test_the_teacher_is_sharded_where_the_student_is(pretrained_run: Path, engin
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["dtensor" if engine == "fsdp" else "zero3"] and not report["trainable"]
+
+
+@pytest.fixture(scope="module")
+def bigbird_corpus(workdir: Path, text_file: Path, tokenizer_dir: Path) -> Path:
+    """192-token sequences: 12 blocks of 16, past bigbird-tiny's full-attention limit of 176, so every layer
+    takes the block-sparse path (the shortest, cheapest corpus that does)."""
+    from bertkit.corpus.build import BuildOptions, build_corpus
+
+    build_corpus([text_file], tokenizer_dir, workdir / "bigbird-192", BuildOptions(max_seq_len=192))
+    return workdir / "bigbird-192"
+
+
+@pytest.fixture(scope="module")
+def family_single(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """The one-process, accumulation-1 reference run of a recipe on its corpus fixture, made once per recipe."""
+    runs: dict[str, Path] = {}
+
+    def reference(recipe: str, corpus: Path) -> Path:
+        if recipe not in runs:
+            runs[recipe] = tmp_path_factory.mktemp("families") / recipe
+            bertkit("pretrain", "-r", recipe, "-c", str(corpus), "-o", str(runs[recipe]), *sets())
+        return runs[recipe]
+
+    return reference
+
+
+# The new families on the engines that touch what they add, in the fewest runs: BigBird's block-sparse
+# attention (fixed per-layer random blocks) sharded by FSDP2; XLNet's relative attention, its parameters
+# used outside nn.Linear (r_w_bias, r_r_bias, r_s_bias, seg_embed, mask_emb), replicated by DDP and
+# partitioned by ZeRO-3, with the PLM loss over the global count of predicted tokens.
+FAMILY_ENGINES = {
+    "bigbird-fsdp": ("bigbird-tiny", "bigbird_corpus", ["fsdp"]),
+    "xlnet-ddp": ("xlnet-tiny", "xlnet_corpus", ["ddp"]),
+    "xlnet-zero3": ("xlnet-tiny", "xlnet_corpus", ["deepspeed", "--set", "engine.deepspeed.zero_stage=3"]),
+}
+
+
+@pytest.mark.parametrize("case", FAMILY_ENGINES)
+def test_new_families_on_two_processes_make_the_same_steps(
+    request: pytest.FixtureRequest, family_single, tmp_path: Path, case: str
+) -> None:
+    """bigbird-tiny and xlnet-tiny in 2 processes: the loss curve and weights of one process, accumulation 1."""
+    recipe, corpus_fixture, engine = FAMILY_ENGINES[case]
+    corpus = request.getfixturevalue(corpus_fixture)
+    reference = family_single(recipe, corpus)
+    output = tmp_path / case
+    result = bertkit("pretrain", "-r", recipe, "-c", str(corpus), "-o", str(output), *sets(), "--engine", *engine,
+                     procs=2)  # fmt: skip
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["family"] == recipe.removesuffix("-tiny") and summary["steps"] == STEPS
+    assert_same_curve(output, reference)
+    assert_same_weights(output, reference)

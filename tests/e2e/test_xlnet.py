@@ -22,22 +22,6 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def spm_dir(work: Path, text_file: Path) -> Path:
-    out = run_json("tokenize", "train", "--kind", "sentencepiece-unigram", "--vocab-size", "2000",
-                   "--input", str(text_file), "--output", str(work / "spm"))  # fmt: skip
-    assert out["vocab_size"] == 2000
-    return work / "spm"
-
-
-@pytest.fixture(scope="module")
-def xlnet_corpus(work: Path, text_file: Path, spm_dir: Path) -> Path:
-    built = run_json("build-corpus", "--input", str(text_file), "--tokenizer", str(spm_dir), "--output",
-                     str(work / "corpus"), "--layout", "xlnet", "--max-seq-len", "64")  # fmt: skip
-    assert built["num_sequences"] > 500 and built["options"]["layout"] == "xlnet"
-    return work / "corpus"
-
-
-@pytest.fixture(scope="module")
 def xlnet_run(work: Path, xlnet_corpus: Path) -> tuple[Path, dict]:
     run = work / "run"
     summary = run_json("pretrain", "--recipe", "xlnet-tiny", "--corpus", str(xlnet_corpus), "--output", str(run),

@@ -290,3 +290,17 @@ def test_static_span_corpus_serves_its_stored_spans(tmp_path: Path, text_file: P
     # Served twice (two epochs), a static corpus shows the very same masks.
     again = MLMBatches(corpus, np.arange(len(corpus)), 6, spec(tokenizer_dir), 0, seed=99, shuffle=False).next_batch()
     assert torch.equal(again["input_ids"], batch["input_ids"])
+
+
+def test_block_sparse_batches_are_padded_to_the_corpus_width() -> None:
+    """Block-sparse attention's pattern depends on the padded length, so its batches all take the corpus's
+    longest width (else a sequence's loss would depend on its batch); other models pad to the batch's own."""
+    from bertkit.config.schema import ModelConfig
+    from bertkit.corpus.loader import pad_batch
+    from bertkit.pipelines.pretrain import pad_width
+
+    ids, mask = pad_batch([np.array([5, 6]), np.array([7])], 0, length=4)
+    assert ids.tolist() == [[5, 6, 0, 0], [7, 0, 0, 0]] and mask.sum().item() == 3
+    assert pad_batch([np.array([5, 6, 7])], 0, length=2)[0].shape == (1, 3)  # never truncates
+    assert pad_width(ModelConfig(family="bigbird", attention="block_sparse", block_size=16), 192) == 192
+    assert pad_width(ModelConfig(), 192) == 0
