@@ -109,9 +109,12 @@ def _load_json(path: Path) -> Any:
     if not text.strip():
         raise BertkitError(f"{path} is empty; give SQuAD JSON or JSON lines of question, context and answers")
     try:
-        return json.loads(text)
+        loaded = json.loads(text)
     except json.JSONDecodeError:
         return text  # JSON lines (or broken JSON: reported line by line)
+    if isinstance(loaded, dict) and "data" not in loaded and ("question" in loaded or "context" in loaded):
+        return text  # JSON lines holding one question
+    return loaded
 
 
 def read_qa_file(path: Path, skip_bad_rows: bool = False, need_answers: bool = True) -> QAData:
