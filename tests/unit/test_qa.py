@@ -198,3 +198,15 @@ def test_gold_logits_give_back_the_gold_answers(squad: dict, minilm_tokenizer, t
     assert scores["exact_match"] >= 97.0 and scores["f1"] >= 99.0, scores
     for example, answer in zip(examples, answers, strict=True):
         assert example.context[answer.start : answer.end] == answer.text
+
+
+def test_task_options() -> None:
+    from bertkit.config.schema import TaskConfig
+
+    task = TaskConfig(kind="question-answering")
+    assert (task.best_metric, task.doc_stride, task.n_best, task.max_answer_length, task.null_threshold) == (
+        "f1", 128, 20, 30, 0.0,
+    )  # fmt: skip
+    assert TaskConfig(kind="question-answering", metric="exact_match").best_metric == "exact_match"
+    with pytest.raises(ValueError, match="not a question-answering metric"):
+        TaskConfig(kind="question-answering", metric="accuracy")
