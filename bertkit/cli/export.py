@@ -10,7 +10,8 @@ from bertkit.cli.common import JSON_HELP, OVERWRITE_HELP, QUIET_HELP, emit, guar
 
 HEAD_HELP = (
     "Which Hugging Face class the checkpoint is for: auto (the default: classifier for a fine-tuned run, else "
-    "pretraining), classifier (AutoModelForSequenceClassification / AutoModelForTokenClassification, for runs of "
+    "pretraining), classifier (AutoModelForSequenceClassification / AutoModelForTokenClassification / "
+    "AutoModelForQuestionAnswering, for runs of "
     "bertkit finetune), pretraining (AutoModelForPreTraining), "
     "mlm (AutoModelForMaskedLM), base (AutoModel) or, for ELECTRA, generator (ElectraForMaskedLM)."
 )

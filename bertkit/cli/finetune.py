@@ -46,9 +46,10 @@ def finetune_command(
     task: str | None = typer.Option(
         None,
         "--task",
-        metavar="classification|multi-label|regression|token-classification",
+        metavar="classification|multi-label|regression|token-classification|question-answering",
         help="What to learn (task.kind); multi-label reads lists of labels (or 'a|b' strings, task.label_separator); "
-        "token-classification reads CoNLL, CoNLL-U or JSON lines (tokens, tags).",
+        "token-classification reads CoNLL, CoNLL-U or JSON lines (tokens, tags); question-answering reads SQuAD "
+        "JSON or JSON lines (question, context, answers).",
     ),
     pool: str | None = typer.Option(None, "--pool", metavar="cls|mean", help="Sentence representation (task.pool)."),
     feature_based: bool = typer.Option(False, "--feature-based", help="Freeze the encoder; train only the head."),
@@ -61,7 +62,7 @@ def finetune_command(
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
     """Fine-tune a pretrained encoder for text classification (one label or several per text) or regression
-    (single texts or pairs), or for token classification (NER, POS)."""
+    (single texts or pairs), for token classification (NER, POS), or for extractive question answering (SQuAD)."""
     from bertkit.config.recipe import load_recipe
     from bertkit.pipelines.finetune import finetune
     from bertkit.pipelines.rundir import resume_mode

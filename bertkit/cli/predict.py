@@ -22,7 +22,8 @@ def predict_command(
         ...,
         "--input",
         "-i",
-        help="Text lines (one text per non-empty line; NER: split on whitespace), JSON lines, CSV/TSV or Parquet.",
+        help="Text lines (one text per non-empty line; NER: split on whitespace), JSON lines, CSV/TSV or Parquet; "
+        "question answering: SQuAD JSON or JSON lines (question, context).",
     ),
     output: str = typer.Option("-", "--output", "-o", help="JSON lines file to write; '-' (the default) is stdout."),
     batch_size: int = typer.Option(32, "--batch-size", help="Rows per forward pass."),

@@ -498,6 +498,8 @@ TASK_METRICS = {
     "regression": ("pearson", "spearman", "mse"),
     # Entity-level micro precision/recall/F1 by exact span (seqeval's default), and word-level tag accuracy.
     "token-classification": ("f1", "precision", "recall", "accuracy"),
+    # SQuAD's exact match and token F1 (percent), each the maximum over a question's gold answers.
+    "question-answering": ("f1", "exact_match"),
 }
 LOWER_IS_BETTER = {"mse"}
 
@@ -509,7 +511,10 @@ class TaskConfig(StrictModel):
     # token-classification: one tag per word (NER, POS) from CoNLL, CoNLL-U or JSON lines (tokens, tags).
     # multi-label: any number of labels per row (a JSON list, or one string joined by label_separator);
     # a sigmoid per label, binary cross-entropy per (example, label).
-    kind: Literal["classification", "multi-label", "regression", "token-classification"] = "classification"
+    # question-answering: extractive QA (the answer is a span of the context) from SQuAD JSON or JSON lines.
+    kind: Literal["classification", "multi-label", "regression", "token-classification", "question-answering"] = (
+        "classification"
+    )
     text_field: str = "text"
     text_pair_field: str | None = None
     label_field: str = "label"
@@ -539,6 +544,13 @@ class TaskConfig(StrictModel):
     # and the probability from which a label is predicted (metrics and bertkit predict).
     label_separator: str = Field("|", min_length=1)
     threshold: float = Field(0.5, gt=0.0, lt=1.0)
+    # Question answering: context tokens two windows of a long context share, the candidates per window
+    # (top start and end logits) and the longest answer (tokens) post-processing considers, and for SQuAD
+    # v2.0 data (unanswerable questions) how far the null score must beat the best span's to answer nothing.
+    doc_stride: int = Field(128, ge=0)
+    n_best: int = Field(20, ge=1)
+    max_answer_length: int = Field(30, ge=1)
+    null_threshold: float = 0.0
 
     @model_validator(mode="after")
     def _metric_fits_kind(self) -> TaskConfig:

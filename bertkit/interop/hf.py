@@ -224,6 +224,7 @@ TASK_CLASSES = {
     "sequence-multi-label": "ForSequenceClassification",
     "sequence-regression": "ForSequenceClassification",
     "token-classification": "ForTokenClassification",
+    "question-answering": "ForQuestionAnswering",
 }
 
 
@@ -231,7 +232,8 @@ def to_hf_task_checkpoint(
     cfg: ModelConfig, weights: dict[str, torch.Tensor], architecture: str, labels: list[str], pool: str = "cls"
 ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """A fine-tuned model (encoder.* + classifier.*) -> (HF config.json dict, HF state dict) for its family's
-    *ForSequenceClassification or *ForTokenClassification class, which gives the same logits."""
+    *ForSequenceClassification, *ForTokenClassification or *ForQuestionAnswering class (encoder.* + qa_outputs.*),
+    which gives the same logits."""
     if architecture not in TASK_CLASSES:
         raise BertkitError(
             f"--head classifier exports fine-tuned models; this one is a {architecture} model "
@@ -241,7 +243,16 @@ def to_hf_task_checkpoint(
     module, prefix, cls = _module(model_type)
     name = f"{cls}{TASK_CLASSES[architecture]}"
     entries = module.encoder_entries(cfg, prefix, False)
-    if architecture == "token-classification":
+    if architecture == "question-answering":
+        # *ForQuestionAnswering: qa_outputs (hidden -> start, end) on every token, no pooler. BigBird's and
+        # XLNet's QA classes put their own layers there, which bertkit's one linear head lacks.
+        if model_type in ("big_bird", "xlnet"):
+            raise BertkitError(
+                f"{name} puts its own layers between the encoder and the start/end logits, which this {cfg.family} "
+                "model (one linear qa_outputs layer) lacks; export the encoder with --head base"
+            )
+        entries += linear("qa_outputs", "qa_outputs")
+    elif architecture == "token-classification":
         # Every family's ForTokenClassification is encoder + dropout + linear; BigBird's keeps its pooler.
         if model_type == "big_bird" and cfg.pooler:
             entries += module.encoder_entries(cfg, prefix, True)[len(entries) :]
@@ -267,6 +278,8 @@ def to_hf_task_checkpoint(
     if missing:
         raise BertkitError(f"this model has no tensor {missing[0]} needed for {name}; is the model directory complete?")
     regression = architecture == "sequence-regression"
+    if architecture == "question-answering":
+        return {**config_to_hf(cfg), "architectures": [name], "tie_word_embeddings": True}, to_hf(entries, weights)
     names = ["LABEL_0"] if regression else list(labels)
     config = {
         **config_to_hf(cfg),

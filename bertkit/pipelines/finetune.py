@@ -144,6 +144,10 @@ def finetune(
         from bertkit.pipelines.finetune_tokens import finetune_tokens
 
         return finetune_tokens(recipe, model_path, train_file, output, eval_file, overwrite, resume, quiet)
+    if task.kind == "question-answering":
+        from bertkit.pipelines.finetune_qa import finetune_qa
+
+        return finetune_qa(recipe, model_path, train_file, output, eval_file, overwrite, resume, quiet)
     regression = task.kind == "regression"
     multi_label = task.kind == "multi-label"
     model_dir, _, model_cfg, weights, tokenizer = load_model_dir(model_path)

@@ -33,7 +33,13 @@ from bertkit.tasks.classification import SequenceClassifier, encode_examples
 from bertkit.tasks.data import file_format
 from bertkit.tasks.token_classification import TokenClassifier, encode_words, entities, split_words, word_offsets
 
-TASK_ARCHITECTURES = ("sequence-classification", "sequence-multi-label", "sequence-regression", "token-classification")
+TASK_ARCHITECTURES = (
+    "sequence-classification",
+    "sequence-multi-label",
+    "sequence-regression",
+    "token-classification",
+    "question-answering",
+)
 CHUNK_BATCHES = 32  # batches read, predicted and written at a time
 
 
@@ -161,6 +167,11 @@ def predict(
         raise BertkitError(
             f"{model_dir} is a {architecture} model without a task head; predict needs a run of `bertkit finetune`"
         )
+    if architecture == "question-answering":
+        from bertkit.pipelines.predict_qa import predict_qa
+
+        return predict_qa(model_dir, meta, cfg, weights, tokenizer, input_path, output, batch_size, max_seq_len,
+                          device, quiet)  # fmt: skip
     task = meta.get("task") or {}
     labels: list[str] = list(meta.get("labels") or [])
     tokens_task = architecture == "token-classification"

@@ -1,0 +1,143 @@
+"""`bertkit finetune --task question-answering`: extractive QA on SQuAD v1.1 / v2.0 data. The same run
+directory, loop, epoch plan and best-model keeping as the other tasks (bertkit/pipelines/finetune.py); the
+data, head, post-processing and metrics live in bertkit/tasks/qa.py. Every file is read and every training
+answer checked before the run directory is created."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bertkit.config.recipe import FinetuneRecipe
+from bertkit.engine.checkpoint import list_checkpoints, load_state, read_weights
+from bertkit.engine.device import resolve_device
+from bertkit.engine.dist import is_main
+from bertkit.engine.loop import train
+from bertkit.errors import BertkitError
+from bertkit.modeldir import encoder_weights, load_model_dir, save_model_dir
+from bertkit.models.bert import BertEncoder
+from bertkit.pipelines.rundir import prepare_run_dir, write_summary
+from bertkit.tasks.qa import (
+    QABatches,
+    QuestionAnswerer,
+    encode_qa,
+    evaluate_qa,
+    qa_objective,
+    read_qa_file,
+    split_by_group,
+)
+
+ARCHITECTURE = "question-answering"
+
+
+def finetune_qa(
+    recipe: FinetuneRecipe,
+    model_path: Path,
+    train_file: Path,
+    output: Path,
+    eval_file: Path | None = None,
+    overwrite: bool = False,
+    resume: bool | str | None = False,
+    quiet: bool = False,
+) -> dict[str, Any]:
+    from bertkit.pipelines.finetune import BestModel, plan_epochs
+
+    task = recipe.task
+    if task.split is not None or task.eval_split is not None:
+        raise BertkitError("--split/--eval-split apply to datasets directories; question answering reads files")
+    if task.mode == "feature":
+        raise BertkitError("question answering fine-tunes the encoder; --feature-based is not supported")
+    model_dir, _, model_cfg, weights, tokenizer = load_model_dir(model_path)
+    if model_cfg.family == "xlnet":
+        raise BertkitError(
+            "question answering builds [CLS] question [SEP] context [SEP] windows; XLNet's layout differs. "
+            "Use a BERT-family model"
+        )
+    train_data = read_qa_file(train_file, task.skip_bad_rows)
+    eval_read = read_qa_file(eval_file, task.skip_bad_rows) if eval_file is not None else None
+    if eval_read is not None:
+        train_examples, eval_examples = train_data.examples, eval_read.examples
+    else:
+        train_idx, eval_idx = split_by_group(train_data, task.eval_fraction, recipe.train.seed)
+        train_examples = [train_data.examples[i] for i in train_idx]
+        eval_examples = [train_data.examples[i] for i in eval_idx]
+    if not train_examples:
+        raise BertkitError(f"{train_file}: every article went to evaluation; lower task.eval_fraction or give --eval")
+    with_null = train_data.has_impossible
+    max_len = min(task.max_seq_len, model_cfg.max_position_embeddings - model_cfg.position_offset)
+    use_types = model_cfg.type_vocab_size > 1
+    train_features = encode_qa(train_examples, tokenizer, max_len, task.doc_stride, use_types)
+    eval_features = encode_qa(eval_examples, tokenizer, max_len, task.doc_stride, use_types) if eval_examples else None
+
+    train_cfg, steps_per_epoch = plan_epochs(recipe.train, len(train_features))
+    resumed = prepare_run_dir(output, recipe, overwrite, resume)
+
+    torch.manual_seed(recipe.train.seed)
+    model = QuestionAnswerer(BertEncoder(model_cfg))
+    load_state(model.encoder, encoder_weights(weights), str(model_dir))
+    micro = train_cfg.batch_size // train_cfg.grad_accum
+    source = QABatches(train_features, micro, tokenizer.pad_id, train_cfg.seed, use_types)
+    evaluate = best = None
+    if eval_features is not None:
+        device = resolve_device(recipe.engine)
+        evaluate = lambda m: evaluate_qa(  # noqa: E731
+            m, eval_examples, eval_features, device, tokenizer.pad_id, use_types, task, with_null
+        )
+        best = BestModel(output, task.best_metric, task.early_stopping_patience)
+        if resumed:
+            checkpoints = list_checkpoints(output / "checkpoints")
+            best.replay(output / "metrics.jsonl", checkpoints[-1][0] if checkpoints else 0)
+        elif best.path.exists():
+            best.path.unlink()
+    result = train(
+        model, qa_objective, source, output, train_cfg, recipe.optim, recipe.schedule, recipe.engine, evaluate,
+        resume=resumed, quiet=quiet, description="finetune", on_eval=best,
+    )  # fmt: skip
+    saved = output / "model"
+    best_info = None
+    if best is not None and best.best_step is not None:
+        best_info = {"step": best.best_step, "metric": best.metric, "value": best.best}
+    if is_main():
+        model = model.cpu()
+        if best is not None and best.path.is_file():
+            if best.best_step != result.steps:
+                load_state(model, read_weights(best.path), str(best.path))
+            best.path.unlink()
+        task_meta = {**task.model_dump(mode="json"), "max_seq_len": max_len, "version_2_with_negative": with_null}
+        save_model_dir(saved, model, model_cfg, ARCHITECTURE, tokenizer, {"labels": [], "task": task_meta,
+                                                                          "best": best_info})  # fmt: skip
+    first, last = result.first_last("loss")
+    summary: dict[str, Any] = {
+        "run_dir": str(output),
+        "model_dir": str(saved),
+        "task": task.kind,
+        "version_2_with_negative": with_null,
+        "rows_read": train_data.rows_read,
+        "rows_skipped": train_data.skipped,
+        "answers_shifted": train_data.shifted,
+        "train_examples": len(train_examples),
+        "eval_examples": len(eval_examples),
+        "train_windows": len(train_features),
+        "eval_windows": len(eval_features) if eval_features is not None else 0,
+        "unreachable_answers": train_features.unreachable,
+        "epochs": train_cfg.epochs,
+        "steps_per_epoch": steps_per_epoch,
+        "steps": result.steps,
+        "stopped": result.stopped,
+        "seconds": round(result.seconds, 1),
+        "loss_first": first,
+        "loss_last": last,
+        "eval": best.best_metrics if best is not None and best.best_metrics else result.eval,
+        "eval_last": result.eval,
+        "best": best_info,
+        "resumed_from": result.resumed_from,
+    }
+    if eval_read is not None:
+        summary["eval_rows_read"], summary["eval_rows_skipped"] = eval_read.rows_read, eval_read.skipped
+    skipped = train_data.skipped_rows + (eval_read.skipped_rows if eval_read is not None else [])
+    if skipped:
+        summary["skipped_examples"] = skipped[:3]
+    write_summary(output, summary)
+    return summary

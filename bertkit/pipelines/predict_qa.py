@@ -1,0 +1,96 @@
+"""`bertkit predict` on a question-answering run: SQuAD JSON or JSON lines (question, context; answers
+optional) in, one JSON line per question out, in input order: {"id", "answer", "start", "end", "score"}, with
+start/end character offsets into the context (end exclusive; null with an empty answer, which only a model
+trained on SQuAD v2.0 data predicts) and score the answer's start + end logit (the null score for none)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import IO, Any
+
+import torch
+
+from bertkit.engine.checkpoint import load_state
+from bertkit.models.bert import BertEncoder
+from bertkit.progress import Tracker
+from bertkit.tasks.qa import QuestionAnswerer, best_answers, encode_qa, read_qa_file, window_logits
+
+CHUNK = 256  # questions encoded, predicted and written at a time
+
+
+def predict_qa(
+    model_dir: Path,
+    meta: dict[str, Any],
+    cfg: Any,
+    weights: dict[str, torch.Tensor],
+    tokenizer: Any,
+    input_path: Path,
+    output: Path | None,
+    batch_size: int,
+    max_seq_len: int | None,
+    device: str,
+    quiet: bool,
+) -> dict[str, Any]:
+    task = meta.get("task") or {}
+    limit = cfg.max_position_embeddings - cfg.position_offset
+    max_len = min(max_seq_len or task.get("max_seq_len") or limit, limit)
+    data = read_qa_file(input_path, need_answers=False)
+    model = QuestionAnswerer(BertEncoder(cfg))
+    load_state(model, weights, str(model_dir))
+    target = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else device.replace("auto", "cpu"))
+    model = model.to(target).eval()
+    use_types = cfg.type_vocab_size > 1
+    with_null = bool(task.get("version_2_with_negative"))
+    started = time.perf_counter()
+    to_stdout = output is None or str(output) == "-"
+    tmp: Path | None = None
+    sink: IO[str]
+    if to_stdout:
+        sink = sys.stdout
+    else:
+        assert output is not None
+        output.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f".{output.name}.tmp-", dir=output.parent)
+        tmp = Path(name)
+        sink = os.fdopen(fd, "w", encoding="utf-8")
+    try:
+        with Tracker("predict", total=len(data), quiet=quiet, unit="questions") as tracker:
+            for begin in range(0, len(data), CHUNK):
+                examples = data.examples[begin : begin + CHUNK]
+                features = encode_qa(examples, tokenizer, max_len, int(task.get("doc_stride", 128)), use_types)
+                logits = window_logits(model, features, target, tokenizer.pad_id, use_types, batch_size)
+                answers = best_answers(
+                    examples, features, logits, int(task.get("n_best", 20)), int(task.get("max_answer_length", 30)),
+                    with_null, float(task.get("null_threshold", 0.0)),
+                )  # fmt: skip
+                for example, answer in zip(examples, answers, strict=True):
+                    record = {"id": example.id, "answer": answer.text, "start": answer.start, "end": answer.end,
+                              "score": round(answer.score, 6)}  # fmt: skip
+                    sink.write(json.dumps(record, ensure_ascii=False) + "\n")
+                sink.flush()
+                tracker.advance(len(examples), info=f"{begin + len(examples)} questions")
+        if tmp is not None:
+            sink.close()
+            assert output is not None
+            os.replace(tmp, output)
+            tmp = None
+    finally:
+        if tmp is not None:
+            sink.close()
+            tmp.unlink(missing_ok=True)
+    seconds = time.perf_counter() - started
+    return {
+        "output": "-" if to_stdout else str(output),
+        "model": str(model_dir),
+        "task": "question-answering",
+        "rows": len(data),
+        "labels": [],
+        "max_seq_len": max_len,
+        "seconds": round(seconds, 2),
+        "rows_per_s": round(len(data) / seconds, 1) if seconds > 0 else None,
+    }
