@@ -425,7 +425,8 @@ class EngineConfig(StrictModel):
     peak_tflops: float | None = Field(None, gt=0)
     # Off by default: TensorBoard's writer costs seconds per run, which tiny CPU runs notice.
     tensorboard: bool = Field(False, description="also write TensorBoard event files (needs tensorboard installed)")
-    compile: bool = Field(False, description="torch.compile the model (faster steps after a compile delay)")
+    # On CPU it measured slower than eager, after a minute of compiling (README, make bench): for GPUs.
+    compile: bool = Field(False, description="torch.compile the model (for GPUs; slower than eager on CPU)")
     deepspeed: DeepSpeedConfig = Field(default_factory=DeepSpeedConfig)
 
     @model_validator(mode="after")
