@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from bertkit.config.recipe import FinetuneRecipe
 from bertkit.config.schema import LOWER_IS_BETTER, TaskConfig, TrainConfig
@@ -97,6 +98,31 @@ class BestModel:
         self.best_step: int | None = None
         self.best_metrics: dict[str, float] = {}
         self.since_best = 0
+
+    @classmethod
+    def start(cls, run_dir: Path, metric: str, patience: int, resumed: bool) -> BestModel:
+        """A tracker for this run: a resumed run replays its logged evaluations up to its checkpoint; a fresh
+        one removes a stale best-weights file left by an earlier attempt."""
+        best = cls(run_dir, metric, patience)
+        if resumed:
+            checkpoints = list_checkpoints(run_dir / "checkpoints")
+            best.replay(run_dir / "metrics.jsonl", checkpoints[-1][0] if checkpoints else 0)
+        elif best.path.exists():
+            best.path.unlink()
+        return best
+
+    @property
+    def info(self) -> dict[str, Any] | None:
+        """What `bertkit_model.json` and the summary record of the best evaluation."""
+        return None if self.best_step is None else {"step": self.best_step, "metric": self.metric, "value": self.best}
+
+    def finish(self, model: nn.Module, last_step: int) -> None:
+        """Rank 0, after training: put the best evaluation's weights into `model` (when an earlier evaluation
+        beat the last one) and remove the file that kept them."""
+        if self.path.is_file():
+            if self.best_step != last_step:
+                load_state(model, read_weights(self.path), str(self.path))
+            self.path.unlink()
 
     def replay(self, metrics_path: Path, up_to_step: int) -> None:
         """On resume: the evaluations logged up to the checkpoint decide the best so far, if its weights
@@ -226,12 +252,7 @@ def finetune(
         else:
             scorer = evaluate_regressor if regression else evaluate_classifier
             evaluate = lambda m: scorer(m, eval_batches, device)  # noqa: E731
-        best = BestModel(output, task.best_metric, task.early_stopping_patience)
-        if resumed:
-            checkpoints = list_checkpoints(output / "checkpoints")
-            best.replay(output / "metrics.jsonl", checkpoints[-1][0] if checkpoints else 0)
-        elif best.path.exists():
-            best.path.unlink()
+        best = BestModel.start(output, task.best_metric, task.early_stopping_patience, resumed)
     result = train(
         model,
         regression_objective if regression else multi_label_objective if multi_label else classification_objective,
@@ -248,15 +269,11 @@ def finetune(
         on_eval=best,
     )
     saved = output / "model"
-    best_info = None
-    if best is not None and best.best_step is not None:
-        best_info = {"step": best.best_step, "metric": best.metric, "value": best.best}
+    best_info = best.info if best is not None else None
     if is_main():  # under a distributed engine only rank 0 writes
         model = model.cpu()
-        if best is not None and best.path.is_file():
-            if best.best_step != result.steps:  # an earlier evaluation was better than the last one
-                load_state(model, read_weights(best.path), str(best.path))
-            best.path.unlink()
+        if best is not None:
+            best.finish(model, result.steps)
         save_model_dir(
             saved,
             model,

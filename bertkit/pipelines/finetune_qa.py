@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from bertkit.config.recipe import FinetuneRecipe
-from bertkit.engine.checkpoint import list_checkpoints, load_state, read_weights
+from bertkit.engine.checkpoint import load_state
 from bertkit.engine.device import resolve_device
 from bertkit.engine.dist import is_main
 from bertkit.engine.loop import train
@@ -85,26 +85,17 @@ def finetune_qa(
         evaluate = lambda m: evaluate_qa(  # noqa: E731
             m, eval_examples, eval_features, device, tokenizer.pad_id, use_types, task, with_null
         )
-        best = BestModel(output, task.best_metric, task.early_stopping_patience)
-        if resumed:
-            checkpoints = list_checkpoints(output / "checkpoints")
-            best.replay(output / "metrics.jsonl", checkpoints[-1][0] if checkpoints else 0)
-        elif best.path.exists():
-            best.path.unlink()
+        best = BestModel.start(output, task.best_metric, task.early_stopping_patience, resumed)
     result = train(
         model, qa_objective, source, output, train_cfg, recipe.optim, recipe.schedule, recipe.engine, evaluate,
         resume=resumed, quiet=quiet, description="finetune", on_eval=best,
     )  # fmt: skip
     saved = output / "model"
-    best_info = None
-    if best is not None and best.best_step is not None:
-        best_info = {"step": best.best_step, "metric": best.metric, "value": best.best}
+    best_info = best.info if best is not None else None
     if is_main():
         model = model.cpu()
-        if best is not None and best.path.is_file():
-            if best.best_step != result.steps:
-                load_state(model, read_weights(best.path), str(best.path))
-            best.path.unlink()
+        if best is not None:
+            best.finish(model, result.steps)
         task_meta = {**task.model_dump(mode="json"), "max_seq_len": max_len, "version_2_with_negative": with_null}
         save_model_dir(saved, model, model_cfg, ARCHITECTURE, tokenizer, {"labels": [], "task": task_meta,
                                                                           "best": best_info})  # fmt: skip
