@@ -9,6 +9,7 @@ with stdout (`--output -`, the default) predictions go out chunk by chunk.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -40,6 +41,27 @@ TASK_ARCHITECTURES = (
     "token-classification",
     "question-answering",
 )
+
+
+@contextlib.contextmanager
+def jsonl_sink(output: Path | None) -> Iterator[IO[str]]:
+    """Where predictions go: stdout (`None` or `-`), or a temporary file beside `output` that is renamed to
+    it only when the block ends without an error, so an interrupted run leaves nothing that looks complete."""
+    if output is None or str(output) == "-":
+        yield sys.stdout
+        return
+    output.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{output.name}.tmp-", dir=output.parent)
+    tmp = Path(name)
+    sink = os.fdopen(fd, "w", encoding="utf-8")
+    try:
+        yield sink
+    except BaseException:
+        sink.close()
+        tmp.unlink(missing_ok=True)
+        raise
+    sink.close()
+    os.replace(tmp, output)
 CHUNK_BATCHES = 32  # batches read, predicted and written at a time
 
 
@@ -280,56 +302,40 @@ def predict(
     chunk_rows = batch_size * CHUNK_BATCHES
     raw = open(input_path, "rb")  # noqa: SIM115 (closed in the finally below)
     counter = _CountingReader(raw)
-    tmp: Path | None = None
-    sink: IO[str]
-    if to_stdout:
-        sink = sys.stdout
-    else:
-        assert output is not None
-        output.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix=f".{output.name}.tmp-", dir=output.parent)
-        tmp = Path(name)
-        sink = os.fdopen(fd, "w", encoding="utf-8")
     try:
-        if kind == "parquet":
-            rows_iter = _parquet_rows(input_path, fields)
-        else:
-            rows_iter = _rows(input_path, kind, _open_text(input_path, counter), fields if kind != "text" else [])
-        size = input_path.stat().st_size
-        with Tracker("predict", total=size or None, quiet=quiet, unit="bytes") as tracker:
-            shown = 0
-            while True:
-                chunk = []
-                try:
-                    for row in rows_iter:
-                        chunk.append(row)
-                        if len(chunk) >= chunk_rows:
-                            break
-                except UnicodeDecodeError:
-                    raise BertkitError(
-                        f"{input_path} is not UTF-8 text (after row {rows_done + len(chunk)}); re-encode it as UTF-8"
-                    ) from None
-                if not chunk:
-                    break
-                for record in predict_chunk(chunk):
-                    sink.write(json.dumps(record, ensure_ascii=False) + "\n")
-                sink.flush()
-                rows_done += len(chunk)
-                position = size if kind == "parquet" else counter.position
-                tracker.advance(position - shown, info=f"{rows_done} rows")
-                shown = position
-        if rows_done == 0:
-            raise BertkitError(f"{input_path} holds no rows to predict (an empty file, or a header alone)")
-        if tmp is not None:
-            sink.close()
-            assert output is not None
-            os.replace(tmp, output)
-            tmp = None
+        with jsonl_sink(output) as sink:
+            if kind == "parquet":
+                rows_iter = _parquet_rows(input_path, fields)
+            else:
+                rows_iter = _rows(input_path, kind, _open_text(input_path, counter), fields if kind != "text" else [])
+            size = input_path.stat().st_size
+            with Tracker("predict", total=size or None, quiet=quiet, unit="bytes") as tracker:
+                shown = 0
+                while True:
+                    chunk = []
+                    try:
+                        for row in rows_iter:
+                            chunk.append(row)
+                            if len(chunk) >= chunk_rows:
+                                break
+                    except UnicodeDecodeError:
+                        raise BertkitError(
+                            f"{input_path} is not UTF-8 text (after row {rows_done + len(chunk)}); "
+                            "re-encode it as UTF-8"
+                        ) from None
+                    if not chunk:
+                        break
+                    for record in predict_chunk(chunk):
+                        sink.write(json.dumps(record, ensure_ascii=False) + "\n")
+                    sink.flush()
+                    rows_done += len(chunk)
+                    position = size if kind == "parquet" else counter.position
+                    tracker.advance(position - shown, info=f"{rows_done} rows")
+                    shown = position
+            if rows_done == 0:
+                raise BertkitError(f"{input_path} holds no rows to predict (an empty file, or a header alone)")
     finally:
         raw.close()
-        if tmp is not None:
-            sink.close()
-            tmp.unlink(missing_ok=True)
     seconds = time.perf_counter() - started
     return {
         "output": "-" if to_stdout else str(output),

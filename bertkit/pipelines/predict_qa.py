@@ -6,17 +6,15 @@ trained on SQuAD v2.0 data predicts) and score the answer's start + end logit (t
 from __future__ import annotations
 
 import json
-import os
-import sys
-import tempfile
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import torch
 
 from bertkit.engine.checkpoint import load_state
 from bertkit.models.bert import BertEncoder
+from bertkit.pipelines.predict import jsonl_sink
 from bertkit.progress import Tracker
 from bertkit.tasks.qa import QuestionAnswerer, best_answers, encode_qa, read_qa_file, window_logits
 
@@ -48,41 +46,21 @@ def predict_qa(
     with_null = bool(task.get("version_2_with_negative"))
     started = time.perf_counter()
     to_stdout = output is None or str(output) == "-"
-    tmp: Path | None = None
-    sink: IO[str]
-    if to_stdout:
-        sink = sys.stdout
-    else:
-        assert output is not None
-        output.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix=f".{output.name}.tmp-", dir=output.parent)
-        tmp = Path(name)
-        sink = os.fdopen(fd, "w", encoding="utf-8")
-    try:
-        with Tracker("predict", total=len(data), quiet=quiet, unit="questions") as tracker:
-            for begin in range(0, len(data), CHUNK):
-                examples = data.examples[begin : begin + CHUNK]
-                features = encode_qa(examples, tokenizer, max_len, int(task.get("doc_stride", 128)), use_types)
-                logits = window_logits(model, features, target, tokenizer.pad_id, use_types, batch_size)
-                answers = best_answers(
-                    examples, features, logits, int(task.get("n_best", 20)), int(task.get("max_answer_length", 30)),
-                    with_null, float(task.get("null_threshold", 0.0)),
-                )  # fmt: skip
-                for example, answer in zip(examples, answers, strict=True):
-                    record = {"id": example.id, "answer": answer.text, "start": answer.start, "end": answer.end,
-                              "score": round(answer.score, 6)}  # fmt: skip
-                    sink.write(json.dumps(record, ensure_ascii=False) + "\n")
-                sink.flush()
-                tracker.advance(len(examples), info=f"{begin + len(examples)} questions")
-        if tmp is not None:
-            sink.close()
-            assert output is not None
-            os.replace(tmp, output)
-            tmp = None
-    finally:
-        if tmp is not None:
-            sink.close()
-            tmp.unlink(missing_ok=True)
+    with jsonl_sink(output) as sink, Tracker("predict", total=len(data), quiet=quiet, unit="questions") as tracker:
+        for begin in range(0, len(data), CHUNK):
+            examples = data.examples[begin : begin + CHUNK]
+            features = encode_qa(examples, tokenizer, max_len, int(task.get("doc_stride", 128)), use_types)
+            logits = window_logits(model, features, target, tokenizer.pad_id, use_types, batch_size)
+            answers = best_answers(
+                examples, features, logits, int(task.get("n_best", 20)), int(task.get("max_answer_length", 30)),
+                with_null, float(task.get("null_threshold", 0.0)),
+            )  # fmt: skip
+            for example, answer in zip(examples, answers, strict=True):
+                record = {"id": example.id, "answer": answer.text, "start": answer.start, "end": answer.end,
+                          "score": round(answer.score, 6)}  # fmt: skip
+                sink.write(json.dumps(record, ensure_ascii=False) + "\n")
+            sink.flush()
+            tracker.advance(len(examples), info=f"{begin + len(examples)} questions")
     seconds = time.perf_counter() - started
     return {
         "output": "-" if to_stdout else str(output),
