@@ -31,7 +31,9 @@ class DistillOutput(NamedTuple):
     attention_scores: list[torch.Tensor]  # per layer (B, heads, T, T), QK^T/sqrt(d) before masking
     attentions: list[torch.Tensor]  # per layer (B, heads, T, T), softmax probabilities
     values: list[torch.Tensor]  # per layer (B, heads, T, head_dim)
-    mlm_logits: torch.Tensor | None  # (N, V) at `mlm_positions` (all B*T tokens if none are given)
+    # (N, V) at `mlm_positions`, None without them: the logits of every token (B*T x V, the largest matmul of
+    # the model) are what no loss reads.
+    mlm_logits: torch.Tensor | None
     logits: torch.Tensor | None  # (B, num_labels) of the classifier
 
 
@@ -65,21 +67,25 @@ class EncoderWithHeads(nn.Module):
         mlm_positions: torch.Tensor | None,
         output_hidden_states: bool,
         output_attentions: bool | Collection[int],
+        stop_at_last_attention: bool = False,
     ) -> DistillOutput:
-        """The output with `projected` = hidden_states (the student replaces it with its projections)."""
+        """The output with `projected` = hidden_states (the student replaces it with its projections).
+
+        `stop_at_last_attention` (MiniLM): the encoder stops at the last layer's scores and values
+        (BertEncoder.forward), and no head runs: `mlm_logits` and `logits` are None."""
         out = self.encoder(
             input_ids,
             attention_mask,
             token_type_ids,
             output_hidden_states=output_hidden_states,
             output_attentions=output_attentions,
+            stop_at_last_attention=stop_at_last_attention,
         )
         hidden = out.last_hidden_state
         mlm_logits = logits = None
-        if self.mlm_head is not None:
-            rows = hidden.reshape(-1, hidden.shape[-1]) if mlm_positions is None else gather_rows(hidden, mlm_positions)
-            mlm_logits = self.mlm_head(rows, self.encoder.word_embeddings)
-        if self.classifier is not None:
+        if self.mlm_head is not None and mlm_positions is not None and not stop_at_last_attention:
+            mlm_logits = self.mlm_head(gather_rows(hidden, mlm_positions), self.encoder.word_embeddings)
+        if self.classifier is not None and not stop_at_last_attention:
             # As SequenceClassifier: the mean over non-padding tokens, or the pooled [CLS] (else [CLS] itself).
             if self.pool == "mean":
                 pooled = mean_pool(hidden, attention_mask)

@@ -142,8 +142,12 @@ class DistillationObjective:
         totals = self.counts(batch) if totals is None else totals
         inputs = self._inputs(batch)
         teacher_layers, student_layers = self.attention_layers()
-        teacher: DistillOutput = self.teacher(**inputs, output_attentions=teacher_layers)
-        student: DistillOutput = model(**inputs, output_attentions=student_layers)
+        # MiniLM's terms read the last layers' scores and values and nothing after them: neither model
+        # computes the rest of its last layer (for the teacher, most of a layer's forward; for the
+        # student, also its backward).
+        stop = set(self.terms) <= set(GENERAL_TERMS["minilm"])
+        teacher: DistillOutput = self.teacher(**inputs, output_attentions=teacher_layers, stop_at_last_attention=stop)
+        student: DistillOutput = model(**inputs, output_attentions=student_layers, stop_at_last_attention=stop)
         mask = batch["attention_mask"]
         loss = torch.zeros((), device=mask.device)
         metrics: Metrics = {}

@@ -59,10 +59,17 @@ class DistillStudent(EncoderWithHeads):
         mlm_positions: torch.Tensor | None = None,
         output_hidden_states: bool = False,
         output_attentions: bool | Collection[int] = False,
+        stop_at_last_attention: bool = False,
         **_: torch.Tensor,  # other batch fields (labels, mlm_labels), so a whole batch can be passed
     ) -> DistillOutput:
         out = self._run(
-            input_ids, attention_mask, token_type_ids, mlm_positions, output_hidden_states, output_attentions
+            input_ids,
+            attention_mask,
+            token_type_ids,
+            mlm_positions,
+            output_hidden_states,
+            output_attentions,
+            stop_at_last_attention,
         )
         if self.embedding_proj is None or self.hidden_proj is None or not out.hidden_states:
             return out

@@ -185,11 +185,18 @@ class Teacher(EncoderWithHeads):
         mlm_positions: torch.Tensor | None = None,
         output_hidden_states: bool = False,
         output_attentions: bool | Collection[int] = False,
+        stop_at_last_attention: bool = False,
         **_: torch.Tensor,
     ) -> DistillOutput:
         with torch.no_grad():
             return self._run(
-                input_ids, attention_mask, token_type_ids, mlm_positions, output_hidden_states, output_attentions
+                input_ids,
+                attention_mask,
+                token_type_ids,
+                mlm_positions,
+                output_hidden_states,
+                output_attentions,
+                stop_at_last_attention,
             )
 
 

@@ -78,6 +78,7 @@ class BertEncoder(nn.Module):
         output_hidden_states: bool = False,
         output_attentions: bool | Collection[int] = False,
         embedded: torch.Tensor | None = None,
+        stop_at_last_attention: bool = False,
     ) -> EncoderOutput:
         """`embedded` replaces the embedding lookup (width E) for an encoder built without embeddings.
 
@@ -85,7 +86,14 @@ class BertEncoder(nn.Module):
         indices of the layers to return them for (negative from the end; distillation reads only the layers its
         losses compare). The explicit path they need is much slower than SDPA, so the other layers keep SDPA
         and their entries in the three lists are None (the lists always have one entry per layer).
+
+        `stop_at_last_attention`: the last layer computes its attention scores and values and nothing after
+        them (no softmax, attention output, feed-forward, final norm or pooler): MiniLM's losses read those
+        alone, and a quarter of the layer's matmuls (the QKV projection) is all they cost. `attentions` then
+        has None for the last layer, and `last_hidden_state` is the last layer's *input*; `pooled` is None.
         """
+        if stop_at_last_attention and output_hidden_states:
+            raise ValueError("stop_at_last_attention leaves the last layer's output uncomputed; no hidden states")
         if embedded is None:
             if self.embeddings is None or input_ids is None:
                 raise ValueError("this encoder has no embeddings of its own; pass `embedded`")
@@ -103,15 +111,20 @@ class BertEncoder(nn.Module):
             wanted = set(range(layers)) if output_attentions else set()
         else:
             wanted = {i % layers for i in output_attentions}
+        if stop_at_last_attention:
+            wanted.add(layers - 1)
         for i in range(layers):
             layer = first if len(self.layers) == 1 else self.layers[i]
-            x, attn = layer(x, mask, need_weights=i in wanted, shared=first)
+            stop = stop_at_last_attention and i == layers - 1
+            x, attn = layer(x, mask, need_weights=i in wanted, shared=first, attention_only=stop)
             if output_hidden_states:
                 hidden_states.append(x)
             if wanted:
                 attentions.append(attn.probs)
                 attention_scores.append(attn.scores)
                 values.append(attn.values)
+        if stop_at_last_attention:
+            return EncoderOutput(x, None, hidden_states, attentions, attention_scores, values)
         if self.final_norm is not None:
             x = self.final_norm(x)
         pooled = self.pooler(x) if self.pooler is not None else None

@@ -264,10 +264,13 @@ class BlockSparseAttention(SelfAttention):
         )  # fmt: skip
         return torch.tensor(draw, dtype=torch.long, device=device)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, need_weights: bool = False) -> AttentionOutput:
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor | None, need_weights: bool = False, scores_only: bool = False
+    ) -> AttentionOutput:
         batch, length, _ = x.shape
-        if length <= self.full_attention_limit:
-            return super().forward(x, mask, need_weights)
+        if length <= self.full_attention_limit or scores_only:
+            # The raw scores QK^T/sqrt(d) are dense whatever the pattern (block_sparse_attention returns them so).
+            return super().forward(x, mask, need_weights, scores_only)
         q, k, v = self.qkv(x).view(batch, length, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         # The encoder's (B, 1, 1, T) key mask, as (B, T).
         keep = mask.reshape(mask.shape[0], mask.shape[-1]).expand(batch, length) if mask is not None else None

@@ -60,7 +60,7 @@ class Embeddings(nn.Module):
 
 class AttentionOutput(NamedTuple):
     # A NamedTuple, not a dataclass: engines that hook module outputs (DeepSpeed ZeRO-3) can see its tensors.
-    hidden: torch.Tensor
+    hidden: torch.Tensor | None  # None when only the scores and values were asked for (`scores_only`)
     probs: torch.Tensor | None = None  # (B, heads, T, T) after softmax, when asked for
     scores: torch.Tensor | None = None  # (B, heads, T, T) QK^T/sqrt(d) before masking (TinyBERT)
     values: torch.Tensor | None = None  # (B, heads, T, head_dim) value vectors (MiniLM's value relation)
@@ -77,9 +77,15 @@ class SelfAttention(nn.Module):
         self.out = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         self.dropout_p = cfg.attention_dropout
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, need_weights: bool = False) -> AttentionOutput:
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor | None, need_weights: bool = False, scores_only: bool = False
+    ) -> AttentionOutput:
+        """`scores_only`: return the scores and values alone, with no softmax, context or output projection:
+        MiniLM reads a last layer's QK^T and V and nothing computed after them."""
         batch, length, _ = x.shape
         q, k, v = self.qkv(x).view(batch, length, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        if scores_only:
+            return AttentionOutput(None, None, (q @ k.transpose(-1, -2)) / math.sqrt(self.head_dim), v)
         dropout_p = self.dropout_p if self.training else 0.0
         if not need_weights:
             context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
@@ -141,13 +147,18 @@ class EncoderLayer(nn.Module):
         mask: torch.Tensor | None,
         need_weights: bool = False,
         shared: EncoderLayer | None = None,
+        attention_only: bool = False,
     ) -> tuple[torch.Tensor, AttentionOutput]:
+        """`attention_only`: stop after the attention's scores and values (see SelfAttention), returning the
+        input unchanged beside them: the layer's own output is never computed."""
         # The sub-layers this layer shares come from `shared` (layer 0 of the encoder).
         att = self if self.attention is not None else shared
         ff = self if self.ffn is not None else shared
         if att is None or ff is None:
             raise ValueError("a layer that shares a sub-layer must be called with `shared`")
         attention_fn, attn_norm_fn, ffn, ffn_norm = att.attention, att.attn_norm, ff.ffn, ff.ffn_norm
+        if attention_only:
+            return x, attention_fn(attn_norm_fn(x) if self.pre_norm else x, mask, True, scores_only=True)
         if self.pre_norm:
             attn = attention_fn(attn_norm_fn(x), mask, need_weights)
             x = x + self.dropout(attn.hidden)

@@ -403,3 +403,39 @@ def test_objective_asks_only_for_the_attention_its_terms_read() -> None:
     assert minilm.attention_layers() == ([-1], [-1])
     distilbert = DistillationObjective("distilbert", None, {"ce": 5, "mlm": 2, "cos": 1}, 2.0)
     assert distilbert.attention_layers() == ([], False)
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_stopping_at_the_last_attention_gives_minilm_the_same_loss_and_gradients(norm: str) -> None:
+    """MiniLM's terms read the last layer's scores and values only: the encoder that stops there must give
+    the very scores, values, loss and parameter gradients of the full forward (which computes the rest of the
+    layer for nothing), and leave the last layer's attention output and FFN out of the graph."""
+    from bertkit.distill.objective import DistillationObjective
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(**{**TINY, "norm": norm})
+    teacher, student = DistillStudent(cfg).eval(), DistillStudent(ModelConfig(**{**TINY, "num_layers": 2}))
+    ids, mask = _ids()
+    batch = {"input_ids": ids, "attention_mask": mask}
+    stop = student(ids, mask, stop_at_last_attention=True)
+    full = student(ids, mask, output_attentions=[-1])
+    assert torch.equal(stop.attention_scores[-1], full.attention_scores[-1])
+    assert torch.equal(stop.values[-1], full.values[-1])
+    assert stop.attentions[-1] is None and stop.mlm_logits is None and stop.logits is None
+    # The objective stops both models; the reference is the losses on the full forwards' tensors.
+    objective = DistillationObjective("minilm", teacher, {"attention_kl": 1.0, "value_relation": 1.0}, 1.0)
+    loss, _ = objective(student, batch)
+    loss.backward()
+    got = {name: p.grad.clone() for name, p in student.named_parameters() if p.grad is not None}
+    student.zero_grad(set_to_none=True)
+    full_t = teacher(ids, mask, output_attentions=[-1])
+    reference = L.attention_kl_loss(full.attention_scores[-1], full_t.attention_scores[-1], mask) + (
+        L.value_relation_kl_loss(full.values[-1], full_t.values[-1], mask)
+    )
+    (reference / mask.sum()).backward()
+    assert torch.allclose(loss, reference / mask.sum(), atol=1e-6)
+    expected = {name: p.grad for name, p in student.named_parameters() if p.grad is not None}
+    assert got.keys() == expected.keys() and "encoder.layers.1.attention.qkv.weight" in got
+    assert not any(name.startswith(("encoder.layers.1.ffn", "encoder.layers.1.attention.out")) for name in got)
+    for name, grad in got.items():
+        assert torch.allclose(grad, expected[name], atol=1e-6), name
