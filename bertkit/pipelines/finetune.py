@@ -24,7 +24,7 @@ from bertkit.corpus.loader import split_indices
 from bertkit.engine.checkpoint import list_checkpoints, load_state, read_weights
 from bertkit.engine.device import resolve_device
 from bertkit.engine.dist import is_main
-from bertkit.engine.loop import train
+from bertkit.engine.loop import TrainResult, train
 from bertkit.errors import BertkitError
 from bertkit.modeldir import encoder_weights, load_model_dir, save_model_dir
 from bertkit.models.pretraining import build_encoder
@@ -155,6 +155,39 @@ class BestModel:
         return bool(self.patience) and self.since_best >= self.patience
 
 
+def training_summary(
+    result: TrainResult, best: BestModel | None, train_cfg: TrainConfig, steps_per_epoch: int
+) -> dict[str, Any]:
+    """The summary entries every fine-tuning task shares: the schedule, what the loop did, and what model/
+    holds (the best evaluation's metrics, or the last one's when none was better)."""
+    first, last = result.first_last("loss")
+    return {
+        "epochs": train_cfg.epochs,
+        "steps_per_epoch": steps_per_epoch,
+        "steps": result.steps,
+        "stopped": result.stopped,
+        "seconds": round(result.seconds, 1),
+        "loss_first": first,
+        "loss_last": last,
+        "eval": best.best_metrics if best is not None and best.best_metrics else result.eval,
+        "eval_last": result.eval,
+        "best": best.info if best is not None else None,
+        "resumed_from": result.resumed_from,
+    }
+
+
+def skipped_summary(train_read: Any, eval_read: Any | None) -> dict[str, Any]:
+    """What reading skipped (`--skip-bad-rows`), for readers that count it: the eval file's rows, and the
+    first few skipped rows with their reasons."""
+    out: dict[str, Any] = {}
+    if eval_read is not None:
+        out["eval_rows_read"], out["eval_rows_skipped"] = eval_read.rows_read, eval_read.skipped
+    skipped = train_read.skipped_rows + (eval_read.skipped_rows if eval_read is not None else [])
+    if skipped:
+        out["skipped_examples"] = skipped[:3]
+    return out
+
+
 def finetune(
     recipe: FinetuneRecipe,
     model_path: Path,
@@ -282,7 +315,6 @@ def finetune(
             tokenizer,
             {"labels": labels, "task": task.model_dump(mode="json"), "best": best_info},
         )
-    first, last = result.first_last("loss")
     summary: dict[str, Any] = {
         "run_dir": str(output),
         "model_dir": str(saved),
@@ -293,26 +325,12 @@ def finetune(
         "label_counts": train_part.label_counts() if not regression else {},
         "train_examples": len(train_part),
         "eval_examples": len(eval_data),
-        "epochs": train_cfg.epochs,
-        "steps_per_epoch": steps_per_epoch,
-        "steps": result.steps,
-        "stopped": result.stopped,
-        "seconds": round(result.seconds, 1),
-        "loss_first": first,
-        "loss_last": last,
-        # What model/ holds: the best evaluation's metrics (the last one's without a better one).
-        "eval": best.best_metrics if best is not None and best.best_metrics else result.eval,
-        "eval_last": result.eval,
-        "best": best_info,
-        "resumed_from": result.resumed_from,
+        **training_summary(result, best, train_cfg, steps_per_epoch),
         "mode": task.mode,
         "pool": task.pool,
     }
     if multi_label:
         summary["threshold"] = task.threshold
-    if eval_read is not None:
-        summary["eval_rows_read"], summary["eval_rows_skipped"] = eval_read.rows_read, eval_read.skipped
-    if train_data.skipped_rows or (eval_read is not None and eval_read.skipped_rows):
-        summary["skipped_examples"] = (train_data.skipped_rows + (eval_read.skipped_rows if eval_read else []))[:3]
+    summary.update(skipped_summary(train_data, eval_read))
     write_summary(output, summary)
     return summary

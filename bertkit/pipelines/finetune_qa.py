@@ -42,7 +42,7 @@ def finetune_qa(
     resume: bool | str | None = False,
     quiet: bool = False,
 ) -> dict[str, Any]:
-    from bertkit.pipelines.finetune import BestModel, plan_epochs
+    from bertkit.pipelines.finetune import BestModel, plan_epochs, skipped_summary, training_summary
 
     task = recipe.task
     if task.split is not None or task.eval_split is not None:
@@ -99,7 +99,6 @@ def finetune_qa(
         task_meta = {**task.model_dump(mode="json"), "max_seq_len": max_len, "version_2_with_negative": with_null}
         save_model_dir(saved, model, model_cfg, ARCHITECTURE, tokenizer, {"labels": [], "task": task_meta,
                                                                           "best": best_info})  # fmt: skip
-    first, last = result.first_last("loss")
     summary: dict[str, Any] = {
         "run_dir": str(output),
         "model_dir": str(saved),
@@ -113,22 +112,8 @@ def finetune_qa(
         "train_windows": len(train_features),
         "eval_windows": len(eval_features) if eval_features is not None else 0,
         "unreachable_answers": train_features.unreachable,
-        "epochs": train_cfg.epochs,
-        "steps_per_epoch": steps_per_epoch,
-        "steps": result.steps,
-        "stopped": result.stopped,
-        "seconds": round(result.seconds, 1),
-        "loss_first": first,
-        "loss_last": last,
-        "eval": best.best_metrics if best is not None and best.best_metrics else result.eval,
-        "eval_last": result.eval,
-        "best": best_info,
-        "resumed_from": result.resumed_from,
+        **training_summary(result, best, train_cfg, steps_per_epoch),
     }
-    if eval_read is not None:
-        summary["eval_rows_read"], summary["eval_rows_skipped"] = eval_read.rows_read, eval_read.skipped
-    skipped = train_data.skipped_rows + (eval_read.skipped_rows if eval_read is not None else [])
-    if skipped:
-        summary["skipped_examples"] = skipped[:3]
+    summary.update(skipped_summary(train_data, eval_read))
     write_summary(output, summary)
     return summary

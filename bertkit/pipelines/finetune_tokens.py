@@ -44,7 +44,7 @@ def finetune_tokens(
     resume: bool | str | None = False,
     quiet: bool = False,
 ) -> dict[str, Any]:
-    from bertkit.pipelines.finetune import BestModel, plan_epochs
+    from bertkit.pipelines.finetune import BestModel, plan_epochs, training_summary
 
     task = recipe.task
     if task.split is not None or task.eval_split is not None:
@@ -109,7 +109,6 @@ def finetune_tokens(
         save_model_dir(
             saved, model, model_cfg, ARCHITECTURE, tokenizer, {"labels": names, "task": task_meta, "best": best_info}
         )
-    first, last = result.first_last("loss")
     summary: dict[str, Any] = {
         "run_dir": str(output),
         "model_dir": str(saved),
@@ -123,17 +122,7 @@ def finetune_tokens(
         "eval_examples": len(eval_data),
         "train_words": sum(len(w) for w in train_part.words),
         "truncated": train_examples.truncated + (eval_examples.truncated if eval_examples else 0),
-        "epochs": train_cfg.epochs,
-        "steps_per_epoch": steps_per_epoch,
-        "steps": result.steps,
-        "stopped": result.stopped,
-        "seconds": round(result.seconds, 1),
-        "loss_first": first,
-        "loss_last": last,
-        "eval": best.best_metrics if best is not None and best.best_metrics else result.eval,
-        "eval_last": result.eval,
-        "best": best_info,
-        "resumed_from": result.resumed_from,
+        **training_summary(result, best, train_cfg, steps_per_epoch),
         "mode": task.mode,
     }
     if eval_file is not None:
