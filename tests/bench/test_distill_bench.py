@@ -41,6 +41,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from bench_helpers import Timed, mlm_batches
 from cli_helpers import run_json
 
 QUICK = os.environ.get("BERTKIT_BENCH_QUICK", "") not in ("", "0")
@@ -254,43 +255,6 @@ def test_teacher_vs_student_table(
 # ---------------------------------------------------------------------------------------------- throughput
 
 
-def corpus_batches(corpus_dir: Path, batch_size: int):
-    from bertkit.corpus.build import TOKENIZER_SUBDIR
-    from bertkit.corpus.loader import MLMBatches
-    from bertkit.corpus.masking import MaskingSpec
-    from bertkit.corpus.shards import Corpus
-    from bertkit.tokenizers.base import load_tokenizer
-
-    corpus = Corpus(corpus_dir)
-    tok = load_tokenizer(corpus_dir / TOKENIZER_SUBDIR)
-    spec = MaskingSpec(0.15, 0.8, 0.1, tok.mask_id, tok.special_ids, tok.vocab_size)
-    return MLMBatches(corpus, np.arange(len(corpus)), batch_size, spec, tok.pad_id, seed=0)
-
-
-class Timed:
-    """A batch source that starts the clock after the warm-up steps and counts the non-padding tokens after."""
-
-    def __init__(self, source, warmup_batches: int) -> None:
-        self.source, self.warmup, self.served, self.tokens, self.start = source, warmup_batches, 0, 0, 0.0
-        self.sampler = source.sampler
-
-    @property
-    def state(self):
-        return self.source.state
-
-    def load_state(self, state):
-        self.source.load_state(state)
-
-    def next_batch(self):
-        if self.served == self.warmup:
-            self.start = time.perf_counter()
-        batch = self.source.next_batch()
-        if self.served >= self.warmup:
-            self.tokens += int(batch["attention_mask"].sum())
-        self.served += 1
-        return batch
-
-
 def student_config(minilm_dir: Path):
     from bertkit.config.schema import ModelConfig
     from bertkit.modeldir import load_model_dir
@@ -328,7 +292,7 @@ def run_bertkit(method: str, teacher_dir: Path, corpus_dir: Path, tmp: Path) -> 
     init_from_teacher(student, weights, teacher_cfg, layers)
     freeze_unreached(student, method)  # as `bertkit distill`: MiniLM reaches nothing after the last Q, K, V
     objective = DistillationObjective(method, teacher, METHODS[method], TEMPERATURE[method])
-    timed = Timed(corpus_batches(corpus_dir, TP_BATCH), TP_WARMUP)
+    timed = Timed(mlm_batches(corpus_dir, TP_BATCH)[0], TP_WARMUP)
     steps = TP_WARMUP + TP_STEPS
     train_cfg = TrainConfig(steps=steps, batch_size=TP_BATCH, log_every=steps)
     train(student, objective, timed, tmp, train_cfg, OptimConfig(lr=TP_LR), ScheduleConfig(),
@@ -394,7 +358,7 @@ def _plain_optimizer(student: torch.nn.Module) -> torch.optim.Optimizer:
 def _plain_loop(student: torch.nn.Module, corpus_dir: Path, loss_of) -> float:
     """TP_WARMUP + TP_STEPS steps of `loss_of(batch)`, backward, clipping at 1.0, AdamW; student tokens/s."""
     optimizer = _plain_optimizer(student)
-    source = corpus_batches(corpus_dir, TP_BATCH)
+    source = mlm_batches(corpus_dir, TP_BATCH)[0]
     tokens, start = 0, 0.0
     for step in range(TP_WARMUP + TP_STEPS):
         if step == TP_WARMUP:

@@ -12,9 +12,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
+from bench_helpers import Timed, mlm_batches
 
 from bertkit.config.schema import EngineConfig, ModelConfig, OptimConfig, ScheduleConfig, TrainConfig
 from bertkit.engine.flops import peak_flops, training_flops
@@ -34,43 +34,6 @@ def bench_corpus(minilm_dir: Path, text_file: Path, tmp_path_factory: pytest.Tem
     return output
 
 
-def batches(corpus_dir: Path, batch_size: int = BATCH):
-    from bertkit.corpus.build import TOKENIZER_SUBDIR
-    from bertkit.corpus.loader import MLMBatches
-    from bertkit.corpus.masking import MaskingSpec
-    from bertkit.corpus.shards import Corpus
-    from bertkit.tokenizers.base import load_tokenizer
-
-    corpus = Corpus(corpus_dir)
-    tok = load_tokenizer(corpus_dir / TOKENIZER_SUBDIR)
-    spec = MaskingSpec(0.15, 0.8, 0.1, tok.mask_id, tok.special_ids, tok.vocab_size)
-    return MLMBatches(corpus, np.arange(len(corpus)), batch_size, spec, tok.pad_id, seed=0), tok
-
-
-class Timed:
-    """A batch source that starts the clock after the warm-up steps (first calls allocate/compile)."""
-
-    def __init__(self, source, warmup_batches: int) -> None:
-        self.source, self.warmup, self.served, self.tokens, self.start = source, warmup_batches, 0, 0, 0.0
-        self.sampler = source.sampler
-
-    @property
-    def state(self):
-        return self.source.state
-
-    def load_state(self, state):
-        self.source.load_state(state)
-
-    def next_batch(self):
-        if self.served == self.warmup:
-            self.start = time.perf_counter()
-        batch = self.source.next_batch()
-        if self.served >= self.warmup:
-            self.tokens += int(batch["attention_mask"].sum())
-        self.served += 1
-        return batch
-
-
 def run_bertkit(
     corpus_dir: Path,
     tmp: Path,
@@ -84,7 +47,7 @@ def run_bertkit(
     from bertkit.models.pretraining import MaskedLMModel
     from bertkit.objectives.mlm import MLMObjective
 
-    source, tok = batches(corpus_dir, batch_size)
+    source, tok = mlm_batches(corpus_dir, batch_size)
     torch.manual_seed(0)
     cfg = ModelConfig(vocab_size=tok.vocab_size, pad_token_id=tok.pad_id, max_position_embeddings=512, **shape)
     model = MaskedLMModel(cfg)
@@ -101,7 +64,7 @@ def run_hf(
 ) -> tuple[float, torch.nn.Module]:
     from transformers import BertConfig, BertForMaskedLM
 
-    source, tok = batches(corpus_dir, batch_size)
+    source, tok = mlm_batches(corpus_dir, batch_size)
     torch.manual_seed(0)
     config = BertConfig(
         vocab_size=tok.vocab_size,

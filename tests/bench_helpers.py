@@ -1,0 +1,48 @@
+"""What the throughput benchmarks share: MLM batches from a built corpus, and a batch source that times them."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def mlm_batches(corpus_dir: Path, batch_size: int):
+    """BERT's masking (15 %, 80/10/10) over every sequence of the corpus, shuffled from seed 0; and its
+    tokenizer."""
+    from bertkit.corpus.build import TOKENIZER_SUBDIR
+    from bertkit.corpus.loader import MLMBatches
+    from bertkit.corpus.masking import MaskingSpec
+    from bertkit.corpus.shards import Corpus
+    from bertkit.tokenizers.base import load_tokenizer
+
+    corpus = Corpus(corpus_dir)
+    tok = load_tokenizer(corpus_dir / TOKENIZER_SUBDIR)
+    spec = MaskingSpec(0.15, 0.8, 0.1, tok.mask_id, tok.special_ids, tok.vocab_size)
+    return MLMBatches(corpus, np.arange(len(corpus)), batch_size, spec, tok.pad_id, seed=0), tok
+
+
+class Timed:
+    """A batch source that starts the clock after the warm-up batches (first calls allocate and pick
+    kernels) and counts the non-padding tokens served after them."""
+
+    def __init__(self, source, warmup_batches: int) -> None:
+        self.source, self.warmup, self.served, self.tokens, self.start = source, warmup_batches, 0, 0, 0.0
+        self.sampler = source.sampler
+
+    @property
+    def state(self):
+        return self.source.state
+
+    def load_state(self, state):
+        self.source.load_state(state)
+
+    def next_batch(self):
+        if self.served == self.warmup:
+            self.start = time.perf_counter()
+        batch = self.source.next_batch()
+        if self.served >= self.warmup:
+            self.tokens += int(batch["attention_mask"].sum())
+        self.served += 1
+        return batch
