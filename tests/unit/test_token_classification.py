@@ -55,6 +55,32 @@ def test_conllu_reads_form_and_upos(tmp_path: Path) -> None:
     assert resolve_tags(data, "auto") == data.tags and data.scheme == "none"
 
 
+def test_lines_break_only_at_newlines(tmp_path: Path) -> None:
+    """U+0085 (cp1252's ellipsis decoded as Latin-1), U+2028 and form feeds occur inside words of web text and
+    inside JSON strings written with ensure_ascii=False: they are part of the line, not line breaks. Also kept:
+    a form with a space (UD v2 allows them), the literal `_` form, UD v1's CONJ, CRLF line ends."""
+    text = (
+        "# text = Tamam\x85 New York _ ve\u2028x\n"
+        "1\tTamam\x85\t_\tADJ\t_\t_\t0\troot\t_\t_\n"
+        "2\tNew York\t_\tNOUN\t_\t_\t1\tnn\t_\t_\n"
+        "3\t_\t_\tX\t_\t_\t1\tp\t_\t_\n"
+        "4\tve\u2028x\u000c\t_\tCONJ\t_\t_\t1\tcc\t_\t_\n\n"
+        "1\t.\t.\tPUNCT\t_\t_\t0\troot\t_\t_\n"
+    )
+    path = tmp_path / "t.conllu"
+    path.write_bytes(text.replace("\n", "\r\n").encode("utf-8"))
+    data = read_token_file(path)
+    assert data.words == [["Tamam\x85", "New York", "_", "ve\u2028x\u000c"], ["."]]
+    assert data.tags == [["ADJ", "NOUN", "X", "CONJ"], ["PUNCT"]] and data.lines == [[2, 3, 4, 5], [7]]
+    # JSON lines tokens hold no whitespace, but other fields (the raw text) may.
+    rows = [{"tokens": ["a", "b"], "tags": ["X", "Y"], "text": "a\u2028b"}, {"tokens": ["d"], "tags": ["X"]}]
+    jsonl = _write(tmp_path, "t.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    assert read_token_file(jsonl).words == [["a", "b"], ["d"]]
+    tweets = _write(tmp_path, "t.txt", "yes\u2028no\tO\nParis\tB-LOC\n\nok\u0085ay\tO\n")
+    data = read_token_file(tweets)
+    assert data.words == [["yes\u2028no", "Paris"], ["ok\u0085ay"]] and data.lines == [[1, 2], [4]]
+
+
 def test_jsonl_and_its_errors(tmp_path: Path) -> None:
     rows = [
         {"tokens": ["Paris", "is", "big"], "tags": ["S-LOC", "O", "O"]},
