@@ -54,7 +54,7 @@ def build_corpus_command(
 ) -> None:
     """Documents to packed, memory-mapped token shards, in any BERT-family format and masking scheme."""
     from bertkit.corpus.build import BuildOptions, build_corpus
-    from bertkit.corpus.sources import expand_inputs
+    from bertkit.inputs.sources import expand_inputs
     from bertkit.progress import Tracker
 
     options = BuildOptions(

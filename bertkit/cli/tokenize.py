@@ -65,7 +65,7 @@ def train_command(
 ) -> None:
     """Train a tokenizer; writes tokenizer.json, the native files (vocab.txt; vocab.json+merges.txt; spm.model)
     and bertkit_tokenizer.json."""
-    from bertkit.corpus.sources import expand_inputs, input_size, is_plain_text
+    from bertkit.inputs.sources import expand_inputs, input_size, is_plain_text
     from bertkit.progress import Tracker
     from bertkit.tokenizers.train import TrainOptions, train_tokenizer
 

@@ -26,9 +26,9 @@ from bertkit.corpus.masking import STRATEGIES, MaskingSpec, mask_tokens
 from bertkit.corpus.pack import FORMATS, LAYOUTS, PAIR_FORMATS, Document, Packer, PackStats
 from bertkit.corpus.sentences import get_splitter
 from bertkit.corpus.shards import MANIFEST, ShardWriter
-from bertkit.corpus.sources import ReadStats, expand_inputs, iter_documents
 from bertkit.errors import BertkitError
 from bertkit.fsutil import atomic_output_dir, read_json
+from bertkit.inputs.sources import ReadStats, expand_inputs, iter_documents
 from bertkit.tokenizers.base import Tokenizer, load_tokenizer
 
 TOKENIZER_SUBDIR = "tokenizer"

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bertkit.corpus.sources import is_dataset_dir, open_binary
 from bertkit.errors import BertkitError
+from bertkit.inputs.sources import is_dataset_dir, read_text, split_lines
 
 SKIP_HINT = "fix the file, or pass --skip-bad-rows to skip (and count) such rows"
 # Bytes that are not UTF-8, decoded with errors="surrogateescape", become lone surrogates U+DC80-U+DCFF:
@@ -230,18 +230,8 @@ def _label_list(value: Any, name: str, separator: str) -> tuple[str | None, list
     return None, list(dict.fromkeys(p.strip() for p in parts if p is not None))
 
 
-def _read_text(path: Path) -> str:
-    """The whole file as text; bytes that are not UTF-8 become lone surrogates (found per row later)."""
-    try:
-        with open_binary(path) as handle:
-            raw = handle.read()
-    except (OSError, EOFError) as err:
-        raise BertkitError(f"cannot read {path}: {err}") from None
-    return raw.decode("utf-8", errors="surrogateescape").removeprefix("\ufeff")
-
-
 def _csv_rows(path: Path, delimiter: str) -> tuple[Any, list[str]]:
-    text = _read_text(path)
+    text = read_text(path)
     # newline="" keeps "\r\n" and newlines inside quoted fields for the csv module, which owns line ends.
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
     try:
@@ -281,8 +271,8 @@ def _csv_rows(path: Path, delimiter: str) -> tuple[Any, list[str]]:
 
 
 def _jsonl_rows(path: Path):
-    text = _read_text(path)
-    for lineno, line in enumerate(text.splitlines(), 1):
+    text = read_text(path)
+    for lineno, line in enumerate(split_lines(text), 1):
         if not line.strip():
             continue
         where = f"line {lineno}"
@@ -384,7 +374,7 @@ def read_texts(path: Path, text_field: str = "text", split: str | None = None, s
     if not path.is_file():
         raise BertkitError(f"input file not found: {path}")
     data = TaskData(path, [], None, None)
-    for lineno, line in enumerate(_read_text(path).splitlines(), 1):
+    for lineno, line in enumerate(split_lines(read_text(path)), 1):
         if not line.strip():
             continue
         data.rows_read += 1

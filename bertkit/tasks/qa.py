@@ -91,7 +91,7 @@ def locate_answer(context: str, text: str, start: int) -> int | None:
 
 
 def _load_json(path: Path) -> Any:
-    from bertkit.corpus.sources import open_binary
+    from bertkit.inputs.sources import open_binary
 
     if not path.exists():
         raise BertkitError(f"task file not found: {path}")
@@ -131,7 +131,9 @@ def read_qa_file(path: Path, skip_bad_rows: bool = False, need_answers: bool = T
             )
         _read_squad(path, loaded["data"], data, skip_bad_rows, need_answers)
     else:
-        lines = loaded.splitlines() if isinstance(loaded, str) else json.dumps(loaded).splitlines()
+        from bertkit.inputs.sources import split_lines
+
+        lines = split_lines(loaded) if isinstance(loaded, str) else [json.dumps(loaded)]
         _read_jsonl(path, lines, data, skip_bad_rows, need_answers)
     if not data.examples:
         raise BertkitError(f"{path} holds no questions (read {data.rows_read}, skipped {data.skipped})")

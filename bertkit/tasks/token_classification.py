@@ -36,7 +36,6 @@ IGNORE = -100  # the label of positions that are no target (later sub-words, spe
 SCHEMES = ("auto", "bio", "iob1", "iobes", "none")
 _SHAPE = re.compile(r"^([BIES])-(.+)$")
 _UNDECODABLE = re.compile("[\udc80-\udcff]")
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
 # ------------------------------------------------------------------------------------------------ reading
@@ -79,23 +78,13 @@ def token_file_format(path: Path) -> str:
 
 
 def _read_lines(path: Path) -> list[str]:
-    from bertkit.corpus.sources import open_binary
+    from bertkit.inputs.sources import read_text, split_lines
 
     if not path.exists():
         raise BertkitError(f"task file not found: {path}")
     if path.is_dir():
         raise BertkitError(f"{path} is a directory; token classification reads CoNLL, CoNLL-U or JSON lines files")
-    try:
-        with open_binary(path) as handle:
-            raw = handle.read()
-    except (OSError, EOFError) as err:
-        raise BertkitError(f"cannot read {path}: {err}") from None
-    text = raw.decode("utf-8", errors="surrogateescape").removeprefix("\ufeff")
-    # Lines end at \n, \r\n or \r only (as text-mode files read): str.splitlines() also breaks at U+0085,
-    # U+2028, form feeds and the like, which real web text holds inside a word or a JSON string, and would cut
-    # that token line in two.
-    lines = _LINE_BREAK.split(text)
-    return lines[:-1] if lines and not lines[-1] else lines
+    return split_lines(read_text(path))
 
 
 def read_token_file(path: Path) -> TokenData:

@@ -14,9 +14,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bertkit.corpus.sources import ReadStats, expand_inputs, iter_lines
 from bertkit.errors import BertkitError
 from bertkit.fsutil import atomic_output_dir, check_output_dir
+from bertkit.inputs.sources import ReadStats, expand_inputs, iter_lines
 from bertkit.tokenizers.base import Tokenizer
 from bertkit.tokenizers.specials import FAMILY_SPECIALS, KINDS
 

@@ -11,7 +11,7 @@ from bertkit.corpus.build import BuildOptions, build_corpus
 from bertkit.corpus.pack import FORMATS, PAIR_FORMATS
 from bertkit.corpus.sentences import split_rule_based
 from bertkit.corpus.shards import Corpus
-from bertkit.corpus.sources import iter_documents
+from bertkit.inputs.sources import iter_documents
 from bertkit.tokenizers.base import load_tokenizer
 
 MAX_LEN = 96

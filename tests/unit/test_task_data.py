@@ -123,3 +123,18 @@ def test_regression_labels_must_be_numbers(tmp_path: Path) -> None:
         read_task_data(path, "a", "score", "b", label_type="float")
     data = read_task_data(path, "a", "score", "b", skip_bad_rows=True, label_type="float")
     assert data.labels == [3.5] and data.pairs == ["two"]
+
+
+def test_json_lines_break_only_at_newlines(tmp_path: Path) -> None:
+    """U+2028, U+0085 and form feeds are legal raw characters inside a JSON string (json.dumps writes them
+    unescaped with ensure_ascii=False), and real web text has them: a row holding one is one row, as for
+    text files to embed."""
+    texts = ["a line\u2028separator", "next\x85line", "form\x0cfeed"]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps({"text": t, "label": "x" if i % 2 else "y"}, ensure_ascii=False) + "\r\n"
+                            for i, t in enumerate(texts)), encoding="utf-8")  # fmt: skip
+    data = read_task_data(path, "text", "label", None)
+    assert data.texts == texts and data.rows_read == 3
+    plain = tmp_path / "texts.txt"
+    plain.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    assert read_texts(plain).texts == texts

@@ -12,7 +12,7 @@ import pytest
 from cli_helpers import run_error, run_json, runner
 
 from bertkit.cli.app import app
-from bertkit.corpus.sources import ReadStats, expand_inputs, iter_documents
+from bertkit.inputs.sources import ReadStats, expand_inputs, iter_documents
 from bertkit.tokenizers import load_tokenizer
 from bertkit.tokenizers.train import TrainOptions, train_tokenizer
 

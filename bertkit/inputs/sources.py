@@ -13,6 +13,7 @@ import glob
 import gzip
 import io
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,6 +102,28 @@ def open_binary(path: Path) -> BinaryIO:
 
         return zstandard.ZstdDecompressor().stream_reader(open(path, "rb"))  # type: ignore[return-value]
     return open(path, "rb")
+
+
+def read_text(path: Path) -> str:
+    """A whole (optionally compressed) file as text, BOM removed; bytes that are not UTF-8 become lone
+    surrogates, for the reader to report with the row that holds them."""
+    try:
+        with open_binary(path) as handle:
+            raw = handle.read()
+    except (OSError, EOFError) as err:
+        raise BertkitError(f"cannot read {path}: {err}") from None
+    return raw.decode("utf-8", errors="surrogateescape").removeprefix("\ufeff")
+
+
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+def split_lines(text: str) -> list[str]:
+    """Lines ending at \\n, \\r\\n or \\r only, as text-mode files read them: str.splitlines() also breaks at
+    U+0085, U+2028, form feeds and the like, which real web text holds inside a word or a JSON string, and
+    would cut that line in two."""
+    lines = _LINE_BREAK.split(text)
+    return lines[:-1] if lines and not lines[-1] else lines
 
 
 def _decode(raw: bytes, stats: ReadStats) -> str:
