@@ -369,7 +369,8 @@ def train(
                         flops = training_flops(
                             backend.module, window_tokens, window_tokens / window_sequences, flops_params
                         )
-                        row["mfu"] = round(flops / elapsed / peak, 5)
+                        # Three significant figures: a tiny model's MFU is small, not zero.
+                        row["mfu"] = float(f"{flops / elapsed / peak:.3g}")
                     row["skipped_steps"] = result.skipped_steps
                     if main:
                         _write_row(metrics_file, writer, row)
