@@ -147,6 +147,7 @@ def distill_task(
         "epochs": train_cfg.epochs,
         "steps_per_epoch": steps_per_epoch,
         "steps": result.steps,
+        "tokens": result.tokens,  # what a token budget (--budget 5Mtok) counts, as the general stage reports
         "seconds": round(result.seconds, 1),
         **summarize(result, tuple(dict.fromkeys(t for _, terms in phases for t in terms))),
         "eval": result.eval,
