@@ -68,8 +68,10 @@ def find_model_dir(path: Path) -> Path:
 def load_model_dir(path: Path) -> tuple[Path, dict[str, Any], ModelConfig, dict[str, torch.Tensor], Tokenizer]:
     """Return (model dir, metadata, model config, weights, tokenizer), checking they agree.
 
-    Weights are in the key space of bertkit's pretraining model (`encoder.*`, `mlm_head.*`, ...); for a
-    Hugging Face directory the metadata names the HF architecture and the heads found, as `objective`.
+    Weights are in the key space of bertkit's pretraining model (`encoder.*`, `mlm_head.*`, ...) or of its
+    fine-tuned models (`encoder.*`, `classifier.*`). For a Hugging Face directory the metadata names the HF
+    architecture and the heads found, as `objective`; a BERT, ALBERT or RoBERTa *ForSequenceClassification
+    checkpoint is described as a bertkit fine-tuned classifier (architecture, labels from id2label).
     """
     model_dir = find_model_dir(path)
     if (model_dir / MODEL_META).is_file():
@@ -89,6 +91,10 @@ def load_model_dir(path: Path) -> tuple[Path, dict[str, Any], ModelConfig, dict[
             "model": cfg.model_dump(mode="json"),
             "objective": hf.objective.model_dump(mode="json"),
         }
+        if hf.task is not None:
+            # A classifier whose head bertkit reads is described as `bertkit finetune` describes its own (a
+            # [CLS] classifier, classes in id2label order), so it predicts, exports and teaches like one.
+            meta.update(architecture=hf.task, huggingface=hf.architecture, labels=hf.labels, task={"pool": "cls"})
     tokenizer = load_tokenizer(model_dir)
     if tokenizer.vocab_size != cfg.vocab_size:
         raise BertkitError(

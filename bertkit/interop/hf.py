@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
@@ -71,6 +71,28 @@ def _entries(cfg: ModelConfig, prefix: str, pooler: bool, heads: set[str]) -> li
     return module.encoder_entries(cfg, prefix, pooler) + module.head_entries(cfg, heads)
 
 
+# The *ForSequenceClassification classes whose head is bertkit's sequence classifier (dense + tanh on [CLS],
+# dropout, one linear layer), so both directions give the same logits. BERT and ALBERT keep that dense in
+# their pooler; RoBERTa's classification head holds it (`classifier.dense`), which is bertkit's pooler.
+SEQUENCE_HEAD_TYPES = ("bert", "albert", "roberta")
+
+
+def _sequence_head_entries(model_type: str) -> list[Entry]:
+    """The classifier past the encoder (and, for RoBERTa, the pooler), for a type in SEQUENCE_HEAD_TYPES."""
+    if model_type == "roberta":
+        return linear("encoder.pooler.dense", "classifier.dense") + linear("classifier", "classifier.out_proj")
+    return linear("classifier", "classifier")
+
+
+# config.json's problem_type -> the bertkit_model.json architecture of a fine-tuned model (`to_hf_task_checkpoint`
+# writes the reverse).
+_PROBLEM_TYPES = {
+    "single_label_classification": "sequence-classification",
+    "multi_label_classification": "sequence-multi-label",
+    "regression": "sequence-regression",
+}
+
+
 # ---------------------------------------------------------------------------------------------- import
 
 
@@ -78,16 +100,33 @@ def _entries(cfg: ModelConfig, prefix: str, pooler: bool, heads: set[str]) -> li
 class HFModel:
     config: ModelConfig
     objective: ObjectiveConfig  # the heads the checkpoint carries, as objective weights
-    weights: dict[str, torch.Tensor]  # in bertkit's pretraining-model key space (encoder.*, mlm_head.*, ...)
-    architecture: str
+    # in bertkit's key space: a pretraining model's (encoder.*, mlm_head.*, ...) or a fine-tuned sequence
+    # classifier's (encoder.*, classifier.*)
+    weights: dict[str, torch.Tensor]
+    architecture: str  # the HF class, config.json's architectures[0]
+    # A *ForSequenceClassification checkpoint whose head bertkit reads: the architecture a bertkit fine-tuned
+    # model of that kind has (sequence-classification, -multi-label, -regression) and its classes, in id order.
+    task: str | None = None
+    labels: list[str] = field(default_factory=list)
 
 
 def from_hf_state(hf_config: dict[str, Any], state: dict[str, torch.Tensor], source: str) -> HFModel:
     cfg = config_from_hf(hf_config)
-    _, prefix, _ = _module(hf_model_type(cfg))
+    model_type = hf_model_type(cfg)
+    _, prefix, _ = _module(model_type)
+    architecture = str((hf_config.get("architectures") or [model_type])[0])
     # Task models store the encoder under `bert.` (etc.); base models store it at the root.
     has_prefix = any(key.startswith(prefix) for key in state)
     entries = _entries(cfg, prefix if has_prefix else "", cfg.pooler, {"mlm", "nsp", "sop", "rtd", "plm"})
+    # A sequence classifier's head is read where bertkit has the same one; other families' heads (DistilBERT's
+    # pre_classifier + ReLU, ELECTRA's gelu head, ...) stay behind with the other task heads: the encoder alone.
+    classifier = (
+        architecture.endswith("ForSequenceClassification")
+        and model_type in SEQUENCE_HEAD_TYPES
+        and any(key.startswith("classifier.") for key in state)
+    )
+    if classifier:
+        entries += _sequence_head_entries(model_type)
     weights = to_ours(entries, state, source)
     used = {key for entry in entries for key in entry.hf if key in state}
     leftover = [k for k in state if k not in used and not _IGNORED.search(k) and not _TASK_HEADS.match(k)]
@@ -111,8 +150,49 @@ def from_hf_state(hf_config: dict[str, Any], state: dict[str, torch.Tensor], sou
     }
     # A bare encoder (AutoModel checkpoint) carries no head: it is described as an MLM model without one.
     objective = ObjectiveConfig(**weights_of) if any(weights_of.values()) else ObjectiveConfig()
-    architectures = hf_config.get("architectures") or [hf_model_type(cfg)]
-    return HFModel(cfg, objective, weights, str(architectures[0]))
+    if not classifier:
+        return HFModel(cfg, objective, weights, architecture)
+    task, labels = _sequence_task(hf_config, weights, cfg, source)
+    return HFModel(cfg, objective, weights, architecture, task, labels)
+
+
+def _sequence_task(
+    hf_config: dict[str, Any], weights: dict[str, torch.Tensor], cfg: ModelConfig, source: str
+) -> tuple[str, list[str]]:
+    """(bertkit architecture, class names in id order) of a sequence classifier, from its config.json
+    (problem_type, id2label) checked against its classifier's shape."""
+    if "classifier.weight" not in weights or "encoder.pooler.dense.weight" not in weights:
+        missing = "classifier.weight" if "classifier.weight" not in weights else "the pooler's dense layer"
+        raise BertkitError(f"{source} is a sequence classifier without {missing}; is model.safetensors complete?")
+    rows, width = weights["classifier.weight"].shape
+    if width != cfg.hidden_size:
+        raise BertkitError(
+            f"{source}: the classifier reads {width} features but config.json says hidden_size {cfg.hidden_size}"
+        )
+    raw = hf_config.get("id2label") or {str(i): f"LABEL_{i}" for i in range(rows)}  # transformers' own default
+    try:
+        id2label = {int(key): str(name) for key, name in raw.items()}
+    except (AttributeError, TypeError, ValueError):
+        raise BertkitError(f"{source}/config.json: id2label must map class ids (0, 1, ...) to names") from None
+    if sorted(id2label) != list(range(len(id2label))):
+        raise BertkitError(f"{source}/config.json: id2label must number its classes 0..{len(id2label) - 1}")
+    labels = [id2label[i] for i in range(len(id2label))]
+    problem = hf_config.get("problem_type") or ("regression" if rows == 1 else "single_label_classification")
+    if problem not in _PROBLEM_TYPES:
+        raise BertkitError(
+            f"{source}/config.json: problem_type '{problem}' is not one bertkit reads ({', '.join(_PROBLEM_TYPES)})"
+        )
+    task = _PROBLEM_TYPES[problem]
+    if task == "sequence-regression":
+        if rows != 1:
+            raise BertkitError(f"{source}: a regression head has one output, this classifier has {rows}")
+        return task, []  # as bertkit's own regression models: one score, no class names
+    if rows != len(labels) or len(set(labels)) != len(labels):
+        raise BertkitError(
+            f"{source}: the classifier has {rows} outputs but config.json's id2label names {len(set(labels))} "
+            "distinct classes; they must agree"
+        )
+    return task, labels
 
 
 def _check_shapes(cfg: ModelConfig, weights: dict[str, torch.Tensor], source: str) -> None:
@@ -263,17 +343,15 @@ def to_hf_task_checkpoint(
                 f"this classifier reads mean-pooled states (task.pool={pool}), which no Hugging Face "
                 "*ForSequenceClassification class does; export the encoder with --head base"
             )
-        if model_type not in ("bert", "albert", "roberta") or not cfg.pooler:
+        if model_type not in SEQUENCE_HEAD_TYPES or not cfg.pooler:
             raise BertkitError(
                 f"{name} puts its own layers between [CLS] and the classifier, which this {cfg.family} classifier "
                 "(a linear layer on the raw [CLS] state) lacks; export the encoder with --head base"
             )
-        if model_type == "roberta":
-            # RobertaClassificationHead: dense + tanh on <s> (bertkit's pooler), then out_proj.
-            entries += linear("encoder.pooler.dense", "classifier.dense") + linear("classifier", "classifier.out_proj")
-        else:
-            # BERT/ALBERT: the pooler (dense + tanh on [CLS]), then the classifier.
-            entries += module.encoder_entries(cfg, prefix, True)[len(entries) :] + linear("classifier", "classifier")
+        if model_type != "roberta":
+            # BERT/ALBERT: the pooler (dense + tanh on [CLS]) is the base model's, then the classifier.
+            entries += module.encoder_entries(cfg, prefix, True)[len(entries) :]
+        entries += _sequence_head_entries(model_type)
     missing = [e.ours for e in entries if e.ours not in weights]
     if missing:
         raise BertkitError(f"this model has no tensor {missing[0]} needed for {name}; is the model directory complete?")

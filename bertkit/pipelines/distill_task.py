@@ -1,8 +1,9 @@
-"""`bertkit distill --stage task`: TinyBERT's second stage. A fine-tuned teacher's classifier is distilled
-into a generally distilled student on the task's labelled data: first the intermediate layers (embeddings,
-hidden states, attention scores; `distill.intermediate_fraction` of the steps), then the prediction layer
-(soft cross-entropy at `distill.temperature`). With `--method distilbert` or `minilm` the whole run
-distils the prediction layer (DistilBERT's soft targets carry T²).
+"""`bertkit distill --stage task`: TinyBERT's second stage. A fine-tuned teacher's classifier (a run of
+`bertkit finetune`, or a Hugging Face BERT/ALBERT/RoBERTa *ForSequenceClassification checkpoint, classes from
+its id2label) is distilled into a generally distilled student on the task's labelled data: first the
+intermediate layers (embeddings, hidden states, attention scores; `distill.intermediate_fraction` of the
+steps), then the prediction layer (soft cross-entropy at `distill.temperature`). With `--method distilbert`
+or `minilm` the whole run distils the prediction layer (DistilBERT's soft targets carry T²).
 
 Data is read as `bertkit finetune` reads it (bertkit/tasks/data.py), and `bertkit augment` can enlarge it
 first, as TinyBERT does. The gold labels are not trained on (the teacher's soft targets are), but they
@@ -48,6 +49,26 @@ class LogitsView(nn.Module):
         return {"logits": self.student(input_ids, attention_mask, token_type_ids).logits}
 
 
+def check_labels(teacher: Teacher, data_labels: list[str], source: Path) -> None:
+    """Every label of the task data must be one of the teacher's classes: the gold labels score the student
+    against the teacher's outputs by class name. A mismatch names where the teacher's names come from."""
+    known = teacher.labels or []
+    unknown = sorted(set(data_labels) - set(known))
+    if not unknown:
+        return
+    if teacher.huggingface:
+        fix = (
+            f"if they are the same classes under other names, write the data's names into id2label in "
+            f"{Path(teacher.source) / 'config.json'}, in the order of the teacher's class ids"
+        )
+    else:
+        fix = "distil on data labelled with the teacher's classes (task.label_field picks the column)"
+    raise BertkitError(
+        f"{source} has labels {unknown[:5]} that the teacher {teacher.source} does not predict "
+        f"(its classes: {known[:10]}); {fix}"
+    )
+
+
 def distill_task(
     recipe: DistillRecipe,
     teacher_spec: str,
@@ -61,9 +82,11 @@ def distill_task(
 ) -> dict[str, Any]:
     teacher = Teacher.load(teacher_spec)
     if not teacher.has_classifier or not teacher.labels:
+        what = f" (a {teacher.huggingface} checkpoint)" if teacher.huggingface else ""
         raise BertkitError(
-            f"--stage task distils a fine-tuned classifier, but the teacher {teacher.source} has none; pass the run "
-            "directory of `bertkit finetune` as --teacher"
+            f"--stage task distils a fine-tuned single-label classifier, but the teacher {teacher.source}{what} has "
+            "none; pass the run directory of `bertkit finetune`, or a Hugging Face BERT, ALBERT or RoBERTa "
+            "*ForSequenceClassification checkpoint, as --teacher"
         )
     student_path, meta, student_cfg, student_weights, student_tokenizer = load_model_dir(student_dir)
     if student_tokenizer.fingerprint() != teacher.tokenizer.fingerprint():
@@ -93,6 +116,7 @@ def distill_task(
 
     def encoded(data: Any, source: Path) -> Any:
         # The teacher's classes, in its order: a label it was never trained on is an error naming the file.
+        check_labels(teacher, data.labels or [], source)
         return encode_examples(data.texts, data.pairs, label_indices(data.labels or [], labels, source),
                                teacher.tokenizer, max_len)  # fmt: skip
 
@@ -147,6 +171,7 @@ def distill_task(
         "epochs": train_cfg.epochs,
         "steps_per_epoch": steps_per_epoch,
         "steps": result.steps,
+        "tokens": result.tokens,  # what a token budget (--budget 5Mtok) counts, as the general stage reports
         "seconds": round(result.seconds, 1),
         **summarize(result, tuple(dict.fromkeys(t for _, terms in phases for t in terms))),
         "eval": result.eval,

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from cli_helpers import run_error, run_json
 
 SMALL = ["--set", "train.log_every=5", "--set", "train.batch_size=16", "--set", "engine.threads=1",
@@ -168,11 +169,12 @@ def test_distill_resumes_exactly(distilbert_run: dict, pretrained_run: Path, cor
 
     a, b = (load_file(str(d / "model" / "model.safetensors")) for d in (run, moved))
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
-    def curve(run_dir: Path) -> list[float]:
-        rows = map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
-        return [row["loss"] for row in rows if "loss" in row]
-
     assert curve(run) == curve(moved)
+
+
+def curve(run_dir: Path) -> list[tuple[int, float]]:
+    rows = map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
+    return [(row["step"], row["loss"]) for row in rows if "loss" in row]
 
 
 @pytest.fixture(scope="module")
@@ -203,6 +205,103 @@ def test_task_stage_distils_a_finetuned_classifier(
     assert summary["eval"]["examples"] == summary["eval_examples"] > 0
     saved = json.loads((tmp_path / "task" / "model" / "bertkit_model.json").read_text())
     assert saved["architecture"] == "sequence-classification" and saved["labels"] == ["negative", "positive"]
+
+
+def test_task_stage_from_a_hugging_face_classifier(
+    hf_classifier_dir: Path, minilm_corpus: Path, sentiment_csv: Path, tmp_path: Path
+) -> None:
+    """TinyBERT's two stages from a transformers BertForSequenceClassification checkpoint (tiny, random, with
+    all-MiniLM-L6-v2's tokenizer; classes negative/positive in its id2label): its encoder teaches the general
+    stage on a corpus, its classifier the task stage on real reviews. The student ends up deciding as the
+    teacher does on far more reviews than always answering the teacher's more frequent class would (the
+    teacher is random: the gold labels say nothing about its decisions). Class names that do not match the
+    data's (transformers' defaults LABEL_0, LABEL_1) are one line that says where to name them."""
+    shape = ["--set", "model.num_layers=1", "--set", "model.hidden_size=32", "--set", "model.num_heads=4",
+             "--set", "model.intermediate_size=64"]  # fmt: skip
+    general = run_json("distill", "--teacher", str(hf_classifier_dir), "--student", "bert-tiny", "--method", "tinybert",
+                       "--corpus", str(minilm_corpus), "-o", str(tmp_path / "general"), *SMALL, *shape,
+                       "--set", "train.steps=4")  # fmt: skip
+    # 20 intermediate steps, then 60 on the prediction layer at a constant rate.
+    task = ["distill", "--stage", "task", "--teacher", str(hf_classifier_dir), "--student", general["run_dir"],
+            "--train", str(sentiment_csv), "--set", "train.steps=80", "--set", "distill.intermediate_fraction=0.25",
+            "--set", "train.batch_size=16", "--set", "train.log_every=5", "--set", "optim.lr=3e-3",
+            "--set", "schedule.decay=constant", "--set", "engine.threads=1"]  # fmt: skip
+    summary = run_json(*task, "-o", str(tmp_path / "task"))
+    assert summary["teacher"] == str(hf_classifier_dir) and summary["labels"] == ["negative", "positive"]
+    assert [p["terms"] for p in summary["phases"]] == [["embedding", "hidden", "attention"], ["prediction"]]
+    assert summary["phases"][1]["from_step"] == 20 and summary["steps"] == 80
+    assert falls(summary, "hidden") and falls(summary, "prediction", 0.8), summary
+    assert summary["eval"]["examples"] == summary["eval_examples"] > 0
+    saved = json.loads((tmp_path / "task" / "model" / "bertkit_model.json").read_text())
+    assert saved["labels"] == ["negative", "positive"] and saved["distilled_from"] == str(hf_classifier_dir)
+
+    def decisions(model: Path, name: str) -> list[str]:
+        run_json("predict", "-m", str(model), "-i", str(sentiment_csv), "-o", str(tmp_path / name))
+        return [json.loads(line)["label"] for line in (tmp_path / name).read_text().splitlines()]
+
+    teacher, student = decisions(hf_classifier_dir, "teacher.jsonl"), decisions(tmp_path / "task", "student.jsonl")
+    majority = max(teacher.count(label) for label in set(teacher)) / len(teacher)
+    agreement = sum(a == b for a, b in zip(teacher, student, strict=True)) / len(teacher)
+    print(f"student agrees with the teacher on {agreement:.3f} of the reviews; its majority class is {majority:.3f}")
+    assert agreement > majority + 0.08, (agreement, majority)
+
+    unnamed = tmp_path / "unnamed"
+    shutil.copytree(hf_classifier_dir, unnamed)
+    config = json.loads((unnamed / "config.json").read_text())
+    config.update(id2label={"0": "LABEL_0", "1": "LABEL_1"}, label2id={"LABEL_0": 0, "LABEL_1": 1})
+    (unnamed / "config.json").write_text(json.dumps(config))
+    task[task.index(str(hf_classifier_dir))] = str(unnamed)
+    line = run_error(*task, "-o", str(tmp_path / "none"))
+    assert "['negative', 'positive']" in line and "['LABEL_0', 'LABEL_1']" in line, line
+    assert f"write the data's names into id2label in {unnamed / 'config.json'}" in line, line
+    assert not (tmp_path / "none").exists()
+
+
+# Far more steps than a machine takes in a 1 s budget (yet few enough that a budget ignored fails in about
+# a minute rather than hanging), at a constant learning rate after warmup, so that where the budget stops a
+# run does not change its schedule (a run stopped at step N and one told to train N steps see the same rates).
+ENDLESS = ["--set", "train.steps=2000", "--set", "schedule.decay=constant", "--set", "schedule.warmup_steps=2"]
+
+
+@pytest.mark.parametrize("stage", ["general", "task"])
+def test_budget_stops_at_a_step_boundary_and_resumes_exactly(
+    stage: str, pretrained_run: Path, corpus_dir: Path, distilbert_run: dict, finetuned_teacher: dict,
+    sentiment_csv: Path, tmp_path: Path,
+) -> None:  # fmt: skip
+    """`--budget 1s` ends a 2,000-step distillation at the first step boundary past one second of training,
+    with that step's checkpoint, that step's weights as the model and `"stopped": "budget"` in the summary.
+    Resumed to 3 steps further, it ends on the curve and weights of a run that trains those steps at once."""
+    if stage == "general":
+        command = ["distill", "--teacher", str(pretrained_run), "--student", "distilbert-tiny", "--corpus",
+                   str(corpus_dir), *SMALL, "--set", "model.num_layers=1", "--init", "random"]  # fmt: skip
+    else:  # the DistilBERT student of the general stage: the prediction layer alone, from the first step
+        command = ["distill", "--stage", "task", "--teacher", finetuned_teacher["run_dir"], "--student",
+                   distilbert_run["run_dir"], "--train", str(sentiment_csv), "--set", "train.batch_size=16",
+                   "--set", "train.log_every=5", "--set", "engine.threads=1"]  # fmt: skip
+    run = tmp_path / "stopped"
+    stopped = run_json(*command, *ENDLESS, "--budget", "1s", "-o", str(run))
+    steps = stopped["steps"]
+    print(f"{stage}: stopped by the budget after {steps} steps")
+    assert stopped["stopped"] == "budget" and 0 < steps < 2000 and stopped["tokens"] > 0
+    assert json.loads((run / "summary.json").read_text())["stopped"] == "budget"
+    [checkpoint] = (run / "checkpoints").iterdir()
+    assert checkpoint.name == f"step-{steps}"
+    trainer = json.loads((checkpoint / "trainer_state.json").read_text())
+    assert trainer["step"] == steps and trainer["train_seconds"] >= 1.0
+    assert curve(run)[-1][0] <= steps  # nothing logged past the step it stopped at
+    from safetensors.torch import load_file
+
+    model, checkpointed = (load_file(str(d / "model.safetensors")) for d in (run / "model", checkpoint))
+    assert all(torch.equal(value, checkpointed[key]) for key, value in model.items())
+
+    further = ["--set", f"train.steps={steps + 3}"]
+    resumed = run_json(*command, *ENDLESS, *further, "--resume", "last", "-o", str(run))
+    assert resumed["resumed_from"] == steps and resumed["steps"] == steps + 3 and resumed["stopped"] is None
+    reference = tmp_path / "reference"
+    run_json(*command, *ENDLESS, *further, "-o", str(reference))
+    assert curve(run) == curve(reference)
+    a, b = (load_file(str(d / "model" / "model.safetensors")) for d in (run, reference))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
 def test_hub_name_teacher_from_an_offline_cache(

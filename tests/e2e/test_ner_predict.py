@@ -123,6 +123,15 @@ def test_export_sequence_classifier_matches_transformers(tmp_path: Path, review_
         theirs = hf.eval()(**batch).logits
         mine = ours.eval()(batch["input_ids"], batch["attention_mask"].bool(), batch["token_type_ids"])["logits"]
     assert (theirs - mine).abs().max().item() <= 1e-4
+    # The exported checkpoint reads back as the classifier it was (labels from id2label): predict gives the
+    # run's own predictions from it.
+    predicted = {}
+    for name, model in (("run", folder / "run"), ("hf", tmp_path / "hf")):
+        target = tmp_path / f"{name}.jsonl"
+        out = run_json("predict", "-m", str(model), "-i", str(folder / "eval.csv"), "-o", str(target))
+        assert out["task"] == "sequence-classification"
+        predicted[name] = [json.loads(line) for line in target.read_text().splitlines()]
+    assert [r["label"] for r in predicted["hf"]] == [r["label"] for r in predicted["run"]]
 
 
 def test_export_refuses_mean_pooling(tmp_path: Path, pretrained_run: Path, sentiment_csv: Path) -> None:

@@ -82,6 +82,74 @@ def test_teacher_with_mlm_head_and_classifier(tmp_path: Path, minilm_dir: Path) 
     assert torch.allclose(teacher(ids, mask).logits, expected, atol=1e-5)
 
 
+@pytest.mark.parametrize("family", ["bert", "roberta", "albert"])
+def test_hf_sequence_classifier_teacher_gives_transformers_logits(
+    family: str, hf_classifier_dir: Path, minilm_dir: Path, tmp_path: Path
+) -> None:
+    """A transformers *ForSequenceClassification checkpoint is a teacher with its classifier (BERT's and
+    ALBERT's pooler + classifier; RoBERTa's classifier.dense + out_proj) and the classes of its id2label:
+    the logits of transformers' own class on padded real prose, with token types where the model has them."""
+    transformers = pytest.importorskip("transformers")
+    from hf_helpers import save_hf_classifier
+
+    directory = hf_classifier_dir if family == "bert" else save_hf_classifier(tmp_path / family, minilm_dir, family)
+    teacher = Teacher.load(directory)
+    assert teacher.has_classifier and teacher.labels == ["negative", "positive"] and not teacher.has_mlm_head
+    assert teacher.huggingface == transformers.AutoConfig.from_pretrained(directory).architectures[0]
+    reference = transformers.AutoModelForSequenceClassification.from_pretrained(directory).eval()
+    ids, mask = _prose_batch(teacher.tokenizer, count=4)
+    types = torch.zeros_like(ids)
+    if reference.config.type_vocab_size > 1:
+        types[:, ids.shape[1] // 2 :] = 1
+    with torch.no_grad():
+        expected = reference(input_ids=ids, attention_mask=mask.long(), token_type_ids=types).logits
+    got = teacher(ids, mask, types).logits
+    assert got is not None and expected.abs().max() > 0.1  # logits large enough for a misplaced weight to show
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-4)
+
+
+def test_hf_classifier_config_names_its_task_and_classes(
+    hf_classifier_dir: Path, minilm_dir: Path, tmp_path: Path
+) -> None:
+    """Class names come from id2label in id order (transformers' LABEL_i when it has none), the kind of task
+    from problem_type (one output without it: regression, as transformers decides); an id2label that does not
+    fit the classifier is one line. Only a single-label classifier teaches the task stage."""
+    import json
+    import shutil
+
+    from hf_helpers import save_hf_classifier
+
+    from bertkit.modeldir import load_model_dir
+
+    def edited(name: str, **changes: object) -> Path:
+        copy = tmp_path / name
+        shutil.copytree(hf_classifier_dir, copy)
+        config = json.loads((copy / "config.json").read_text())
+        for key, value in changes.items():
+            if value is None:
+                config.pop(key, None)
+            else:
+                config[key] = value
+        (copy / "config.json").write_text(json.dumps(config))
+        return copy
+
+    _, meta, *_ = load_model_dir(edited("shuffled", id2label={"1": "pos", "0": "neg"}))
+    assert meta["architecture"] == "sequence-classification" and meta["labels"] == ["neg", "pos"]
+    assert meta["huggingface"] == "BertForSequenceClassification"
+    assert Teacher.load(edited("unnamed", id2label=None, label2id=None)).labels == ["LABEL_0", "LABEL_1"]
+    with pytest.raises(BertkitError, match="the classifier has 2 outputs but config.json's id2label names 3"):
+        load_model_dir(edited("three", id2label={"0": "a", "1": "b", "2": "c"}))
+    with pytest.raises(BertkitError, match="must number its classes 0..1"):
+        load_model_dir(edited("gap", id2label={"0": "a", "2": "b"}))
+    multi_label = edited("multi", problem_type="multi_label_classification")
+    _, meta, *_ = load_model_dir(multi_label)
+    assert meta["architecture"] == "sequence-multi-label" and meta["labels"] == ["negative", "positive"]
+    assert not Teacher.load(multi_label).has_classifier
+    _, meta, _, weights, _ = load_model_dir(save_hf_classifier(tmp_path / "score", minilm_dir, labels=("score",)))
+    assert meta["architecture"] == "sequence-regression" and meta["labels"] == []
+    assert weights["classifier.weight"].shape == (1, 32)
+
+
 @pytest.fixture
 def offline_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An empty HF_HOME with HF_HUB_OFFLINE=1, in the environment and in huggingface_hub's constants

@@ -1,0 +1,52 @@
+"""Tiny random Hugging Face sequence classifiers, saved as a fine-tuned checkpoint is saved: `save_pretrained`
+writes config.json (architectures, id2label) and model.safetensors, and the tokenizer its own files.
+Importable from every test directory (see cli_helpers.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+# family -> (transformers config class, model class)
+CLASSIFIERS = {
+    "bert": ("BertConfig", "BertForSequenceClassification"),
+    "roberta": ("RobertaConfig", "RobertaForSequenceClassification"),
+    "albert": ("AlbertConfig", "AlbertForSequenceClassification"),
+}
+
+
+def save_hf_classifier(
+    out: Path, tokenizer_dir: Path, family: str = "bert", labels: tuple[str, ...] = ("negative", "positive")
+) -> Path:
+    """A 2-layer, hidden-32 classifier over `labels` (id2label in that order) with the tokenizer of
+    `tokenizer_dir`. initializer_range 0.2 rather than 0.02, and a classifier 10 times that, give logits of
+    order 10: a weight mapped to the wrong place shows in them, and the teacher's predictions are confident
+    ones, as a fine-tuned classifier's are, with something for a student to learn in a few steps."""
+    import torch
+    import transformers
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tokenizer_dir)
+    config_class, model_class = CLASSIFIERS[family]
+    shape = {
+        "vocab_size": tokenizer.vocab_size,
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "intermediate_size": 64,
+        "max_position_embeddings": 130,  # RoBERTa numbers positions from pad_token_id + 1
+        "pad_token_id": tokenizer.pad_token_id,
+        "initializer_range": 0.2,
+        "id2label": dict(enumerate(labels)),
+        "label2id": {name: i for i, name in enumerate(labels)},
+    }
+    if family == "albert":
+        shape["embedding_size"] = 16
+    torch.manual_seed(0)
+    model = getattr(transformers, model_class)(getattr(transformers, config_class)(**shape))
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.startswith("classifier.") and name.endswith("weight"):
+                parameter.mul_(10.0)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    assert (out / "model.safetensors").is_file() and not list(out.glob("*.bin"))
+    return out
