@@ -60,8 +60,10 @@ def task_files(
     }
 
 
-def task_args(task: str, model: Path, files: tuple[Path, Path], output: Path, **extra: object) -> list[str]:
-    """`bertkit finetune` of `task` for STEPS steps of 8 sequences, the head's dropout off."""
+def task_args(
+    task: str, model: Path, files: tuple[Path, Path], output: Path, dropout: bool = False, **extra: object
+) -> list[str]:
+    """`bertkit finetune` of `task` for STEPS steps of 8 sequences; the head's dropout 0.1 or off."""
     settings = {
         "train.steps": STEPS,
         "train.epochs": "null",
@@ -70,7 +72,7 @@ def task_args(task: str, model: Path, files: tuple[Path, Path], output: Path, **
         "train.checkpoint_every": CHECKPOINT_EVERY,
         "train.eval_every": EVAL_EVERY,
         "schedule.warmup_steps": 4,
-        "task.classifier_dropout": 0.0,
+        "task.classifier_dropout": 0.1 if dropout else 0.0,
         "task.max_seq_len": 64,
         **({"task.doc_stride": 24} if task == "question-answering" else {}),
         "engine.threads": 1,
@@ -117,15 +119,18 @@ def summary_of(run: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def task_single(undropped_model: Path, task_files: dict, tmp_path_factory: pytest.TempPathFactory):
-    """The one-process, accumulation-1 reference run of each task, made once per task."""
-    runs: dict[str, Path] = {}
+def task_single(
+    pretrained_run: Path, undropped_model: Path, task_files: dict, tmp_path_factory: pytest.TempPathFactory
+):
+    """The one-process, accumulation-1 reference run of each task, made once per task: with dropout off
+    (encoder and head), or on (the pretrained encoder's 0.1, and 0.1 in the head)."""
+    runs: dict[tuple[str, bool], Path] = {}
 
-    def reference(task: str) -> Path:
-        if task not in runs:
-            runs[task] = tmp_path_factory.mktemp("task-single") / task
-            bertkit(*task_args(task, undropped_model, task_files[task], runs[task]))
-        return runs[task]
+    def reference(task: str, dropout: bool = False) -> Path:
+        if (task, dropout) not in runs:
+            run = runs[task, dropout] = tmp_path_factory.mktemp("task-single") / task
+            bertkit(*task_args(task, pretrained_run if dropout else undropped_model, task_files[task], run, dropout))
+        return runs[task, dropout]
 
     return reference
 
@@ -168,19 +173,20 @@ def test_tasks_on_two_processes_make_the_same_steps(
 
 @pytest.mark.parametrize("task", TASKS)
 def test_task_runs_killed_and_resumed_are_exact(
-    undropped_model: Path, task_files: dict, task_single, tmp_path: Path, task: str
+    pretrained_run: Path, task_files: dict, task_single, tmp_path: Path, task: str
 ) -> None:
-    """Killed (SIGKILL) once its step-10 checkpoint exists, then resumed: every logged row (losses, learning
-    rates, gradient norms, evaluations), the final weights bit for bit and the best evaluation are those of
-    the uninterrupted run; the best-weights file kept across the kill gives model/ the same weights."""
-    reference = task_single(task)
+    """Dropout on (encoder and head), so the RNG state must resume too. Killed (SIGKILL) once its step-10
+    checkpoint exists, then resumed: every logged row (losses, learning rates, gradient norms, evaluations),
+    the final weights bit for bit and the best evaluation are those of the uninterrupted run; the best-weights
+    file kept across the kill gives model/ the same weights."""
+    reference = task_single(task, dropout=True)
     interrupted = tmp_path / "interrupted"
-    args = [sys.executable, "-m", "bertkit", *task_args(task, undropped_model, task_files[task], interrupted),
-            "--quiet", "--json"]  # fmt: skip
+    finetune = task_args(task, pretrained_run, task_files[task], interrupted, dropout=True)
+    args = [sys.executable, "-m", "bertkit", *finetune, "--quiet", "--json"]
     killed = run_until(args, interrupted / "checkpoints" / f"step-{CHECKPOINT_EVERY}", signal.SIGKILL)
     assert killed.returncode == -signal.SIGKILL
     assert not (interrupted / "model").exists() and (interrupted / "best.safetensors").is_file()
-    result = bertkit(*task_args(task, undropped_model, task_files[task], interrupted), "--resume", "last")
+    result = bertkit(*finetune, "--resume", "last")
     summary, expected = json.loads(result.stdout.strip().splitlines()[-1]), summary_of(reference)
     assert summary["resumed_from"] >= CHECKPOINT_EVERY and summary["steps"] == STEPS
     assert curve(interrupted) == curve(reference)
