@@ -136,10 +136,12 @@ def task_single(
 
 
 # (task, engine arguments): DDP for both tasks, the cheapest (token classification) in the default suite;
-# ZeRO-2 with 2 micro-steps (gradients and optimizer state partitioned) under `make bench`.
+# FSDP2 (sharded weights, the best-model snapshot gathered) and ZeRO-2 with 2 micro-steps (gradients and
+# optimizer state partitioned) under `make bench`: each run takes 30-45 s on a busy 2-core machine.
 TASK_ENGINES = {
     "ner-ddp": ("token-classification", ["ddp"], []),
     "qa-ddp": ("question-answering", ["ddp"], [pytest.mark.slow]),
+    "ner-fsdp": ("token-classification", ["fsdp"], [pytest.mark.slow]),
     "qa-zero2-accum-2": (
         "question-answering",
         ["deepspeed", "--set", "engine.deepspeed.zero_stage=2", "--set", "train.grad_accum=2"],
