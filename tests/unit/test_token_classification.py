@@ -1,5 +1,6 @@
-"""Token classification pieces without training: reading CoNLL / CoNLL-U / JSON lines, tag schemes, entity
-metrics (against a hand-computed example and against seqeval), sub-word alignment, entity offsets."""
+"""Token classification pieces: reading CoNLL / CoNLL-U / JSON lines, tag schemes, entity metrics (against a
+hand-computed example and against seqeval), sub-word alignment, entity offsets, and a few fine-tuning steps
+on a tiny model that must equal a plain transformers BertForTokenClassification loop's steps."""
 
 from __future__ import annotations
 
@@ -190,3 +191,108 @@ def test_entity_offsets_slice_the_original_text() -> None:
     ]  # fmt: skip
     for entity in record["entities"]:
         assert text[entity["start"] : entity["end"]] == entity["text"]
+
+
+# Tweet-like sentences for the training-step parity below: user names, a URL, a hashtag, an emoji, words the
+# tiny vocabulary splits into several sub-words, punctuation runs, casing the uncased tokenizer folds away.
+TWEETS = [
+    "@paulwalk/O It's/O the/O Empire/B-fac State/I-fac Building/I-fac !!/O",
+    "RT/O @Zyxwvut/O :/O Barack/B-per Obama/I-per in/O PARIS/B-loc \U0001f600/O",
+    "http://t.co/x1Y2z/O #python/B-oth imports/O a/O module/O",
+    "New/B-loc York/I-loc Knicks/O lose/O again/O .../O",
+    "Qwertyuiop/B-per meets/O angela/B-per merkel/I-per",
+]
+
+
+def _tweets() -> list[tuple[list[str], list[str]]]:
+    pairs = [[item.rsplit("/", 1) for item in tweet.split()] for tweet in TWEETS]
+    return [([word for word, _ in tweet], [tag for _, tag in tweet]) for tweet in pairs]
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_training_steps_match_transformers_token_classification(tmp_path: Path, tokenizer_dir: Path) -> None:
+    """`bertkit finetune --task token-classification` takes exactly the optimizer steps of a plain transformers
+    BertForTokenClassification loop, as the transformers token-classification example builds it (the tag on
+    each word's first sub-word from the fast tokenizer's word_ids, -100 elsewhere; mean cross-entropy over the
+    labelled sub-words; AdamW; linear warm-up and decay; clipping at 1.0), from the same weights, on the same
+    full batch, dropout off: the same losses step by step and the same weights after. Sub-word alignment, the
+    label map, the ignore index, the loss normalisation and the schedule all show up in these numbers."""
+    transformers = pytest.importorskip("transformers")
+    import shutil
+
+    import torch
+    from cli_helpers import run_json
+    from safetensors.torch import load_file
+
+    from bertkit.modeldir import load_model_dir
+    from bertkit.models.bert import BertEncoder
+    from bertkit.tasks.token_classification import TokenClassifier
+
+    model_dir = tmp_path / "hf"
+    shutil.copytree(tokenizer_dir, model_dir)
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)
+    config = transformers.BertConfig(
+        vocab_size=len(hf_tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
+        max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    transformers.BertModel(config).save_pretrained(model_dir)
+    train = tmp_path / "train.txt"
+    tweets = _tweets()
+    train.write_text("\n\n".join("\n".join(f"{w}\t{t}" for w, t in zip(*s, strict=True)) for s in tweets), "utf-8")
+    # No warm-up: transformers' schedule spends its first step at lr 0 (bertkit's at peak / warmup_steps), so
+    # with warm-up the two would take the same steps one step apart.
+    steps, lr, seed = 4, 3e-3, 0
+    out = run_json(
+        "finetune", "-m", str(model_dir), "--train", str(train), "-o", str(tmp_path / "run"),
+        "--task", "token-classification", "--set", f"train.steps={steps}", "--set", f"train.batch_size={len(tweets)}",
+        "--set", "train.log_every=1", "--set", f"train.seed={seed}", "--set", "task.eval_fraction=0",
+        "--set", "task.classifier_dropout=0", "--set", "task.max_seq_len=64", "--set", f"optim.lr={lr}",
+        "--set", "schedule.warmup_steps=0",
+    )  # fmt: skip
+    names = out["labels"]
+    assert names == sorted({tag for _, tags in tweets for tag in tags})
+    logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    ours = [row["loss"] for row in logged if "loss" in row]
+
+    # The reference starts from the same weights: the encoder from the directory, the head bertkit drew.
+    _, _, cfg, _, _ = load_model_dir(model_dir)
+    torch.manual_seed(seed)
+    head = TokenClassifier(BertEncoder(cfg), len(names), 0.0).classifier
+    model = transformers.BertForTokenClassification.from_pretrained(model_dir, num_labels=len(names))
+    model.classifier.load_state_dict(head.state_dict())
+    enc = hf_tokenizer(
+        [words for words, _ in tweets], is_split_into_words=True, truncation=True, max_length=64, padding=True,
+        return_tensors="pt",
+    )  # fmt: skip
+    labels = torch.full_like(enc["input_ids"], -100)
+    for row, (_, tags) in enumerate(tweets):
+        seen = set()
+        for position, word in enumerate(enc.word_ids(row)):
+            if word is not None and word not in seen:
+                seen.add(word)
+                labels[row, position] = names.index(tags[word])
+    assert len(enc["input_ids"][0]) > max(len(words) for words, _ in tweets) + 2  # some words split
+    params = list(model.named_parameters())
+    optimizer = torch.optim.AdamW(
+        [{"params": [p for _, p in params if p.ndim >= 2], "weight_decay": 0.01},
+         {"params": [p for _, p in params if p.ndim < 2], "weight_decay": 0.0}],
+        lr=lr, betas=(0.9, 0.999), eps=1e-6,
+    )  # fmt: skip
+    scheduler = transformers.get_linear_schedule_with_warmup(optimizer, 0, steps)
+    theirs = []
+    for _ in range(steps):
+        loss = model(**enc, labels=labels).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
+        theirs.append(loss.item())
+    assert ours == pytest.approx(theirs, abs=1e-4)
+    assert theirs[-1] < theirs[0] - 0.1  # it learned something, so the comparison is not vacuous
+    weights = load_file(str(tmp_path / "run" / "model" / "model.safetensors"))
+    assert torch.allclose(weights["classifier.weight"], model.classifier.weight, atol=1e-5)
+    assert torch.allclose(
+        weights["encoder.embeddings.word_embeddings.weight"], model.bert.embeddings.word_embeddings.weight, atol=1e-5
+    )
