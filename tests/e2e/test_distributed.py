@@ -381,7 +381,8 @@ def zero(stage: int, accum: int = 1) -> list[str]:
 DISTILL_ENGINES = [
     pytest.param(["ddp"], id="ddp"),
     pytest.param(["fsdp"], id="fsdp"),
-    pytest.param(zero(1), id="zero1"),
+    # ZeRO-1 and ZeRO-2 are checked with the slow tests here (pretraining covers them in the default suite).
+    pytest.param(zero(1), id="zero1", marks=pytest.mark.slow),
     pytest.param(zero(2, accum=2), id="zero2-accum-2", marks=pytest.mark.slow),
     pytest.param(zero(3), id="zero3"),
 ]
