@@ -186,11 +186,13 @@ def test_teacher_vs_student_table(
     small = _set(train__steps=100_000, train__batch_size=16, train__log_every=10, train__eval_batches=1,
                  schedule__warmup_steps=10)  # fmt: skip
 
-    # (b) general distillation from the (not fine-tuned) teacher on the corpus, for DISTILL_SECONDS.
+    # (b) general distillation from the (not fine-tuned) teacher on the corpus, for DISTILL_SECONDS, at BERT
+    # pre-training's lr 1e-4, which TinyBERT's general distillation keeps. (At 3e-4 the copied layers drifted:
+    # 0.652 held-out accuracy after fine-tuning, against 0.726 for the copy alone, in one run.)
     distill = ["distill", "--teacher", str(minilm_dir), "--student", "bert-tiny", "--method", "tinybert",
                "--init", "teacher-layers", "--corpus", str(teacher_corpus), *STUDENT_SET, *small]  # fmt: skip
     distilled = run_json(*distill, "-o", str(tmp_path / "distill"), "--budget", f"{DISTILL_SECONDS}s",
-                         *_set(optim__lr=3e-4))  # fmt: skip
+                         *_set(optim__lr=1e-4))  # fmt: skip
     # (b') the same student with the teacher's layers copied and no distillation (one step at lr 1e-12): how
     # much of (b) is the initialisation and how much the distillation.
     copied = run_json(*distill, "-o", str(tmp_path / "copied"), *_set(train__steps=1, optim__lr=1e-12))
