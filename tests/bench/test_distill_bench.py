@@ -10,20 +10,21 @@ Real model and data only (named as tests/conftest.py fetches them):
 
 1. `test_teacher_vs_student_table`: (a) the teacher fine-tuned; (b) a student of the teacher's width with
    STUDENT_LAYERS layers, initialised from teacher layers (DistilBERT's every-other-layer copy), distilled with
-   TinyBERT's intermediate losses (embeddings, hidden states along the uniform layer map, attention scores) for
+   TinyBERT's intermediate losses (embeddings, hidden states and attention scores, each student layer against
+   the teacher layer it was copied from) for
    DISTILL_SECONDS, then fine-tuned; (b') the same copy without distillation, to separate the two; (c) the
    same shape pretrained with MLM from random weights on the same corpus for the same time budget as (b)'s
    distillation, then fine-tuned. Every row is fine-tuned with the same recipe, steps and seed (mean pooling)
    and evaluated once at the end (no model selection on the held-out set).
-2. `test_distillation_throughput_vs_plain_loop`: the same MiniLM distillation step (teacher forward included)
-   through bertkit's `train()` with `DistillationObjective`, and through plain PyTorch loops over
-   `transformers` `BertModel`s computing the same two losses by hand (with `output_attentions`, as transformers
-   documents it, and hand-tuned with SDPA and hooks); student tokens/s and their ratios.
+2. `test_distillation_throughput_vs_plain_loop`: the same DistilBERT and MiniLM distillation steps (teacher
+   forward included) through bertkit's `train()` with `DistillationObjective`, and through plain PyTorch loops
+   over `transformers` models computing the same losses by hand (as the DistilBERT authors' code and
+   transformers' documentation write them, and hand-tuned); student tokens/s and their ratios.
 
 Every figure is printed as a `[bench]` line. The assertions are only what must hold whatever the machine's luck:
 the students have fewer parameters and run faster than the teacher, the teacher and the students built from its
-layers beat the majority class once fine-tuned, and bertkit's distillation loop is not slower than the plain
-loop written as transformers documents it.
+layers beat the majority class once fine-tuned, and bertkit's distillation loop is at least 1.5x the plain
+DistilBERT loop (the issue's target) and not slower than the plain MiniLM loop.
 
 On a 2-core machine the whole file takes several minutes (most of it fine-tuning the teacher). Set
 BERTKIT_BENCH_QUICK=1 for a smoke run of the same code with far fewer steps (its figures mean nothing).
@@ -187,10 +188,14 @@ def test_teacher_vs_student_table(
                  schedule__warmup_steps=10)  # fmt: skip
 
     # (b) general distillation from the (not fine-tuned) teacher on the corpus, for DISTILL_SECONDS, at BERT
-    # pre-training's lr 1e-4, which TinyBERT's general distillation keeps. (At 3e-4 the copied layers drifted:
-    # 0.652 held-out accuracy after fine-tuning, against 0.726 for the copy alone, in one run.)
+    # pre-training's lr 1e-4, which TinyBERT's general distillation keeps. The layer map follows the copy:
+    # student layer m learns the output of the teacher layer it was copied from. TinyBERT's uniform map
+    # (3, 6) would make the copy of teacher layer 0 do the work of three layers; in one run each that took
+    # the fine-tuned student from 0.726 (the copy alone) down to 0.622 at lr 1e-4 and 0.652 at 3e-4.
+    copied_from = distilbert_init_layers(STUDENT_LAYERS, 6)
     distill = ["distill", "--teacher", str(minilm_dir), "--student", "bert-tiny", "--method", "tinybert",
-               "--init", "teacher-layers", "--corpus", str(teacher_corpus), *STUDENT_SET, *small]  # fmt: skip
+               "--init", "teacher-layers", "--corpus", str(teacher_corpus), *STUDENT_SET, *small,
+               "--set", f"distill.layer_map={[layer + 1 for layer in copied_from]}"]  # fmt: skip
     distilled = run_json(*distill, "-o", str(tmp_path / "distill"), "--budget", f"{DISTILL_SECONDS}s",
                          *_set(optim__lr=1e-4))  # fmt: skip
     # (b') the same student with the teacher's layers copied and no distillation (one step at lr 1e-12): how
