@@ -15,6 +15,7 @@ from torch import nn
 from bertkit.config.schema import ModelConfig
 from bertkit.models.bert import BertEncoder
 from bertkit.models.heads import MLMHead
+from bertkit.models.layers import init_weights
 from bertkit.models.pretraining import MLM_HEAD_ACT, gather_rows
 from bertkit.tasks.classification import mean_pool
 
@@ -56,18 +57,18 @@ class EncoderWithHeads(nn.Module):
         self.dropout = nn.Dropout(cfg.hidden_dropout if classifier_dropout is None else classifier_dropout)
         self.classifier = nn.Linear(cfg.hidden_size, num_labels) if num_labels else None
         if self.classifier is not None:
-            nn.init.normal_(self.classifier.weight, std=0.02)  # as SequenceClassifier initialises it
-            nn.init.zeros_(self.classifier.bias)
+            init_weights(self.classifier)  # BERT's head initialisation, as SequenceClassifier's
 
-    def _run(
+    def forward(
         self,
         input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None,
-        token_type_ids: torch.Tensor | None,
-        mlm_positions: torch.Tensor | None,
-        output_hidden_states: bool,
-        output_attentions: bool | Collection[int],
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        mlm_positions: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+        output_attentions: bool | Collection[int] = False,
         stop_at_last_attention: bool = False,
+        **_: torch.Tensor,  # other batch fields (labels, mlm_labels), so a whole batch can be passed
     ) -> DistillOutput:
         """The output with `projected` = hidden_states (the student replaces it with its projections).
 

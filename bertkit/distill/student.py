@@ -8,7 +8,8 @@ never saved with the student: `kept_module` / `kept_state_dict` leave them out.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -51,26 +52,9 @@ class DistillStudent(EncoderWithHeads):
             # No head reads the pooled output: keep it for export but frozen, as PretrainingModel does.
             self.encoder.pooler.requires_grad_(False)
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-        mlm_positions: torch.Tensor | None = None,
-        output_hidden_states: bool = False,
-        output_attentions: bool | Collection[int] = False,
-        stop_at_last_attention: bool = False,
-        **_: torch.Tensor,  # other batch fields (labels, mlm_labels), so a whole batch can be passed
-    ) -> DistillOutput:
-        out = self._run(
-            input_ids,
-            attention_mask,
-            token_type_ids,
-            mlm_positions,
-            output_hidden_states,
-            output_attentions,
-            stop_at_last_attention,
-        )
+    def forward(self, *args: Any, **kwargs: Any) -> DistillOutput:
+        """EncoderWithHeads.forward, with the hidden states projected onto the teacher's width (W_e, W_h)."""
+        out = super().forward(*args, **kwargs)
         if self.embedding_proj is None or self.hidden_proj is None or not out.hidden_states:
             return out
         first, *rest = out.hidden_states

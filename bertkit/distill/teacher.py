@@ -9,7 +9,6 @@ device or sharding it is the engine's job, not its own.
 from __future__ import annotations
 
 import os
-from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -185,27 +184,10 @@ class Teacher(EncoderWithHeads):
         # Always eval: a caller switching a whole model tree to training must not turn on its dropout.
         return super().train(False)
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-        mlm_positions: torch.Tensor | None = None,
-        output_hidden_states: bool = False,
-        output_attentions: bool | Collection[int] = False,
-        stop_at_last_attention: bool = False,
-        **_: torch.Tensor,
-    ) -> DistillOutput:
+    def forward(self, *args: Any, **kwargs: Any) -> DistillOutput:
+        """EncoderWithHeads.forward under no_grad: nothing the teacher computes is ever differentiated."""
         with torch.no_grad():
-            return self._run(
-                input_ids,
-                attention_mask,
-                token_type_ids,
-                mlm_positions,
-                output_hidden_states,
-                output_attentions,
-                stop_at_last_attention,
-            )
+            return super().forward(*args, **kwargs)
 
 
 def _labels(meta: dict[str, Any], model_dir: Path) -> list[str]:

@@ -41,6 +41,7 @@ from torch import nn
 from bertkit.corpus.loader import EpochSampler, LoaderState, pad_batch
 from bertkit.errors import BertkitError
 from bertkit.models.bert import BertEncoder
+from bertkit.models.layers import init_weights
 from bertkit.objectives.base import Counts, Metrics, Objective, share
 from bertkit.tokenizers.base import Tokenizer
 
@@ -393,8 +394,7 @@ class QuestionAnswerer(nn.Module):
         if encoder.pooler is not None:
             encoder.pooler.requires_grad_(False)
         self.qa_outputs = nn.Linear(encoder.config.hidden_size, 2)
-        nn.init.normal_(self.qa_outputs.weight, std=0.02)
-        nn.init.zeros_(self.qa_outputs.bias)
+        init_weights(self.qa_outputs)
 
     def forward(
         self,

@@ -29,6 +29,7 @@ from torch import nn
 from bertkit.corpus.loader import EpochSampler, LoaderState, pad_batch
 from bertkit.errors import BertkitError
 from bertkit.models.bert import BertEncoder
+from bertkit.models.layers import init_weights
 from bertkit.objectives.base import Counts, Metrics, Objective, share
 from bertkit.tokenizers.base import Tokenizer
 
@@ -454,8 +455,7 @@ class TokenClassifier(nn.Module):
             encoder.pooler.requires_grad_(False)
         self.dropout = nn.Dropout(dropout)
         self.classifier = nn.Linear(encoder.config.hidden_size, num_labels)
-        nn.init.normal_(self.classifier.weight, std=0.02)
-        nn.init.zeros_(self.classifier.bias)
+        init_weights(self.classifier)
 
     def forward(
         self,
