@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import run_json, runner
+from test_ner_predict import _sentences, _write_conll
 
 from bertkit.cli.app import app
 from bertkit.tasks.token_classification import read_token_file, resolve_tags
@@ -27,36 +28,17 @@ SENTENCES = {"web.conllu": 2541, "wiki.conllu": 2310}  # as ../shared/DATA.md li
 _WORD_ID = re.compile(r"[1-9][0-9]*")  # a word's ID; a range is 1-2, an empty node 5.1
 
 
-def _blocks(path: Path) -> list[list[str]]:
-    """The raw lines of each sentence (comments included): blocks separated by blank lines. Plain parsing,
-    independent of bertkit's reader, to count against it."""
-    out: list[list[str]] = []
-    current: list[str] = []
-    for line in path.read_text("utf-8").splitlines():
-        if line.strip():
-            current.append(line)
-        elif current:
-            out.append(current)
-            current = []
-    return out + ([current] if current else [])
-
-
 def _word_columns(block: list[str]) -> list[list[str]]:
     """The ten columns of each word line: not a comment, not a multi-word range, not an empty node."""
     rows = [line.split("\t") for line in block if not line.startswith("#")]
     return [row for row in rows if _WORD_ID.fullmatch(row[0])]
 
 
-def _write_conllu(path: Path, blocks: list[list[str]]) -> Path:
-    path.write_text("\n\n".join("\n".join(b) for b in blocks) + "\n", encoding="utf-8")
-    return path
-
-
 @pytest.mark.parametrize("name", list(SENTENCES))
 def test_treebank_reads_as_documented(turkish_treebanks_dir: Path, name: str) -> None:
     path = turkish_treebanks_dir / name
     data = read_token_file(path)
-    blocks = _blocks(path)
+    blocks = _sentences(path)
     assert len(data) == data.rows_read == len(blocks) == SENTENCES[name]
     # Comments open every sentence and none of them becomes a word; every sentence has words.
     for block in blocks:
@@ -89,10 +71,10 @@ def test_turkish_pos_beats_the_majority_tag(
     """The real MiniLM fine-tuned on the first 800 sentences of the Turkish Web treebank (one epoch, 50 steps:
     a few minutes on 2 CPU cores), evaluated on its last 200 (held out): word accuracy far above tagging every
     word with the training set's most frequent tag."""
-    blocks = _blocks(turkish_treebanks_dir / "web.conllu")
+    blocks = _sentences(turkish_treebanks_dir / "web.conllu")
     train_blocks, dev_blocks = blocks[:800], blocks[-200:]
-    train = _write_conllu(tmp_path / "train.conllu", train_blocks)
-    dev = _write_conllu(tmp_path / "dev.conllu", dev_blocks)
+    train = _write_conll(tmp_path / "train.conllu", train_blocks)
+    dev = _write_conll(tmp_path / "dev.conllu", dev_blocks)
     started = time.perf_counter()
     out = run_json(
         "finetune", "-m", str(minilm_dir), "--train", str(train), "--eval", str(dev), "-o", str(tmp_path / "run"),
