@@ -83,8 +83,9 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer
     for group in groups:
         group.pop("adapt")
     # PyTorch's fused kernel updates each tensor in one pass where the default (foreach) makes a pass per
-    # operation: on a 2-core CPU, 8x faster for a BERT's 30k x H embedding table, whose update is a tenth of a
-    # small model's step. It takes CPU and CUDA parameters (FSDP's DTensors and DeepSpeed's flat partitions too).
+    # operation: on a 2-core CPU, about 7x faster for a small BERT with its 30k x H embedding table, whose update
+    # was a tenth of its distillation step (tests/bench/test_optimizer_bench.py). It takes CPU and CUDA
+    # parameters (FSDP's DTensors and DeepSpeed's flat partitions too).
     fused = all(p.device.type in ("cpu", "cuda") for group in groups for p in group["params"])
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, fused=fused or None)
 
