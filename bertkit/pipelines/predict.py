@@ -9,13 +9,9 @@ with stdout (`--output -`, the default) predictions go out chunk by chunk.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import json
-import os
-import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +25,8 @@ from bertkit.engine.checkpoint import load_state
 from bertkit.errors import BertkitError
 from bertkit.modeldir import load_model_dir
 from bertkit.models.bert import BertEncoder
+from bertkit.pipelines.predict_common import inference_device, jsonl_sink, window_length
+from bertkit.pipelines.predict_qa import predict_qa
 from bertkit.progress import Tracker
 from bertkit.tasks.classification import SequenceClassifier, encode_examples
 from bertkit.tasks.data import file_format
@@ -41,27 +39,6 @@ TASK_ARCHITECTURES = (
     "token-classification",
     "question-answering",
 )
-
-
-@contextlib.contextmanager
-def jsonl_sink(output: Path | None) -> Iterator[IO[str]]:
-    """Where predictions go: stdout (`None` or `-`), or a temporary file beside `output` that is renamed to
-    it only when the block ends without an error, so an interrupted run leaves nothing that looks complete."""
-    if output is None or str(output) == "-":
-        yield sys.stdout
-        return
-    output.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{output.name}.tmp-", dir=output.parent)
-    tmp = Path(name)
-    sink = os.fdopen(fd, "w", encoding="utf-8")
-    try:
-        yield sink
-    except BaseException:
-        sink.close()
-        tmp.unlink(missing_ok=True)
-        raise
-    sink.close()
-    os.replace(tmp, output)
 CHUNK_BATCHES = 32  # batches read, predicted and written at a time
 
 
@@ -190,8 +167,6 @@ def predict(
             f"{model_dir} is a {architecture} model without a task head; predict needs a run of `bertkit finetune`"
         )
     if architecture == "question-answering":
-        from bertkit.pipelines.predict_qa import predict_qa
-
         return predict_qa(model_dir, meta, cfg, weights, tokenizer, input_path, output, batch_size, max_seq_len,
                           device, quiet)  # fmt: skip
     task = meta.get("task") or {}
@@ -200,8 +175,7 @@ def predict(
     regression = architecture == "sequence-regression"
     multi_label = architecture == "sequence-multi-label"
     threshold = float(task.get("threshold", 0.5))
-    limit = cfg.max_position_embeddings - cfg.position_offset
-    max_len = min(max_seq_len or task.get("max_seq_len") or limit, limit)
+    max_len = window_length(cfg, task, max_seq_len)
     if max_len < 3:
         raise BertkitError(f"--max-seq-len must be at least 3, not {max_seq_len}")
     kind = "parquet" if file_format(input_path) == "parquet" else file_format(input_path)
@@ -218,7 +192,7 @@ def predict(
     else:
         model = SequenceClassifier(BertEncoder(cfg), 1 if regression else len(labels), 0.0, task.get("pool", "cls"))
     load_state(model, weights, str(model_dir))
-    target = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else device.replace("auto", "cpu"))
+    target = inference_device(device)
     model = model.to(target).eval()
     use_types = pair_field is not None and cfg.type_vocab_size > 1
 

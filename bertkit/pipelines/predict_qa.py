@@ -14,7 +14,7 @@ import torch
 
 from bertkit.engine.checkpoint import load_state
 from bertkit.models.bert import BertEncoder
-from bertkit.pipelines.predict import jsonl_sink
+from bertkit.pipelines.predict_common import inference_device, jsonl_sink, window_length
 from bertkit.progress import Tracker
 from bertkit.tasks.qa import QuestionAnswerer, best_answers, encode_qa, read_qa_file, window_logits
 
@@ -35,12 +35,11 @@ def predict_qa(
     quiet: bool,
 ) -> dict[str, Any]:
     task = meta.get("task") or {}
-    limit = cfg.max_position_embeddings - cfg.position_offset
-    max_len = min(max_seq_len or task.get("max_seq_len") or limit, limit)
+    max_len = window_length(cfg, task, max_seq_len)
     data = read_qa_file(input_path, need_answers=False)
     model = QuestionAnswerer(BertEncoder(cfg))
     load_state(model, weights, str(model_dir))
-    target = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else device.replace("auto", "cpu"))
+    target = inference_device(device)
     model = model.to(target).eval()
     use_types = cfg.type_vocab_size > 1
     with_null = bool(task.get("version_2_with_negative"))
