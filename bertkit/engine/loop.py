@@ -357,7 +357,9 @@ def train(
                 for index, key in enumerate(keys, start=1):
                     window[key] = window.get(key, 0.0) + float(packed[index])
                     window_counts[key] = window_counts.get(key, 0) + 1
-                if step % train_cfg.log_every == 0 or step == train_cfg.steps:
+                # Step 1 always gets a row of its own, so the first logged loss (a summary's loss_first) is the
+                # untrained model's, whatever log_every is; the next row averages steps 2..log_every.
+                if step == 1 or step % train_cfg.log_every == 0 or step == train_cfg.steps:
                     elapsed = time.perf_counter() - window_start
                     row: dict[str, Any] = {"step": step}
                     row.update({k: round(v / window_counts[k], 6) for k, v in window.items()})

@@ -274,3 +274,37 @@ def test_gpu_mixed_precision(tmp_path: Path, precision: str) -> None:
     assert last < first and result.steps == 30
     _, state, _ = read_checkpoint(tmp_path / "checkpoints" / "step-30")
     assert (state["scaler"] is not None) == (precision == "fp16")
+
+
+def test_step_one_is_logged_whatever_log_every_is(tmp_path: Path) -> None:
+    """A run shorter than log_every logs step 1 (the untrained model's loss, as a 1-step run reports it) and its
+    last step; a longer one step 1, then every log_every steps (the second row averages steps 2..log_every)."""
+    _, one = run(tmp_path / "one", steps=1)
+    _, short = run(tmp_path / "short", log_every=100)
+    assert [row["step"] for row in short.history] == [1, 12]
+    assert short.first_last("loss")[0] == one.history[0]["loss"]
+    # before, the only row was the last step's, reported as both first and last
+    assert short.first_last("loss")[1] != short.first_last("loss")[0]
+    _, every5 = run(tmp_path / "every5", log_every=5)
+    assert [row["step"] for row in every5.history] == [1, 5, 10, 12]
+    _, every1 = run(tmp_path / "every1", log_every=1)
+    steps_2_to_5 = [row["loss"] for row in every1.history[1:5]]
+    assert every5.history[1]["loss"] == pytest.approx(sum(steps_2_to_5) / 4, rel=1e-5)
+
+
+def test_resume_mid_window_logs_the_rows_of_an_uninterrupted_run(tmp_path: Path) -> None:
+    """Checkpoints at steps 3, 6, 9 fall inside logging windows of 5 (after step 1's own row): a run resumed from
+    step 3 writes exactly the rows, step 1's included, of one that never stopped."""
+    run(tmp_path / "full", log_every=5, checkpoint_every=3, keep_last=5)
+    part = tmp_path / "part"
+    run(part, log_every=5, checkpoint_every=3, keep_last=5)
+    import shutil
+
+    for step, path in list_checkpoints(part / "checkpoints"):
+        if step > 3:
+            shutil.rmtree(path)
+    _, result = run(part, resume=True, log_every=5, checkpoint_every=3, keep_last=5)
+    assert result.resumed_from == 3
+    rows = lambda d: [(r["step"], r["loss"], r["lr"], r["grad_norm"]) for r in run_rows(d)]  # noqa: E731
+    assert [row[0] for row in rows(part)] == [1, 5, 10, 12]
+    assert rows(tmp_path / "full") == rows(part)
