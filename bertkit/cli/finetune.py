@@ -30,7 +30,13 @@ def finetune_command(
     ),
     output: Path = typer.Option(..., "--output", "-o", help="Run directory to write."),
     eval: Path | None = typer.Option(None, "--eval", help="Held-out examples; default: task.eval_fraction of --train."),
-    recipe: str = typer.Option("finetune-classification", "--recipe", "-r", help="Fine-tuning recipe name or path."),
+    recipe: str | None = typer.Option(
+        None,
+        "--recipe",
+        "-r",
+        help="Fine-tuning recipe name or path; default: the standard recipe of --task, finetune-<task> (see "
+        "`bertkit recipes show --for finetune --task <task>`).",
+    ),
     text_field: str | None = typer.Option(None, "--text-field", help="Column with the text (task.text_field)."),
     text_pair_field: str | None = typer.Option(
         None, "--text-pair-field", help="Column with the second text, for pairs."
@@ -63,7 +69,7 @@ def finetune_command(
 ) -> None:
     """Fine-tune a pretrained encoder for text classification (one label or several per text) or regression
     (single texts or pairs), for token classification (NER, POS), or for extractive question answering (SQuAD)."""
-    from bertkit.config.recipe import load_recipe
+    from bertkit.config.recipe import default_recipe, load_recipe
     from bertkit.pipelines.finetune import finetune
     from bertkit.pipelines.rundir import resume_mode
 
@@ -85,6 +91,7 @@ def finetune_command(
         overrides.append("task.skip_bad_rows=true")
     if feature_based:
         overrides.append("task.mode=feature")
-    loaded = load_recipe(recipe, overrides, kind="finetune")
+    # Each task brings its own recipe (QA windows, NER batch size...); --recipe replaces it, --task then sets the kind.
+    loaded = load_recipe(recipe or default_recipe("finetune", task), overrides, kind="finetune")
     summary = finetune(loaded, model, train, output, eval, overwrite, resume, quiet)  # type: ignore[arg-type]
     emit_main(summary, json_out, "fine-tuning done")

@@ -34,17 +34,25 @@ def quickstart_command(
     table = Table(title="bertkit quickstart", title_justify="left")
     table.add_column("stage", style="bold")
     table.add_column("result")
+    table.add_column("seconds", justify="right")
     table.add_column("written to")
-    table.add_row("tokenizer", f"WordPiece, {result['tokenizer']['vocab_size']:,} tokens", result["tokenizer"]["path"])
+    # Each stage's own time (the tokenizer's includes writing the sample data), so a slow stage shows.
+    seconds = {stage: f"{value:.1f}" for stage, value in result["stage_seconds"].items()}
+    table.add_row(
+        "tokenizer", f"WordPiece, {result['tokenizer']['vocab_size']:,} tokens", seconds["tokenizer"],
+        result["tokenizer"]["path"],
+    )  # fmt: skip
     table.add_row(
         "corpus",
         f"{result['corpus']['sequences']:,} sequences, {result['corpus']['tokens']:,} tokens",
+        seconds["corpus"],
         result["corpus"]["path"],
     )
     table.add_row(
         "pretrain",
         f"{pre['parameters']:,} parameters; MLM loss {pre['loss_first']:.3f} -> "
         f"{pre['loss_last']:.3f} in {pre['steps']} steps; held-out MLM acc {pre['eval'].get('mlm_acc')}",
+        seconds["pretrain"],
         pre["model_dir"],
     )
     distilled = result["distill"]
@@ -54,6 +62,7 @@ def quickstart_command(
         f"{distilled['student_parameters']:,}-parameter 1-layer student of the {distilled['teacher_parameters']:,}-"
         f"parameter model, from its layer 0; {distilled['steps']} steps; held-out soft-target KL "
         f"{held_out.get('ce_loss')}, MLM loss {held_out.get('mlm_loss')}, 1 - cosine {held_out.get('cos_loss')}",
+        seconds["distill"],
         distilled["model_dir"],
     )
     epochs = f"{ft['epochs']} epochs ({ft['steps']} steps)" if ft.get("epochs") else f"{ft['steps']} steps"
@@ -62,7 +71,8 @@ def quickstart_command(
         f"sentiment accuracy {ft['eval'].get('accuracy')} (macro-F1 {ft['eval'].get('macro_f1')}) "
         f"on {ft['eval_examples']:,} held-out reviews after {epochs}; loss {ft['loss_first']:.3f} -> "
         f"{ft['loss_last']:.3f}",
+        seconds["finetune"],
         ft["model_dir"],
     )
-    table.add_row("total", f"{result['seconds']:.0f} s", str(output))
+    table.add_row("total", "", f"{result['seconds']:.1f}", str(output))
     Console().print(table)

@@ -50,24 +50,52 @@ def list_command(
 @app.command("show")
 @guarded
 def show_command(
-    name: str = typer.Argument(..., help="Recipe name or .yaml path."),
+    name: str | None = typer.Argument(None, help="Recipe name or .yaml path; leave out with --for."),
+    for_: str | None = typer.Option(
+        None,
+        "--for",
+        metavar="finetune|distill",
+        help="Show the recipe this command runs without --recipe: finetune picks its --task's "
+        "(finetune-<task>), distill its task stage's (distill-task).",
+    ),
+    task: str | None = typer.Option(
+        None, "--task", help="With --for finetune (implied): the --task of the command, e.g. question-answering."
+    ),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
-    """The recipe with every default filled in and overrides applied, plus its parameter count."""
+    """The recipe with every default filled in and overrides applied, plus its parameter count. With --for (and
+    --task), the recipe a command would use without --recipe, named in the first line."""
     import json
 
     import yaml
 
-    from bertkit.config.recipe import load_recipe
+    from bertkit.config.recipe import default_recipe, load_recipe
+    from bertkit.errors import BertkitError
 
+    used_by = None
+    if for_ is not None or task is not None:
+        if name is not None:
+            raise BertkitError("give a recipe name or --for/--task (the recipe a command would use), not both")
+        command = for_ or "finetune"
+        name = default_recipe(command, task)
+        used_by = f"bertkit {command}" + (f" --task {task}" if task else "")
+    elif name is None:
+        raise BertkitError(
+            "name a recipe (see `bertkit recipes list`), or ask for the one a command uses: "
+            "--for finetune --task question-answering"
+        )
     recipe = load_recipe(name, list(set_))
     resolved = recipe.model_dump(mode="json")
     info = _describe(name, list(set_))
+    if used_by is not None:
+        info["used_by"] = used_by
     if json_out:
         print(json.dumps({**info, "recipe": resolved}))
         return
+    if used_by is not None:
+        print(f"# {recipe.name}: what `{used_by}` runs without --recipe")
     print(yaml.safe_dump(resolved, sort_keys=False).rstrip())
     if "parameters" in info:
         print(f"# parameters (kept network: encoder + heads): {info['parameters']:,}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ValidationError, model_validator
@@ -95,6 +95,28 @@ _KINDS: dict[str, type[StrictModel]] = {
 }
 
 
+TASK_KINDS: tuple[str, ...] = get_args(TaskConfig.model_fields["kind"].annotation)
+DEFAULT_FOR = ("finetune", "distill")
+
+
+def default_recipe(command: str, task: str | None = None) -> str:
+    """The recipe a command runs when no --recipe is given: `finetune` the standard recipe of its --task
+    (finetune-KIND, finetune-classification without one); `distill` the task stage's, distill-task (the general
+    stage is built from --student instead). `bertkit recipes show --for COMMAND [--task KIND]` shows it."""
+    if command == "finetune":
+        kind = task or "classification"
+        if kind not in TASK_KINDS:
+            raise BertkitError(f"--task '{kind}' is not a task bertkit fine-tunes; use one of {', '.join(TASK_KINDS)}")
+        return f"finetune-{kind}"
+    if command == "distill":
+        if task not in (None, "classification"):
+            raise BertkitError(f"the distillation task stage trains classification only, not --task {task}")
+        return "distill-task"
+    if command == "pretrain":
+        raise BertkitError("pretrain has no default recipe: --recipe is required (see `bertkit recipes list`)")
+    raise BertkitError(f"--for takes {' or '.join(DEFAULT_FOR)} (the commands with a default recipe), not '{command}'")
+
+
 def recipe_names() -> list[str]:
     return sorted(p.stem for p in RECIPE_DIR.glob("*.yaml"))
 
@@ -128,18 +150,29 @@ def parse_override(item: str) -> tuple[list[str], Any]:
 
 
 # Pairs of keys of which a recipe sets one: a --set of one replaces the other coming from the file.
-_EITHER_OR = {("train", "steps"): ("train", "epochs"), ("train", "epochs"): ("train", "steps")}
+_EITHER_OR = {
+    ("train", "steps"): ("train", "epochs"),
+    ("train", "epochs"): ("train", "steps"),
+    ("schedule", "warmup_steps"): ("schedule", "warmup_fraction"),
+    ("schedule", "warmup_fraction"): ("schedule", "warmup_steps"),
+}
 
 
-def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Apply dotted `--set` overrides. Setting train.steps on the command line drops the recipe file's
-    train.epochs (and the reverse), so `--set train.steps=30` works on an epoch-based recipe; setting
-    both on the command line is still refused by validation."""
-    given = {tuple(parse_override(item)[0]) for item in overrides}
+def _drop_replaced(raw: dict[str, Any], given: set[tuple[str, ...]]) -> None:
+    """Of each pair in _EITHER_OR of which `given` sets one key (and not the other), drop the other from `raw`:
+    what is set later replaces the earlier choice rather than contradicting it."""
     for key, other in _EITHER_OR.items():
         section = raw.get(key[0])
         if key in given and other not in given and isinstance(section, dict):
             section.pop(other[1], None)
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply dotted `--set` overrides. Setting train.steps on the command line drops the recipe file's
+    train.epochs (and the reverse), so `--set train.steps=30` works on an epoch-based recipe, and likewise
+    schedule.warmup_steps and schedule.warmup_fraction; setting both on the command line is still refused
+    by validation."""
+    _drop_replaced(raw, {tuple(parse_override(item)[0]) for item in overrides})
     for item in overrides:
         keys, value = parse_override(item)
         node = raw
@@ -244,6 +277,9 @@ def load_distill_recipe(
         path, recipe_raw = _read_yaml(recipe)
         if recipe_raw.get("kind", "distill") != "distill":
             raise BertkitError(f"--recipe {recipe} is a {recipe_raw['kind']} recipe; distill takes a distill recipe")
+        # e.g. a distill recipe's schedule.warmup_fraction replaces the student recipe's warmup_steps
+        sections = {part: body for part, body in recipe_raw.items() if isinstance(body, dict)}
+        _drop_replaced(raw, {(part, key) for part, body in sections.items() for key in body})
         raw = _merge(raw, recipe_raw)
         names.append(path.stem)
     raw.update(kind="distill", name="+".join(names) or "custom")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Literal
@@ -269,13 +270,35 @@ class OptimConfig(StrictModel):
     grad_clip: float = Field(1.0, ge=0, description="max global grad norm; 0 disables clipping")
 
 
+WARMUP_STEPS_OR_FRACTION = (
+    "schedule.warmup_steps and schedule.warmup_fraction are mutually exclusive (both say how long to warm up); "
+    "keep one, e.g. --set schedule.warmup_steps=0 --set schedule.warmup_fraction=0.1"
+)
+
+
 class ScheduleConfig(StrictModel):
+    # Warm-up as a count of steps, or as a share of the run's steps (BERT's warmup_proportion, transformers'
+    # warmup_ratio): a share scales with the data, so a small fine-tuning set is never all warm-up. One of the two.
     warmup_steps: int = Field(0, ge=0)
+    warmup_fraction: float = Field(0.0, ge=0.0, lt=1.0, description="share of the steps spent warming up")
     # wsd = warmup-stable-decay: constant peak after warmup, then a linear decay over the last
     # `decay_fraction` of the steps (so a run can be extended from a stable-phase checkpoint).
     decay: Literal["linear", "cosine", "constant", "wsd"] = "linear"
     min_lr_ratio: float = Field(0.0, ge=0.0, le=1.0)
     decay_fraction: float = Field(0.2, gt=0.0, le=1.0, description="wsd only: share of steps spent decaying")
+
+    @model_validator(mode="after")
+    def _steps_or_fraction(self) -> ScheduleConfig:
+        if self.warmup_steps and self.warmup_fraction:
+            raise ValueError(WARMUP_STEPS_OR_FRACTION)
+        return self
+
+    def warmup_for(self, total_steps: int) -> int:
+        """Warm-up steps of a run of `total_steps`: the fraction rounded up (as transformers' warmup_ratio), so a
+        fraction above 0 always warms up for at least one step."""
+        if self.warmup_fraction:
+            return math.ceil(self.warmup_fraction * total_steps)
+        return self.warmup_steps
 
 
 _BUDGET = re.compile(
@@ -505,6 +528,29 @@ TASK_METRICS = {
 LOWER_IS_BETTER = {"mse"}
 
 
+# Question answering reads windows `[CLS] question [SEP] context [SEP]`: 3 special tokens, a question of at most
+# BERT's max_query_length (64) tokens and half the window, and the rest for the context.
+QA_SPECIAL_TOKENS = 3
+
+
+def qa_question_tokens(max_len: int) -> int:
+    """Question tokens a window of `max_len` keeps: at most 64 (BERT's max_query_length) and half the window."""
+    return max(1, min(64, (max_len - QA_SPECIAL_TOKENS) // 2))
+
+
+def qa_context_room(max_len: int) -> int:
+    """The least context a window of `max_len` holds: what the longest question kept leaves."""
+    return max_len - QA_SPECIAL_TOKENS - qa_question_tokens(max_len)
+
+
+def qa_doc_stride(max_len: int, doc_stride: int | None) -> int:
+    """Context tokens two windows share: `doc_stride` when set, else derived from the window, a third of it (128
+    for 384, as transformers' run_qa.py) and always less than the context room, so it fits by construction."""
+    if doc_stride is not None:
+        return doc_stride
+    return max(0, min(max_len // 3, qa_context_room(max_len) - 1))
+
+
 class TaskConfig(StrictModel):
     """A fine-tuning task read from CSV/TSV, JSON lines, Parquet or a datasets directory."""
 
@@ -548,7 +594,8 @@ class TaskConfig(StrictModel):
     # Question answering: context tokens two windows of a long context share, the candidates per window
     # (top start and end logits) and the longest answer (tokens) post-processing considers, and for SQuAD
     # v2.0 data (unanswerable questions) how far the null score must beat the best span's to answer nothing.
-    doc_stride: int = Field(128, ge=0)
+    # doc_stride null (the default) derives it from the window: max_seq_len // 3, 128 for 384 (see qa_doc_stride).
+    doc_stride: int | None = Field(None, ge=0)
     n_best: int = Field(20, ge=1)
     max_answer_length: int = Field(30, ge=1)
     null_threshold: float = 0.0
@@ -558,7 +605,27 @@ class TaskConfig(StrictModel):
         valid = TASK_METRICS[self.kind]
         if self.metric is not None and self.metric not in valid:
             raise ValueError(f"task.metric '{self.metric}' is not a {self.kind} metric; use one of {', '.join(valid)}")
+        if self.kind == "question-answering":
+            self._check_qa_window()
         return self
+
+    def _check_qa_window(self) -> None:
+        """A QA window must hold some context, and two windows must share less than one holds (else the next
+        window would start where this one did): checked here, when the recipe is read, for any question."""
+        room = qa_context_room(self.max_seq_len)
+        if room < 1:
+            raise ValueError(
+                f"task.max_seq_len {self.max_seq_len} leaves no room for a context after the question and "
+                f"{QA_SPECIAL_TOKENS} special tokens; use 384 (the standard for question answering)"
+            )
+        if self.doc_stride is not None and self.doc_stride >= room:
+            raise ValueError(
+                f"task.doc_stride ({self.doc_stride}) must be less than the context room of a window ({room} tokens: "
+                f"task.max_seq_len {self.max_seq_len} less a question of up to {qa_question_tokens(self.max_seq_len)} "
+                f"tokens and {QA_SPECIAL_TOKENS} special tokens); leave task.doc_stride unset to derive it from the "
+                f"window ({qa_doc_stride(self.max_seq_len, None)} here), lower it, or raise task.max_seq_len "
+                "(384 with doc_stride 128 is the standard)"
+            )
 
     @property
     def best_metric(self) -> str:

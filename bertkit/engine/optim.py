@@ -93,19 +93,20 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer
 def lr_multiplier(step: int, total_steps: int, cfg: ScheduleConfig) -> float:
     """Linear warmup to the peak, then linear/cosine decay to `min_lr_ratio`, constant, or
     warmup-stable-decay (constant, then linear decay over the last `decay_fraction` of the steps)."""
-    if cfg.warmup_steps and step < cfg.warmup_steps:
-        return (step + 1) / cfg.warmup_steps
+    warmup = cfg.warmup_for(total_steps)
+    if warmup and step < warmup:
+        return (step + 1) / warmup
     if cfg.decay == "constant":
         return 1.0
     if cfg.decay == "wsd":
         decay_steps = max(1, round(total_steps * cfg.decay_fraction))
-        decay_start = max(cfg.warmup_steps, total_steps - decay_steps)
+        decay_start = max(warmup, total_steps - decay_steps)
         if step < decay_start:
             return 1.0
         progress = min(1.0, (step - decay_start) / max(1, total_steps - decay_start))
         return cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * (1.0 - progress)
-    span = max(1, total_steps - cfg.warmup_steps)
-    progress = min(1.0, (step - cfg.warmup_steps) / span)
+    span = max(1, total_steps - warmup)
+    progress = min(1.0, (step - warmup) / span)
     shape = 1.0 - progress if cfg.decay == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
     return cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * shape
 

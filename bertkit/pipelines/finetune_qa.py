@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from bertkit.config.recipe import FinetuneRecipe
+from bertkit.config.schema import qa_doc_stride
 from bertkit.engine.checkpoint import load_state
 from bertkit.engine.device import resolve_device
 from bertkit.engine.dist import is_main
@@ -67,8 +68,10 @@ def finetune_qa(
     with_null = train_data.has_impossible
     max_len = min(task.max_seq_len, model_cfg.max_position_embeddings - model_cfg.position_offset)
     use_types = model_cfg.type_vocab_size > 1
-    train_features = encode_qa(train_examples, tokenizer, max_len, task.doc_stride, use_types)
-    eval_features = encode_qa(eval_examples, tokenizer, max_len, task.doc_stride, use_types) if eval_examples else None
+    # Derived from the window actually used (the model's positions may cap task.max_seq_len) when not set.
+    stride = qa_doc_stride(max_len, task.doc_stride)
+    train_features = encode_qa(train_examples, tokenizer, max_len, stride, use_types)
+    eval_features = encode_qa(eval_examples, tokenizer, max_len, stride, use_types) if eval_examples else None
 
     train_cfg, steps_per_epoch = plan_epochs(recipe.train, len(train_features))
     resumed = prepare_run_dir(output, recipe, overwrite, resume)
@@ -95,7 +98,9 @@ def finetune_qa(
         model = model.cpu()
         if best is not None:
             best.finish(model, result.steps)
-        task_meta = {**task.model_dump(mode="json"), "max_seq_len": max_len, "version_2_with_negative": with_null}
+        # The window and stride the model was trained with, resolved (a derived stride is saved as a number).
+        task_meta = {**task.model_dump(mode="json"), "max_seq_len": max_len, "doc_stride": stride,
+                     "version_2_with_negative": with_null}  # fmt: skip
         save_model_dir(saved, model, model_cfg, ARCHITECTURE, tokenizer, {"labels": [], "task": task_meta,
                                                                           "best": best_info})  # fmt: skip
     summary: dict[str, Any] = {

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from bertkit.config.schema import qa_context_room
 from bertkit.engine.checkpoint import load_state
 from bertkit.models.bert import BertEncoder
 from bertkit.pipelines.predict_common import inference_device, jsonl_sink, window_length
@@ -36,6 +37,10 @@ def predict_qa(
 ) -> dict[str, Any]:
     task = meta.get("task") or {}
     max_len = window_length(cfg, task, max_seq_len)
+    # The stride the model was trained with; a --max-seq-len window too short for it derives its own.
+    stride = task.get("doc_stride")
+    if stride is not None and int(stride) >= qa_context_room(max_len):
+        stride = None
     data = read_qa_file(input_path, need_answers=False)
     model = QuestionAnswerer(BertEncoder(cfg))
     load_state(model, weights, str(model_dir))
@@ -48,7 +53,7 @@ def predict_qa(
     with jsonl_sink(output) as sink, Tracker("predict", total=len(data), quiet=quiet, unit="questions") as tracker:
         for begin in range(0, len(data), CHUNK):
             examples = data.examples[begin : begin + CHUNK]
-            features = encode_qa(examples, tokenizer, max_len, int(task.get("doc_stride", 128)), use_types)
+            features = encode_qa(examples, tokenizer, max_len, stride, use_types)
             logits = window_logits(model, features, target, tokenizer.pad_id, use_types, batch_size)
             answers = best_answers(
                 examples, features, logits, int(task.get("n_best", 20)), int(task.get("max_answer_length", 30)),

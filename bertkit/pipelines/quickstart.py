@@ -36,21 +36,35 @@ def quickstart(
         if not quiet:
             stderr_console.print(f"[bold cyan]quickstart[/] {message}")
 
+    seconds: dict[str, float] = {}
+    clock = time.perf_counter()
+
+    def lap(stage: str) -> None:
+        """Seconds since the previous stage ended: what each stage costs, for the summary table."""
+        nonlocal clock
+        now = time.perf_counter()
+        seconds[stage] = round(now - clock, 1)
+        clock = now
+
     say("writing sample data (Python's documentation, movie plots, Rotten Tomatoes reviews)")
     data = write_sample_data(output / "data")
     say("training a WordPiece tokenizer")
     tok = train_tokenizer("wordpiece", [data["pretrain"]], output / "tokenizer", vocab_size=8000)
+    lap("tokenizer")  # with the sample data it trains on
     say("building a FULL-SENTENCES corpus (dynamic 15% masking)")
     corpus = build_corpus([data["pretrain"]], output / "tokenizer", output / "corpus", BuildOptions(max_seq_len=128))
+    lap("corpus")
     pre_overrides = [f"data.train={output / 'corpus'}"] + ([f"train.steps={pretrain_steps}"] if pretrain_steps else [])
     say("pretraining a tiny BERT with masked language modelling")
     pre = pretrain(load_recipe("bert-tiny", pre_overrides), output / "pretrain", quiet=quiet)  # type: ignore[arg-type]
+    lap("pretrain")
     say("distilling it into a 1-layer student (DistilBERT: soft targets + MLM + cosine)")
     distill_overrides = [f"data.train={output / 'corpus'}", "model.num_layers=1", f"train.steps={distill_steps}"]
     distilled = distill_general(
         load_distill_recipe("bert-tiny", None, distill_overrides), str(output / "pretrain"), output / "distill",
         "bert-tiny", quiet=quiet,
     )  # fmt: skip
+    lap("distill")
     say("fine-tuning the pretrained model on Rotten Tomatoes sentiment")
     ft_overrides = [f"train.steps={finetune_steps}"] if finetune_steps else []
     ft = finetune(
@@ -60,11 +74,13 @@ def quickstart(
         output / "finetune",
         quiet=quiet,
     )  # type: ignore[arg-type]
+    lap("finetune")
     return {
         "tokenizer": {"path": tok["output"], "vocab_size": tok["vocab_size"]},
         "corpus": {"path": corpus["output"], "sequences": corpus["num_sequences"], "tokens": corpus["num_tokens"]},
         "pretrain": pre,
         "distill": distilled,
         "finetune": ft,
+        "stage_seconds": seconds,
         "seconds": round(time.perf_counter() - started, 1),
     }

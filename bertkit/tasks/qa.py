@@ -6,11 +6,11 @@
 - Answers: a training answer's `text` must be at `answer_start` in the context. SQuAD v1.1 dev has a few off
   by a character or two: the exact text is looked for within `MAX_SHIFT` characters and used where found;
   otherwise the question is an error (or, with skip_bad_rows, skipped and counted).
-- Windows: `[CLS] question [SEP] context window [SEP]`. The question keeps at most `max_query_tokens(max_len)`
+- Windows: `[CLS] question [SEP] context window [SEP]`. The question keeps at most `qa_question_tokens(max_len)`
   tokens; a long context is cut into windows of the room left that overlap by `doc_stride` tokens (as
-  transformers' run_qa.py). The answer's first and last tokens come from the tokenizer's character offsets;
-  a window that does not hold the whole answer (and every window of an unanswerable question) points at
-  [CLS] (position 0) for both start and end.
+  transformers' run_qa.py; by default a third of the window, see bertkit.config.schema.qa_doc_stride). The
+  answer's first and last tokens come from the tokenizer's character offsets; a window that does not hold the
+  whole answer (and every window of an unanswerable question) points at [CLS] (position 0) for both start and end.
 - Head: one linear layer (hidden -> 2: start and end logits) on every token, Hugging Face's `qa_outputs`.
   Loss: cross-entropy of the start and of the end position, (start + end) / 2; a target is a window.
 - Post-processing: the `n_best` top start and end logits of every window of a question, spans inside the
@@ -38,6 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bertkit.config.schema import qa_doc_stride, qa_question_tokens
 from bertkit.corpus.loader import EpochSampler, LoaderState, pad_batch
 from bertkit.errors import BertkitError
 from bertkit.models.bert import BertEncoder
@@ -269,11 +270,6 @@ def split_by_group(data: QAData, eval_fraction: float, seed: int) -> tuple[list[
 # ------------------------------------------------------------------------------------------------ encoding
 
 
-def max_query_tokens(max_len: int) -> int:
-    """Question tokens kept: at most 64 (BERT's max_query_length) and at most half the window."""
-    return max(1, min(64, (max_len - 3) // 2))
-
-
 @dataclass
 class QAFeatures:
     """The windows of a list of examples."""
@@ -303,10 +299,12 @@ def answer_tokens(offsets: np.ndarray, start: int, end: int) -> tuple[int, int] 
 
 
 def encode_qa(
-    examples: list[QAExample], tokenizer: Tokenizer, max_len: int, doc_stride: int, types: bool = True
+    examples: list[QAExample], tokenizer: Tokenizer, max_len: int, doc_stride: int | None, types: bool = True
 ) -> QAFeatures:
-    """Windows `[CLS] question [SEP] context part [SEP]` of every example with start/end targets."""
-    q_cap = max_query_tokens(max_len)
+    """Windows `[CLS] question [SEP] context part [SEP]` of every example with start/end targets; `doc_stride`
+    None derives it from `max_len` (qa_doc_stride)."""
+    q_cap = qa_question_tokens(max_len)
+    doc_stride = qa_doc_stride(max_len, doc_stride)
     questions = tokenizer.backend.encode_batch([e.question for e in examples], add_special_tokens=False)
     contexts = tokenizer.backend.encode_batch([e.context for e in examples], add_special_tokens=False)
     out = QAFeatures()
@@ -317,7 +315,7 @@ def encode_qa(
             raise BertkitError(
                 f"task.doc_stride ({doc_stride}) must be less than the context room of a window ({room} tokens: "
                 f"task.max_seq_len {max_len} less the question and 3 special tokens); lower task.doc_stride or "
-                "raise task.max_seq_len (e.g. 384 with doc_stride 128)"
+                "raise task.max_seq_len (e.g. 384 with doc_stride 128), or leave task.doc_stride unset to derive it"
             )
         c_ids = np.asarray(c_enc.ids, dtype=np.int64)
         offsets = np.asarray(c_enc.offsets, dtype=np.int64).reshape(-1, 2)

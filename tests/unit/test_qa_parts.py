@@ -205,7 +205,7 @@ def test_task_options() -> None:
 
     task = TaskConfig(kind="question-answering")
     assert (task.best_metric, task.doc_stride, task.n_best, task.max_answer_length, task.null_threshold) == (
-        "f1", 128, 20, 30, 0.0,
+        "f1", None, 20, 30, 0.0,
     )  # fmt: skip
     assert TaskConfig(kind="question-answering", metric="exact_match").best_metric == "exact_match"
     with pytest.raises(ValueError, match="not a question-answering metric"):
