@@ -1,0 +1,124 @@
+"""Shipped recipes: every one under bertkit/recipes/ loads and its defaults agree with each other (warm-up against
+the run's length, batch against accumulation, QA stride against the window), each task kind has its standard
+recipe chosen by `--task`, warm-up as a share of the steps, and `bertkit recipes show --for` names the recipe a
+command uses."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from cli_helpers import run_error, run_json
+
+from bertkit.config.recipe import TASK_KINDS, default_recipe, load_recipe, recipe_names
+from bertkit.config.schema import ScheduleConfig, TaskConfig, qa_context_room, qa_doc_stride, qa_question_tokens
+from bertkit.engine.optim import lr_multiplier
+from bertkit.errors import BertkitError
+from bertkit.pipelines.finetune_common import plan_epochs
+
+SMALL_SET = 100  # examples: a fine-tuning set small enough that a fixed warm-up count would be all of its run
+
+
+@pytest.mark.parametrize("name", recipe_names())
+def test_every_shipped_recipe_is_consistent(name: str) -> None:
+    recipe = load_recipe(name)  # the validation each run does when it reads its recipe, before any data
+    train, schedule = recipe.train, recipe.schedule
+    assert recipe.name == name and recipe.description
+    assert train.batch_size % train.grad_accum == 0
+    assert not (schedule.warmup_steps and schedule.warmup_fraction) and 0.0 <= schedule.warmup_fraction < 1.0
+    if train.epochs is None:
+        total = train.steps
+    else:
+        # The steps follow the data: a fixed count could be the whole run of a small set, a share never is.
+        assert schedule.warmup_steps == 0, f"{name} trains for epochs: warm up by schedule.warmup_fraction"
+        total = plan_epochs(train, SMALL_SET)[0].steps
+    assert total is not None and schedule.warmup_for(total) < total, "the run would be all warm-up"
+    warmup = schedule.warmup_for(total)
+    # Sampled (a pretraining recipe runs 10^6 steps), with the end of warm-up, where the peak is.
+    sampled = {0, max(warmup - 1, 0), warmup, total - 1, *range(0, total, max(1, total // 500))}
+    rates = [lr_multiplier(step, total, schedule) for step in sorted(sampled)]
+    assert max(rates) == pytest.approx(1.0) and min(rates) >= 0.0  # reaches the peak, never above it
+    if recipe.kind in ("finetune", "distill"):
+        task = recipe.task  # type: ignore[union-attr]
+        assert 3 <= task.max_seq_len <= 512
+        if task.kind == "question-answering":
+            stride = qa_doc_stride(task.max_seq_len, task.doc_stride)
+            assert 0 <= stride < qa_context_room(task.max_seq_len)  # for any question, however long
+    if recipe.kind == "pretrain":
+        assert train.eval_batches >= 1 and train.log_every <= train.steps
+
+
+def test_each_task_kind_has_its_standard_recipe() -> None:
+    """What transformers' example scripts made standard: run_qa.py windows of 384 with stride 128, lr 3e-5, batch
+    12, 2 epochs; run_ner.py batch 16, lr 5e-5, 3 epochs; sequence tasks BERT's lr 5e-5, batch 32, 3 epochs."""
+    for kind in TASK_KINDS:
+        name = default_recipe("finetune", kind)
+        assert name == f"finetune-{kind}" and load_recipe(name).task.kind == kind  # type: ignore[union-attr]
+    assert default_recipe("finetune") == "finetune-classification"
+    qa = load_recipe("finetune-question-answering")
+    assert (qa.task.max_seq_len, qa_doc_stride(qa.task.max_seq_len, qa.task.doc_stride)) == (384, 128)  # type: ignore[union-attr]
+    assert (qa.optim.lr, qa.train.batch_size, qa.train.epochs) == (3e-5, 12, 2)
+    ner = load_recipe("finetune-token-classification")
+    assert (ner.optim.lr, ner.train.batch_size, ner.train.epochs) == (5e-5, 16, 3)
+    for kind in ("classification", "regression", "multi-label"):
+        recipe = load_recipe(f"finetune-{kind}")
+        assert (recipe.optim.lr, recipe.train.batch_size, recipe.train.epochs) == (5e-5, 32, 3)
+        assert recipe.schedule.warmup_fraction == 0.1 and recipe.task.max_seq_len == 128  # type: ignore[union-attr]
+    assert default_recipe("distill") == "distill-task"
+    with pytest.raises(BertkitError, match="not a task bertkit fine-tunes; use one of classification"):
+        default_recipe("finetune", "ner")
+    with pytest.raises(BertkitError, match="--recipe is required"):
+        default_recipe("pretrain")
+
+
+def test_warmup_fraction_is_a_share_of_the_steps() -> None:
+    schedule = ScheduleConfig(warmup_fraction=0.1)
+    assert [schedule.warmup_for(n) for n in (1, 10, 57, 1000)] == [1, 1, 6, 100]  # rounded up: never 0 of a run
+    rates = [lr_multiplier(step, 57, schedule) for step in range(57)]
+    assert rates[:7] == pytest.approx([1 / 6, 2 / 6, 3 / 6, 4 / 6, 5 / 6, 1.0, 1.0]) and rates[7] < 1.0
+    assert ScheduleConfig(warmup_steps=6).warmup_for(57) == 6 and ScheduleConfig().warmup_for(57) == 0
+    with pytest.raises(ValueError, match="warmup_steps and schedule.warmup_fraction are mutually exclusive"):
+        ScheduleConfig(warmup_steps=10, warmup_fraction=0.1)
+    with pytest.raises(ValueError, match="less than 1"):
+        ScheduleConfig(warmup_fraction=1.0)
+    # One set on the command line replaces the other from the recipe file; both on the command line contradict.
+    assert load_recipe("finetune-classification", ["schedule.warmup_steps=7"]).schedule.warmup_fraction == 0.0
+    assert load_recipe("bert-tiny", ["schedule.warmup_fraction=0.05"]).schedule.warmup_steps == 0
+    with pytest.raises(BertkitError, match="mutually exclusive"):
+        load_recipe("bert-tiny", ["schedule.warmup_fraction=0.05", "schedule.warmup_steps=3"])
+
+
+def test_qa_stride_fits_every_window_by_construction() -> None:
+    for max_len in range(5, 1025):
+        room, stride = qa_context_room(max_len), qa_doc_stride(max_len, None)
+        assert room >= 1 and 0 <= stride < room, max_len
+        assert qa_question_tokens(max_len) + room + 3 == max_len
+    assert qa_doc_stride(384, None) == 128 and qa_doc_stride(128, None) == 42 and qa_doc_stride(128, 20) == 20
+    # A stride set by hand that a window cannot hold is refused when the recipe is read, saying what fits.
+    with pytest.raises(BertkitError, match=r"task.doc_stride \(128\) must be less than .* \(63 tokens.*derive it .*42"):
+        load_recipe("finetune-question-answering", ["task.max_seq_len=128", "task.doc_stride=128"])
+    with pytest.raises(ValueError, match="leaves no room for a context"):
+        TaskConfig(kind="question-answering", max_seq_len=4)
+    TaskConfig(kind="classification", max_seq_len=128, doc_stride=128)  # only question answering reads it
+
+
+def test_recipes_show_names_the_recipe_a_command_uses() -> None:
+    shown = run_json("recipes", "show", "--for", "finetune", "--task", "question-answering")
+    assert shown["name"] == "finetune-question-answering"
+    assert shown["used_by"] == "bertkit finetune --task question-answering"
+    assert shown["recipe"]["task"]["max_seq_len"] == 384 and shown["recipe"]["schedule"]["warmup_fraction"] == 0.1
+    assert run_json("recipes", "show", "--task", "token-classification")["name"] == "finetune-token-classification"
+    assert run_json("recipes", "show", "--for", "finetune")["name"] == "finetune-classification"
+    assert run_json("recipes", "show", "--for", "distill")["name"] == "distill-task"
+    assert "--for finetune --task question-answering" in run_error("recipes", "show")
+    assert "not both" in run_error("recipes", "show", "bert-tiny", "--for", "finetune")
+    assert "--for takes finetune or distill" in run_error("recipes", "show", "--for", "embed")
+    assert "not a task bertkit fine-tunes" in run_error("recipes", "show", "--task", "ner")
+
+
+def test_finetune_with_an_unknown_task_is_one_error_line(tmp_path: Path) -> None:
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"text": "a", "label": "x"}) + "\n")
+    error = run_error("finetune", "-m", str(tmp_path), "--train", str(data), "-o", str(tmp_path / "r"), "--task", "ner")
+    assert "--task 'ner' is not a task" in error and not (tmp_path / "r").exists()
