@@ -164,6 +164,23 @@ def ner_run(tmp_path_factory: pytest.TempPathFactory, pretrained_run: Path, wnut
     return folder, out, sentences[300:400]
 
 
+def test_task_alone_runs_the_token_classification_recipe(tmp_path: Path, pretrained_run: Path, wnut_file: Path) -> None:
+    """`--task token-classification` with the file and the epochs alone runs finetune-token-classification
+    (run_ner.py's batch 16, lr 5e-5), not classification's batch 32: 144 of 160 real WNUT-16 tweets (10% held
+    out) are 9 steps an epoch."""
+    train = _write_conll(tmp_path / "train.txt", _sentences(wnut_file)[:160])
+    out = run_json("finetune", "-m", str(pretrained_run), "--train", str(train), "-o", str(tmp_path / "run"),
+                   "--task", "token-classification", "--set", "train.epochs=1",
+                   "--set", "engine.threads=1")  # fmt: skip
+    import yaml
+
+    recipe = yaml.safe_load((tmp_path / "run" / "recipe.yaml").read_text())
+    assert recipe["name"] == "finetune-token-classification"
+    assert (recipe["optim"]["lr"], recipe["train"]["batch_size"]) == (5e-5, 16)
+    assert (out["train_examples"], out["steps_per_epoch"], out["steps"]) == (144, 9, 9)
+    assert out["best"]["metric"] == "f1" and out["loss_first"] != out["loss_last"]
+
+
 def test_ner_finetune_summary(ner_run) -> None:
     _, out, dev = ner_run
     assert out["task"] == "token-classification" and out["tag_scheme"] == "bio"

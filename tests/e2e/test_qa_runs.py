@@ -193,6 +193,30 @@ def test_qa_bad_input_is_one_error_line(tmp_path: Path, pretrained_run: Path, sq
     assert not any((tmp_path / name).exists() for name in ("r2", "r3", "r4"))
 
 
+def test_task_alone_runs_the_question_answering_recipe(tmp_path: Path, pretrained_run: Path, squad: dict) -> None:
+    """The first QA run a user makes: `--task question-answering`, the files and the epochs. It used to stop before
+    training (classification's window of 128 against QA's stride of 128); now it runs finetune-question-answering,
+    whose window of 384 is capped at the tiny model's 128 positions, with the stride derived from that window."""
+    train = _write(tmp_path / "train.json", _articles(squad, 0, 3, 20))
+    dev = _write(tmp_path / "dev.json", _articles(squad, 30, 1, 10))
+    run = tmp_path / "run"
+    out = run_json("finetune", "-m", str(pretrained_run), "--train", str(train), "--eval", str(dev), "-o", str(run),
+                   "--task", "question-answering", "--set", "train.epochs=1", "--set", "engine.threads=1")  # fmt: skip
+    import yaml
+
+    recipe = yaml.safe_load((run / "recipe.yaml").read_text())
+    assert recipe["name"] == "finetune-question-answering" and recipe["task"]["max_seq_len"] == 384
+    assert (recipe["optim"]["lr"], recipe["train"]["batch_size"]) == (3e-5, 12)
+    task = json.loads((run / "model" / "bertkit_model.json").read_text())["task"]
+    assert (task["max_seq_len"], task["doc_stride"]) == (128, 42)  # the model's window, and a stride that fits it
+    assert out["train_windows"] > out["train_examples"] and out["steps"] == -(-out["train_windows"] // 12)
+    assert out["eval"]["total"] == out["eval_examples"] > 0
+    # predict with a shorter window than training's: the trained stride no longer fits, one is derived for it
+    predicted = run_json("predict", "-m", str(run), "-i", str(dev), "-o", str(tmp_path / "p.jsonl"),
+                         "--max-seq-len", "64")  # fmt: skip
+    assert predicted["rows"] == out["eval_examples"] and predicted["max_seq_len"] == 64
+
+
 @pytest.mark.slow
 def test_minilm_learns_to_answer_unseen_articles(tmp_path: Path, minilm_dir: Path, squad: dict) -> None:
     """The real MiniLM (all-MiniLM-L6-v2), ~600 real SQuAD questions of 12 articles, 100 steps, evaluated on
