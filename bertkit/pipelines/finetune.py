@@ -187,6 +187,7 @@ def finetune(
         "run_dir": str(output),
         "model_dir": str(saved),
         "task": task.kind,
+        "recipe": recipe.name,  # the task's own (finetune-KIND) unless --recipe named one
         "labels": labels,
         "rows_read": train_data.rows_read,
         "rows_skipped": train_data.skipped,

@@ -107,6 +107,7 @@ def finetune_qa(
         "run_dir": str(output),
         "model_dir": str(saved),
         "task": task.kind,
+        "recipe": recipe.name,  # the task's own (finetune-KIND) unless --recipe named one
         "version_2_with_negative": with_null,
         "rows_read": train_data.rows_read,
         "rows_skipped": train_data.skipped,

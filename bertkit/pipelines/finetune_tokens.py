@@ -112,6 +112,7 @@ def finetune_tokens(
         "run_dir": str(output),
         "model_dir": str(saved),
         "task": task.kind,
+        "recipe": recipe.name,  # the task's own (finetune-KIND) unless --recipe named one
         "tag_scheme": scheme,
         "labels": names,
         "rows_read": train_data.rows_read,

@@ -175,7 +175,7 @@ def test_task_alone_runs_the_token_classification_recipe(tmp_path: Path, pretrai
     import yaml
 
     recipe = yaml.safe_load((tmp_path / "run" / "recipe.yaml").read_text())
-    assert recipe["name"] == "finetune-token-classification"
+    assert recipe["name"] == out["recipe"] == "finetune-token-classification"
     assert (recipe["optim"]["lr"], recipe["train"]["batch_size"]) == (5e-5, 16)
     assert (out["train_examples"], out["steps_per_epoch"], out["steps"]) == (144, 9, 9)
     assert out["best"]["metric"] == "f1" and out["loss_first"] != out["loss_last"]

@@ -205,7 +205,7 @@ def test_task_alone_runs_the_question_answering_recipe(tmp_path: Path, pretraine
     import yaml
 
     recipe = yaml.safe_load((run / "recipe.yaml").read_text())
-    assert recipe["name"] == "finetune-question-answering" and recipe["task"]["max_seq_len"] == 384
+    assert recipe["name"] == out["recipe"] == "finetune-question-answering" and recipe["task"]["max_seq_len"] == 384
     assert (recipe["optim"]["lr"], recipe["train"]["batch_size"]) == (3e-5, 12)
     task = json.loads((run / "model" / "bertkit_model.json").read_text())["task"]
     assert (task["max_seq_len"], task["doc_stride"]) == (128, 42)  # the model's window, and a stride that fits it
