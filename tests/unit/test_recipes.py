@@ -90,6 +90,18 @@ def test_warmup_fraction_is_a_share_of_the_steps() -> None:
         load_recipe("bert-tiny", ["schedule.warmup_fraction=0.05", "schedule.warmup_steps=3"])
 
 
+def test_a_distill_recipes_warmup_fraction_replaces_the_students_steps(tmp_path: Path) -> None:
+    """A distill recipe merged over a student's pretrain recipe (bert-tiny warms up 30 steps): its warm-up share
+    replaces the student's count instead of contradicting it."""
+    from bertkit.config.recipe import load_distill_recipe
+
+    own = tmp_path / "distill-share.yaml"
+    own.write_text("kind: distill\nschedule:\n  warmup_fraction: 0.1\n", encoding="utf-8")
+    assert load_recipe("bert-tiny").schedule.warmup_steps == 30
+    schedule = load_distill_recipe("bert-tiny", str(own)).schedule
+    assert (schedule.warmup_steps, schedule.warmup_fraction) == (0, 0.1)
+
+
 def test_qa_stride_fits_every_window_by_construction() -> None:
     for max_len in range(5, 1025):
         room, stride = qa_context_room(max_len), qa_doc_stride(max_len, None)
