@@ -62,6 +62,8 @@ def jsonl_sink(output: Path | None) -> Iterator[IO[str]]:
         raise
     sink.close()
     os.replace(tmp, output)
+
+
 CHUNK_BATCHES = 32  # batches read, predicted and written at a time
 
 
