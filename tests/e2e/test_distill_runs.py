@@ -122,6 +122,20 @@ def test_every_term_falls_with_a_narrower_student(
 
     weights = load_file(str(tmp_path / method / "model" / "model.safetensors"))
     assert not any(key.startswith(("embedding_proj", "hidden_proj")) for key in weights)  # W_e, W_h dropped
+    if method == "tinybert":
+        # ... from the model, but kept in the run directory, where the task stage finds them (RUN/model -> RUN)
+        # and starts its own W_e / W_h from them.
+        from bertkit.distill.student import DistillStudent, load_projections
+        from bertkit.modeldir import load_model_dir
+
+        carried = load_projections(tmp_path / method / "model")
+        names = ["embedding_proj.bias", "embedding_proj.weight", "hidden_proj.bias", "hidden_proj.weight"]
+        assert sorted(carried) == names and carried["hidden_proj.weight"].shape == (384, 192)
+        cfg = load_model_dir(tmp_path / method)[2]
+        student = DistillStudent(cfg, teacher_hidden_size=384)
+        assert student.carry_projections(carried)
+        assert all(torch.equal(student.state_dict()[key], value) for key, value in carried.items())
+        assert not DistillStudent(cfg, teacher_hidden_size=192).carry_projections(carried)  # no W_e/W_h to start
     plotted = run_json("plot", str(tmp_path / method))
     assert plotted["terms"] == sorted(f"{term}_loss" for term in summary["terms"])
     assert Path(plotted["plot"]).stat().st_size > 10_000
@@ -270,32 +284,21 @@ def test_task_stage_from_a_hugging_face_classifier(
     general = run_json("distill", "--teacher", str(hf_classifier_dir), "--student", "bert-tiny", "--method", "tinybert",
                        "--corpus", str(minilm_corpus), "-o", str(tmp_path / "general"), *SMALL, *shape,
                        "--set", "train.steps=4")  # fmt: skip
-    # The general stage keeps its W_e / W_h in its run directory, never in the exported student.
-    from safetensors.torch import load_file
-
-    projections = load_file(str(Path(general["run_dir"]) / "projections.safetensors"))
-    assert set(projections) == {
-        "embedding_proj.weight",
-        "embedding_proj.bias",
-        "hidden_proj.weight",
-        "hidden_proj.bias",
-    }
-    assert not any("proj" in key for key in load_file(str(Path(general["model_dir"]) / "model.safetensors")))
-    # 20 intermediate steps, then 60 on the prediction layer at a constant rate.
+    # 20 intermediate steps, then 150 on the prediction layer at a constant rate: a random teacher's soft targets
+    # are near-uniform, so its decisions take the student more steps to pick up than a trained teacher's.
     task = ["distill", "--stage", "task", "--teacher", str(hf_classifier_dir), "--student", general["run_dir"],
             "--train", str(sentiment_csv), "--set", "distill.intermediate.steps=20",
-            "--set", "distill.prediction.steps=60",
+            "--set", "distill.prediction.steps=150",
             "--set", "train.batch_size=16", "--set", "train.log_every=5", "--set", "distill.intermediate.lr=3e-3",
             "--set", "distill.prediction.lr=3e-3", "--set", "distill.prediction.decay=constant",
             "--set", "engine.threads=1"]  # fmt: skip
     summary = run_json(*task, "-o", str(tmp_path / "task"))
     assert summary["teacher"] == str(hf_classifier_dir) and summary["labels"] == ["negative", "positive"]
     assert [p["terms"] for p in summary["phases"]] == [["embedding", "hidden", "attention"], ["prediction"]]
-    assert [p["steps"] for p in summary["phases"]] == [20, 60] and summary["steps"] == 80
-    # The task stage starts from the general stage's projections: its first hidden-state loss is the one the
-    # general stage ended near, not that of fresh random projections.
-    assert summary["phases"][0]["projections_carried"] is True
-    assert falls(summary, "hidden") and falls(summary, "prediction", 0.8), summary
+    assert [p["steps"] for p in summary["phases"]] == [20, 150] and summary["steps"] == 170
+    assert summary["phases"][0]["projections_carried"] is False  # equal widths: there are none
+    # The soft cross-entropy falls towards its floor, the entropy of a random teacher's near-uniform outputs.
+    assert falls(summary, "hidden") and falls(summary, "prediction"), summary
     assert summary["eval"]["examples"] == summary["eval_examples"] > 0
     saved = json.loads((tmp_path / "task" / "model" / "bertkit_model.json").read_text())
     assert saved["labels"] == ["negative", "positive"] and saved["distilled_from"] == str(hf_classifier_dir)
