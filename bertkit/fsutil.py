@@ -61,3 +61,17 @@ def read_json(path: Path, what: str) -> Any:
         raise BertkitError(f"{what} not found: {path}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise BertkitError(f"{what} {path} is not valid JSON: {err}") from None
+
+
+def save_safetensors_atomic(path: Path, tensors: dict[str, Any]) -> None:
+    """Tensors to a safetensors file under a temporary name, then renamed: never a half-written file."""
+    from safetensors.torch import save_file
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

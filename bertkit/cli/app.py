@@ -10,6 +10,7 @@ import typer
 from bertkit import __version__
 from bertkit.cli import (
     augment,
+    compress,
     corpus,
     distill,
     embed,
@@ -38,6 +39,7 @@ app.command("pretrain")(pretrain.pretrain_command)
 app.command("distill")(distill.distill_command)
 app.command("finetune")(finetune.finetune_command)
 app.command("augment")(augment.augment_command)
+app.command("compress")(compress.compress_command)
 app.command("embed")(embed.embed_command)
 app.command("predict")(predict.predict_command)
 app.add_typer(recipes.app, name="recipes")

@@ -15,8 +15,21 @@ def augment_command(
         ...,
         "--model",
         "-m",
-        help="Teacher with an MLM head: a bertkit model or run directory (e.g. from `bertkit pretrain`), or a "
-        "local Hugging Face *ForMaskedLM / *ForPreTraining checkpoint.",
+        help="The teacher: a bertkit model or run directory, or a local Hugging Face checkpoint. Its MLM head "
+        "proposes words when it has one; its word-embedding table gives neighbours.",
+    ),
+    candidates_from: str = typer.Option(
+        "auto",
+        "--candidates-from",
+        metavar="auto|mlm|embeddings",
+        help="mlm: the MLM's predictions in context (TinyBERT); embeddings: neighbours in the teacher's word-"
+        "embedding table for every word; auto: mlm when --mlm-model is given or the teacher has an MLM head.",
+    ),
+    mlm_model: Path | None = typer.Option(
+        None,
+        "--mlm-model",
+        help="An MLM model on the teacher's tokenizer that proposes the words (e.g. the "
+        "pretrained checkpoint a fine-tuned teacher came from).",
     ),
     input: Path = typer.Option(
         ..., "--input", "-i", help="Task data: CSV/TSV, JSON lines, Parquet, a datasets directory, or text lines."
@@ -39,8 +52,8 @@ def augment_command(
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
-    """TinyBERT data augmentation: copies of each example with words replaced by the teacher's MLM
-    predictions (single-piece words) or embedding neighbours (multi-piece words)."""
+    """TinyBERT data augmentation: copies of each example with words (alphabetic, no stop words or
+    negations) replaced by MLM predictions in context or by neighbours in the teacher's embedding table."""
     from bertkit.pipelines.augment import AugmentOptions, augment
 
     opts = AugmentOptions(
@@ -55,6 +68,8 @@ def augment_command(
         batch_size=batch_size,
         device=device,
         threads=threads,
+        candidates_from=candidates_from,
+        mlm_model=mlm_model,
     )
     result = augment(model, input, output, opts, overwrite=overwrite, quiet=quiet)
     emit(result, json_out, "augmented data written")

@@ -255,9 +255,7 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return base
 
 
-def load_distill_recipe(
-    student: str | None, recipe: str | None, overrides: list[str] | None = None
-) -> DistillRecipe:
+def load_distill_recipe(student: str | None, recipe: str | None, overrides: list[str] | None = None) -> DistillRecipe:
     """A distill recipe from a student's pretrain recipe (its model, data, optim, schedule, train and
     engine; its objective gives way to `distill`), with a distill recipe's sections merged over it and
     then the --set overrides. Either may be absent (a student directory brings its own model)."""

@@ -473,6 +473,27 @@ def check_engine_optimizer(engine: EngineConfig, optim: OptimConfig) -> None:
 DistillMethod = Literal["distilbert", "tinybert", "minilm"]
 
 
+class PhaseConfig(StrictModel):
+    """One phase of the task stage: its length (epochs over the training data, or steps, which win when both
+    are set, so `--set distill.prediction.steps=N` overrides a recipe's epochs), its peak rate, and its
+    schedule (warm-up as a share of the phase's steps, then linear decay to 0 or a constant rate)."""
+
+    epochs: float | None = Field(None, ge=0, description="passes over the training data; 0 skips the phase")
+    steps: int | None = Field(None, ge=0, description="optimizer steps; 0 skips the phase")
+    lr: float = Field(1e-4, gt=0)
+    warmup_fraction: float = Field(0.0, ge=0.0, lt=1.0, description="share of the phase's steps spent warming up")
+    decay: Literal["linear", "constant"] = "linear"
+
+    def planned_steps(self, examples: int, batch_size: int) -> int:
+        """The phase's optimizer steps over `examples` training examples."""
+        if self.steps is not None:
+            return self.steps
+        return math.ceil((self.epochs if self.epochs is not None else 1.0) * math.ceil(examples / batch_size))
+
+    def schedule(self, steps: int) -> ScheduleConfig:
+        return ScheduleConfig(warmup_steps=round(self.warmup_fraction * steps), decay=self.decay)
+
+
 class DistillConfig(StrictModel):
     """Knowledge distillation: which method, how the student starts, and each loss's weight (0 turns it off).
 
@@ -499,8 +520,17 @@ class DistillConfig(StrictModel):
     alpha_value_relation: float = Field(1.0, ge=0)
     # TinyBERT: teacher layer (1-based) per student layer; None: the uniform map g(m) = m * L_T / L_S.
     layer_map: list[int] | None = None
-    # Task stage: the share of the steps spent on the intermediate layers before the prediction layer.
-    intermediate_fraction: float = Field(0.5, ge=0.0, le=1.0)
+    # Task stage (TinyBERT's two jobs): the intermediate layers (tinybert only; 0 epochs skips them), then the
+    # prediction layer, each with its own optimizer state, rate, schedule and length.
+    intermediate: PhaseConfig = Field(default_factory=lambda: PhaseConfig(epochs=1, lr=1e-4, decay="constant"))
+    prediction: PhaseConfig = Field(default_factory=lambda: PhaseConfig(epochs=3, lr=1e-4, warmup_fraction=0.1))
+    # Task stage, prediction phase: the weight of the gold labels' cross-entropy beside the soft targets
+    # (alpha_prediction); 0, TinyBERT's choice, learns from the teacher alone.
+    alpha_gold: float = Field(0.0, ge=0)
+    # Task stage: the teacher's logits of every training example are computed once and read from
+    # `cache_dir` (default: the run directory), keyed by teacher and data, instead of a teacher forward per step.
+    cache_teacher: bool = True
+    cache_dir: Path | None = None
 
     def resolved_method(self, student_recipe: str) -> DistillMethod:
         if self.method is not None:

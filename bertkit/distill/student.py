@@ -9,6 +9,7 @@ never saved with the student: `kept_module` / `kept_state_dict` leave them out.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -16,10 +17,15 @@ from torch import nn
 
 from bertkit.config.schema import ModelConfig
 from bertkit.distill.model import DistillOutput, EncoderWithHeads
+from bertkit.engine.checkpoint import load_state
 from bertkit.errors import BertkitError
+from bertkit.fsutil import save_safetensors_atomic
 from bertkit.models.layers import init_weights
 
 PROJECTIONS = ("embedding_proj.", "hidden_proj.")
+# W_e / W_h of a general distillation, kept in its run directory (never in the exported model) so that the
+# task stage starts from them, as TinyBERT's task distillation does.
+PROJECTIONS_FILE = "projections.safetensors"
 
 
 class DistillStudent(EncoderWithHeads):
@@ -61,6 +67,19 @@ class DistillStudent(EncoderWithHeads):
         projected = [self.embedding_proj(first), *(self.hidden_proj(h) for h in rest)]
         return out._replace(projected=projected)
 
+    def projection_state(self) -> dict[str, torch.Tensor]:
+        """W_e and W_h (`embedding_proj.*`, `hidden_proj.*`); empty when the widths are equal."""
+        return {k: v.detach().clone() for k, v in self.state_dict().items() if k.startswith(PROJECTIONS)}
+
+    def carry_projections(self, state: dict[str, torch.Tensor]) -> bool:
+        """Start W_e / W_h from a general distillation's; False (kept at their initialisation) when there are
+        none or their shapes are not this student's (another teacher width)."""
+        own = self.projection_state()
+        if not own or set(state) != set(own) or any(state[k].shape != own[k].shape for k in own):
+            return False
+        load_state(self, state, "projections", strict=False)
+        return True
+
     def kept_module(self) -> nn.Module:
         """The student as it is saved: encoder + heads, sharing these parameters, without the projections.
 
@@ -78,6 +97,24 @@ class DistillStudent(EncoderWithHeads):
     def kept_state_dict(self) -> dict[str, torch.Tensor]:
         """The state dict without W_e and W_h."""
         return self.kept_module().state_dict()
+
+
+def save_projections(run_dir: Path, student: DistillStudent) -> None:
+    """The general stage's W_e / W_h in its run directory (nothing when the widths are equal)."""
+    state = student.projection_state()
+    if state:
+        save_safetensors_atomic(run_dir / PROJECTIONS_FILE, state)
+
+
+def load_projections(model_dir: Path) -> dict[str, torch.Tensor]:
+    """W_e / W_h of the general run a student model directory belongs to (RUN/model -> RUN), or {}."""
+    from safetensors.torch import load_file
+
+    for folder in (model_dir, model_dir.parent):
+        path = folder / PROJECTIONS_FILE
+        if path.is_file():
+            return load_file(str(path))
+    return {}
 
 
 def check_compatible(

@@ -1,23 +1,31 @@
 """`bertkit augment`: TinyBERT's data augmentation for task-specific distillation.
 
-For every example, up to `copies` new examples are drawn. In each, every word (the tokenizer's own words,
-from its pre-tokenizer: WordPiece, byte-level BPE and SentencePiece alike) that holds a letter or digit is
-replaced with probability `prob` by one of its candidates, drawn uniformly:
+For every example, up to `copies` new examples are drawn. In each, every replaceable word is replaced with
+probability `prob` by one of its candidates, drawn uniformly. Words are the tokenizer's own (from its
+pre-tokenizer: WordPiece, byte-level BPE and SentencePiece alike); as in TinyBERT, a word is replaceable
+when it is alphabetic and not a stop word: negations ("not", "didn", "never") and function words are never
+touched, since replacing them flips the label the teacher's soft targets then teach
+(bertkit/distill/stopwords.py).
 
-  - a word that is a single word piece: the teacher's top-`candidates` masked-language-model predictions
-    with that word masked (one word masked per row; rows of many texts batched together), excluding
-    special tokens, word-continuation pieces (`##x`, a BPE piece without `Ġ`, a SentencePiece piece
-    without `▁`), pieces without a letter or digit, and the word itself;
-  - a word of several pieces: TinyBERT uses GloVe nearest neighbours; bertkit ships no GloVe, so the stand-in
-    is the nearest neighbours (cosine) of the word in the teacher's own input word-embedding table: the
-    mean of the word's piece vectors against the vectors of the whole-word vocabulary entries above.
+Candidates come from one of two sources (`candidates_from`):
+  - `mlm`: for a word that is a single word piece, the top-`candidates` masked-language-model predictions
+    of the teacher (or of `mlm_model`, which must read the teacher's tokenizer). As TinyBERT does, the
+    model reads `[CLS] text-with-the-word-masked [SEP] original-text [SEP]`, so it sees the word it replaces
+    and proposes words that fit both. Excluded: special tokens, word-continuation pieces (`##x`, a BPE
+    piece without `Ġ`, a SentencePiece piece without `▁`), pieces without a letter, and the word itself.
+    Words of several pieces take embedding neighbours, as TinyBERT gives them GloVe neighbours.
+  - `embeddings`: every word takes the nearest neighbours (cosine) of the mean of its piece vectors in the
+    teacher's own input word-embedding table, among the whole-word vocabulary entries above. This is what a
+    teacher without an MLM head (a fine-tuned classifier, a sentence-embedding model) offers; `auto` picks
+    it only then, and the summary says so (`candidate_source`).
 
-As in TinyBERT, candidates are computed once per word of an example and every copy samples from them; a
-copy identical to the example or to an earlier copy is dropped (hence "up to"). The output holds each
-original example first, unchanged, then its copies; labels and every other column are carried over, and
-with a text pair both sides are augmented. Replacements are spliced into the original string at the
-word's character offsets (leading and trailing punctuation of a word stays), so spacing, punctuation and
-the case of untouched words survive; a replacement takes the case pattern of the word it replaces.
+Candidates are computed once per word of an example (and once per distinct word for neighbours) and every
+copy samples from them; a copy identical to the example or to an earlier copy is dropped (hence "up to").
+The output holds each original example first, unchanged, then its copies; labels and every other column
+are carried over, and with a text pair both sides are augmented. Replacements are spliced into the
+original string at the word's character offsets (leading and trailing punctuation of a word stays), so
+spacing, punctuation and the case of untouched words survive; a replacement takes the case pattern of the
+word it replaces.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from bertkit.distill.stopwords import replaceable
 from bertkit.errors import BertkitError
 from bertkit.progress import Tracker
 from bertkit.tasks.data import file_format
@@ -41,10 +50,11 @@ from bertkit.tokenizers.base import Tokenizer
 
 FORMAT_SUFFIXES = {"csv": ".csv", "tsv": ".tsv", "jsonl": ".jsonl", "parquet": ".parquet", "text": ".txt"}
 MLM, EMBEDDING = 0, 1
+CANDIDATE_SOURCES = ("auto", "mlm", "embeddings")
 NO_MLM_HEAD = (
-    "{model} has no MLM head (no mlm_head.* weights): augmentation needs the teacher's masked-language-model "
-    "predictions; pass a model with an MLM head, e.g. the output of `bertkit pretrain` (or a Hugging Face "
-    "*ForMaskedLM / *ForPreTraining checkpoint)"
+    "{model} has no MLM head (no mlm_head.* weights), so it cannot propose words in context: pass an MLM "
+    "model that reads the same tokenizer with --mlm-model (e.g. the pretrained checkpoint it was fine-tuned "
+    "from), or use --candidates-from embeddings (neighbours in its word-embedding table for every word)"
 )
 
 
@@ -80,8 +90,16 @@ class AugmentOptions:
     batch_size: int = 64
     device: str = "auto"
     threads: int | None = None  # CPU threads for the teacher (torch's default when None)
+    # Where candidates come from: the MLM ("mlm"), embedding neighbours ("embeddings"), or "auto": the MLM of
+    # `mlm_model` or of the model itself when it has one, else embedding neighbours.
+    candidates_from: str = "auto"
+    mlm_model: Path | None = None
 
     def check(self) -> None:
+        if self.candidates_from not in CANDIDATE_SOURCES:
+            raise BertkitError(f"--candidates-from takes auto, mlm or embeddings, not '{self.candidates_from}'")
+        if self.mlm_model is not None and self.candidates_from == "embeddings":
+            raise BertkitError("--mlm-model gives MLM candidates, but --candidates-from embeddings uses none; drop one")
         if not 0 < self.prob <= 1:
             raise BertkitError(f"--prob must be in (0, 1] (the chance each word is replaced), not {self.prob}")
         if self.copies < 1:
@@ -200,10 +218,6 @@ def _write(output: Path, kind: str, records: list[dict[str, Any]], columns: list
 # -- words and candidates -----------------------------------------------------------------------------------
 
 
-def _has_alnum(text: str) -> bool:
-    return any(ch.isalnum() for ch in text)
-
-
 def _contraction_tail(text: str, start: int, end: int) -> bool:
     """The 's / 't / 'll of a contraction, a word of its own for WordPiece and byte-level BPE: kept as it is."""
     return end - start <= 2 and start >= 2 and text[start - 1] in "'\u2019" and text[start - 2].isalpha()
@@ -213,8 +227,9 @@ def split_words(tokenizer: Tokenizer, texts: list[str]) -> list[Text]:
     """Tokens and replaceable words of each text, by the tokenizer's own word boundaries and offsets.
 
     A word's span is trimmed of spaces and of leading/trailing characters that are neither letters nor
-    digits (a SentencePiece word "film," replaces "film" and keeps the comma); words without a letter or
-    digit, and the tails of contractions ("it's", "don't"), are never replaced."""
+    digits (a SentencePiece word "film," replaces "film" and keeps the comma). Only alphabetic words that
+    are not stop words are replaceable (TinyBERT's rule: no negations, numbers or function words), and never
+    the tails of contractions ("it's", "don't")."""
     out = []
     for text, enc in zip(texts, tokenizer.backend.encode_batch(texts, add_special_tokens=False), strict=True):
         groups: dict[int, list[int]] = {}
@@ -229,7 +244,7 @@ def split_words(tokenizer: Tokenizer, texts: list[str]) -> list[Text]:
                 start += 1
             while end > start and not text[end - 1].isalnum():
                 end -= 1
-            if start == end or _contraction_tail(text, start, end):
+            if start == end or _contraction_tail(text, start, end) or not replaceable(text[start:end]):
                 continue
             words.append(Word(start, end, text[start:end], positions))
         out.append(Text(text, list(enc.ids), words))
@@ -254,7 +269,8 @@ def whole_word_mask(tokenizer: Tokenizer, surfaces: list[str]) -> np.ndarray:
             first = token.startswith("Ġ")
         else:
             first = token.startswith("▁") and len(token) > 1
-        allowed[index] = first and _has_alnum(surfaces[index])
+        # A replacement obeys the rule a replaced word does: alphabetic, no stop word or negation.
+        allowed[index] = first and replaceable(surfaces[index])
     return allowed
 
 
@@ -273,10 +289,11 @@ def match_case(candidate: str, original: str) -> str:
 
 
 def mlm_rows(texts: list[Text], max_len: int) -> list[tuple[Word, list[int], int, int]]:
-    """(word, window of ids, masked position in the window, original id) per single-piece word. A text
-    longer than the model's window is cut to a window centred on the word."""
+    """(word, window of ids, masked position in the window, original id) per single-piece word. The model
+    reads the window twice (masked, then as it is), so a text longer than half the model's length is cut
+    to a window centred on the word."""
     rows = []
-    room = max_len - 2
+    room = (max_len - 3) // 2
     for text in texts:
         for word in text.words:
             if len(word.positions) != 1:
@@ -301,25 +318,32 @@ def fill_mlm_candidates(
     device: torch.device,
     quiet: bool,
 ) -> None:
-    """Mask one word per row ([CLS] window [SEP]), many rows per forward; keep the top-k allowed predictions."""
+    """Mask one word per row, many rows per forward; keep the top-k allowed predictions. Each row is
+    TinyBERT's `[CLS] masked [SEP] original [SEP]` (segments 0 then 1): the model sees the word it replaces,
+    which keeps its proposals close to it."""
     order = np.argsort([len(r[1]) for r in rows], kind="stable")
     with_types = teacher.config.type_vocab_size > 0
+    two_segments = teacher.config.type_vocab_size > 1
     blocked = (~allowed).to(device)
     with Tracker("augment: teacher MLM", total=len(rows), quiet=quiet, unit="words") as tracker:
         for begin in range(0, len(rows), batch_size):
             batch = [rows[i] for i in order[begin : begin + batch_size]]
-            width = max(len(r[1]) for r in batch) + 2
+            width = 2 * max(len(r[1]) for r in batch) + 3
             input_ids = torch.full((len(batch), width), tokenizer.pad_id, dtype=torch.long)
+            types_cpu = torch.zeros((len(batch), width), dtype=torch.long)
             mask = torch.zeros((len(batch), width), dtype=torch.bool)
             flat = torch.empty(len(batch), dtype=torch.long)
             for j, (_, ids, position, _) in enumerate(batch):
-                row = [tokenizer.cls_id, *ids, tokenizer.sep_id]
-                row[position + 1] = tokenizer.mask_id
+                masked = list(ids)
+                masked[position] = tokenizer.mask_id
+                row = [tokenizer.cls_id, *masked, tokenizer.sep_id, *ids, tokenizer.sep_id]
                 input_ids[j, : len(row)] = torch.tensor(row)
                 mask[j, : len(row)] = True
+                if two_segments:
+                    types_cpu[j, len(ids) + 2 : len(row)] = 1
                 flat[j] = j * width + position + 1
             input_ids, mask = input_ids.to(device), mask.to(device)
-            types = torch.zeros_like(input_ids) if with_types else None
+            types = types_cpu.to(device) if with_types else None
             logits = teacher(input_ids, mask, types, mlm_positions=flat.to(device)).mlm_logits.float()
             logits = logits.masked_fill(blocked, float("-inf"))
             for j, (word, _, _, original) in enumerate(batch):
@@ -363,6 +387,33 @@ def fill_embedding_candidates(
                 word.source = EMBEDDING
 
 
+def candidate_source(teacher: Any, opts: AugmentOptions) -> tuple[Any, str]:
+    """(the model whose MLM proposes words, or None for embedding neighbours only; the source's name).
+
+    An `mlm_model` must read the teacher's tokenizer: its proposals are the teacher's vocabulary entries,
+    and the augmented text is what the teacher labels."""
+    from bertkit.distill.teacher import Teacher
+
+    if opts.candidates_from == "embeddings":
+        return None, "embeddings"
+    if opts.mlm_model is not None:
+        mlm = Teacher.load(str(opts.mlm_model))
+        if not mlm.has_mlm_head:
+            raise BertkitError(f"--mlm-model {mlm.source} has no MLM head (no mlm_head.* weights); pass one that has")
+        if mlm.tokenizer.fingerprint() != teacher.tokenizer.fingerprint():
+            raise BertkitError(
+                f"--mlm-model {mlm.source} reads another vocabulary than {teacher.source}: its proposals must be "
+                "the teacher's words; pass an MLM model built on the teacher's tokenizer, or --candidates-from "
+                "embeddings"
+            )
+        return mlm, f"mlm:{mlm.source}"
+    if teacher.has_mlm_head:
+        return teacher, "mlm"
+    if opts.candidates_from == "mlm":
+        raise BertkitError(NO_MLM_HEAD.format(model=teacher.source))
+    return None, "embeddings"
+
+
 # -- sampling -----------------------------------------------------------------------------------------------
 
 
@@ -402,19 +453,18 @@ def _augment(
     model_path: Path, input_path: Path, output: Path, opts: AugmentOptions, overwrite: bool, quiet: bool
 ) -> dict[str, Any]:
     from bertkit.distill.teacher import Teacher
-    from bertkit.modeldir import load_model_dir
 
     out_kind = output_format(Path(input_path), Path(output), overwrite)
     started = time.perf_counter()
     records, columns, schema, rows_read = _read(Path(input_path), opts)
     if file_format(Path(input_path)) == "text":
         opts.text_pair_field = None
-    model_dir, _, cfg, weights, tokenizer = load_model_dir(Path(model_path))
-    if "mlm_head.dense.weight" not in weights:
-        raise BertkitError(NO_MLM_HEAD.format(model=model_dir))
     target = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if opts.device == "auto" else opts.device)
-    teacher = Teacher(cfg, weights, tokenizer, source=str(model_dir)).to(target)
-    del weights
+    teacher = Teacher.load(str(model_path))
+    model_dir, tokenizer = Path(teacher.source), teacher.tokenizer
+    predictor, source = candidate_source(teacher, opts)
+    if predictor is not None:
+        predictor = predictor.to(target)
 
     sides = [opts.text_field] + ([opts.text_pair_field] if opts.text_pair_field else [])
     texts = {side: split_words(tokenizer, [str(r[side]) for r in records]) for side in sides}
@@ -428,15 +478,19 @@ def _augment(
     for index in np.flatnonzero(allowed_np):
         same_surface.setdefault(surfaces[index].casefold(), []).append(int(index))
 
-    rows = mlm_rows(all_texts, cfg.max_position_embeddings - cfg.position_offset)
-    fill_mlm_candidates(
-        teacher, tokenizer, rows, allowed, surfaces, same_surface, opts.candidates, opts.batch_size, target, quiet
-    )
-    multi = [w for t in all_texts for w in t.words if len(w.positions) > 1]
-    ids_of = {id(w): [t.ids[p] for p in w.positions] for t in all_texts for w in t.words if len(w.positions) > 1}
+    rows: list[tuple[Word, list[int], int, int]] = []
+    if predictor is not None:
+        cfg = predictor.config
+        rows = mlm_rows(all_texts, cfg.max_position_embeddings - cfg.position_offset)
+        fill_mlm_candidates(
+            predictor, tokenizer, rows, allowed, surfaces, same_surface, opts.candidates, opts.batch_size, target, quiet
+        )
+    neighbours = [w for t in all_texts for w in t.words if predictor is None or len(w.positions) > 1]
+    ids_of = {id(w): [t.ids[p] for p in w.positions] for t in all_texts for w in t.words}
     fill_embedding_candidates(
-        tokenizer, teacher.encoder.word_embeddings.detach(), multi, ids_of, allowed, surfaces, opts.candidates
+        tokenizer, teacher.encoder.word_embeddings.detach(), neighbours, ids_of, allowed, surfaces, opts.candidates
     )
+    del predictor, teacher
     teacher_seconds = time.perf_counter() - started
 
     rng = np.random.default_rng(opts.seed)
@@ -486,8 +540,9 @@ def _augment(
         "replaced_fraction": round(total / words_seen, 4) if words_seen else 0.0,
         "replaced_mlm": replaced[MLM],
         "replaced_embedding": replaced[EMBEDDING],
-        "single_piece_words": len(rows),
-        "multi_piece_words": len(multi),
+        "candidate_source": source,
+        "mlm_words": len(rows),
+        "neighbour_words": len(neighbours),
         "teacher_seconds": round(teacher_seconds, 2),
         "seconds": round(seconds, 2),
     }

@@ -21,7 +21,7 @@ from bertkit.corpus.loader import MLMBatches, split_indices
 from bertkit.corpus.shards import Corpus
 from bertkit.distill.layer_map import distilbert_init_layers, resolve_layer_map
 from bertkit.distill.objective import GENERAL_TERMS, DistillationObjective, term_weights
-from bertkit.distill.student import DistillStudent, check_compatible, init_from_teacher
+from bertkit.distill.student import DistillStudent, check_compatible, init_from_teacher, save_projections
 from bertkit.distill.teacher import Teacher
 from bertkit.engine.dist import is_main
 from bertkit.engine.loop import TrainResult, train
@@ -162,12 +162,22 @@ def distill_general(
                 "rebuild the corpus with a smaller --max-seq-len"
                 + (" or raise model.max_position_embeddings" if who == "student" else "")
             )
+    init = recipe.distill.resolved_init(method)
+    copied_layers = (
+        distilbert_init_layers(student_cfg.num_layers, teacher.config.num_layers) if init == "teacher-layers" else None
+    )
+    # A copied student learns from the teacher layers it was copied from: TinyBERT's uniform map would ask the
+    # copy of teacher layer 0 to imitate a layer several layers up.
+    follow_copy = [i + 1 for i in copied_layers] if copied_layers else None
     layer_map = (
-        resolve_layer_map(recipe.distill.layer_map, student_cfg.num_layers, teacher.config.num_layers)
+        resolve_layer_map(
+            recipe.distill.layer_map if recipe.distill.layer_map is not None else follow_copy,
+            student_cfg.num_layers,
+            teacher.config.num_layers,
+        )
         if method == "tinybert"
         else None
     )
-    init = recipe.distill.resolved_init(method)
     if init == "teacher-layers" and student_cfg.hidden_size != teacher.config.hidden_size:
         raise BertkitError(
             f"--init teacher-layers copies the teacher's layers, which needs its width: the student's hidden_size "
@@ -186,14 +196,11 @@ def distill_general(
         teacher_hidden_size=teacher.config.hidden_size if method == "tinybert" else None,
         mlm_head=method == "distilbert" and (weights.get("ce", 0) > 0 or weights.get("mlm", 0) > 0),
     )
-    if init == "teacher-layers":  # before the run directory exists: a shape that does not fit leaves nothing
-        layers = distilbert_init_layers(student_cfg.num_layers, teacher.config.num_layers)
-        init_from_teacher(student, teacher.state_dict(), teacher.config, layers)
+    if copied_layers is not None:  # before the run directory exists: a shape that does not fit leaves nothing
+        init_from_teacher(student, teacher.state_dict(), teacher.config, copied_layers)
     freeze_unreached(student, method)
     resumed = prepare_run_dir(output, recipe, overwrite, resume)
-    objective = DistillationObjective(
-        method, teacher, weights, recipe.distill.resolved_temperature(method), layer_map
-    )
+    objective = DistillationObjective(method, teacher, weights, recipe.distill.resolved_temperature(method), layer_map)
     spec = mlm_masking_spec(recipe.data.masking, teacher.tokenizer)
     seed = recipe.train.seed
     train_idx, eval_idx = split_indices(len(corpus), recipe.data.eval_fraction, seed)
@@ -211,9 +218,10 @@ def distill_general(
     if is_main():
         kept = student.kept_module().cpu()
         heads = {"mlm": 1.0} if student.mlm_head is not None else {}
-        save_model_dir(model_dir, kept, student_cfg, "pretraining", teacher.tokenizer,
-                       {"recipe": recipe.name, "steps": result.steps, "objective": heads,
-                        "distilled_from": teacher.source, "method": method})  # fmt: skip
+        meta = {"recipe": recipe.name, "steps": result.steps, "objective": heads, "distilled_from": teacher.source,
+                "method": method, "copied_layers": copied_layers}  # fmt: skip
+        save_model_dir(model_dir, kept, student_cfg, "pretraining", teacher.tokenizer, meta)
+        save_projections(output, student)  # W_e / W_h stay in the run, for the task stage, never in model/
     summary = {
         "run_dir": str(output),
         "model_dir": str(model_dir),
@@ -225,6 +233,7 @@ def distill_general(
         "teacher_parameters": teacher_parameters,
         "student_parameters": sum(p.numel() for p in student.encoder.parameters()),
         "layer_map": layer_map,
+        "copied_layers": copied_layers,
         "terms": list(objective.terms),
         "steps": result.steps,
         "tokens": result.tokens,

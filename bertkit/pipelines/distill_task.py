@@ -1,17 +1,27 @@
-"""`bertkit distill --stage task`: TinyBERT's second stage. A fine-tuned teacher's classifier (a run of
-`bertkit finetune`, or a Hugging Face BERT/ALBERT/RoBERTa *ForSequenceClassification checkpoint, classes from
-its id2label) is distilled into a generally distilled student on the task's labelled data: first the
-intermediate layers (embeddings, hidden states, attention scores; `distill.intermediate_fraction` of the
-steps), then the prediction layer (soft cross-entropy at `distill.temperature`). With `--method distilbert`
-or `minilm` the whole run distils the prediction layer (DistilBERT's soft targets carry T²).
+"""`bertkit distill --stage task`: TinyBERT's second stage, as the paper runs it: two jobs.
 
-Data is read as `bertkit finetune` reads it (bertkit/tasks/data.py), and `bertkit augment` can enlarge it
-first, as TinyBERT does. The gold labels are not trained on (the teacher's soft targets are), but they
-must be there: they name the classes and score the student after every epoch.
+A fine-tuned teacher's classifier (a run of `bertkit finetune`, or a Hugging Face BERT/ALBERT/RoBERTa
+*ForSequenceClassification checkpoint, classes from its id2label) is distilled into a student on the
+task's labelled data (augmented first with `bertkit augment`, as TinyBERT does):
+
+1. intermediate (tinybert only): embeddings, hidden states and attention scores through W_e / W_h along
+   the layer map, at a constant rate (`distill.intermediate.*`). W_e / W_h learned by the general stage
+   are carried over from its run directory, and a student copied from teacher layers learns from the
+   layers it was copied from (the default map follows the copy).
+2. prediction: the classifier, fresh, with a fresh optimizer, warm-up and decay (`distill.prediction.*`),
+   on the teacher's soft targets (`alpha_prediction`, at `distill.temperature`) and optionally the gold
+   labels (`alpha_gold`). The teacher's logits of every example are computed once and cached
+   (bertkit/distill/cache.py), so this phase runs no teacher at all.
+
+Each phase is the one training loop in a directory of its own (`intermediate/`, `prediction/`: metrics,
+checkpoints), so each has its own optimizer state and schedule and resumes exactly; `metrics.jsonl` at the
+top joins their rows, each tagged with its phase, on one step axis.
 """
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,21 +30,28 @@ import torch
 from torch import nn
 
 from bertkit.config.recipe import DistillRecipe
+from bertkit.config.schema import PhaseConfig, parse_budget
 from bertkit.corpus.loader import split_indices
+from bertkit.distill.cache import TeacherLogitsCache, compute_teacher_logits, examples_fingerprint, teacher_fingerprint
 from bertkit.distill.layer_map import resolve_layer_map
 from bertkit.distill.objective import INTERMEDIATE, DistillationObjective, term_weights
-from bertkit.distill.student import DistillStudent, check_compatible
+from bertkit.distill.prediction import PredictionObjective
+from bertkit.distill.student import DistillStudent, check_compatible, load_projections
 from bertkit.distill.teacher import Teacher
-from bertkit.engine.checkpoint import load_state
+from bertkit.engine.checkpoint import list_checkpoints, load_state
 from bertkit.engine.device import resolve_device
 from bertkit.engine.dist import is_main
-from bertkit.engine.loop import train
+from bertkit.engine.loop import TrainResult, train
 from bertkit.errors import BertkitError
+from bertkit.fsutil import save_safetensors_atomic, write_json_atomic
 from bertkit.modeldir import encoder_weights, load_model_dir, save_model_dir
-from bertkit.pipelines.distill import summarize
-from bertkit.pipelines.finetune import plan_epochs, read_task_file, subset
+from bertkit.pipelines.finetune import read_task_file, subset
 from bertkit.pipelines.rundir import prepare_run_dir, write_summary
 from bertkit.tasks.classification import ClassificationBatches, encode_examples, evaluate_classifier, label_indices
+
+PHASES = ("intermediate", "prediction")
+PHASE_DONE = "phase.json"  # a finished phase: its summary; the intermediate phase also leaves its student
+INTERMEDIATE_STUDENT = "student.safetensors"
 
 
 class LogitsView(nn.Module):
@@ -47,6 +64,19 @@ class LogitsView(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:  # fmt: skip
         return {"logits": self.student(input_ids, attention_mask, token_type_ids).logits}
+
+
+class BatchesWithTargets(ClassificationBatches):
+    """Classification batches that also carry the teacher's cached logits of their examples."""
+
+    def __init__(self, base: ClassificationBatches, logits: torch.Tensor) -> None:
+        self.__dict__.update(base.__dict__)
+        self.logits = logits
+
+    def batch_of(self, indices: list[int]) -> dict[str, torch.Tensor]:
+        batch = super().batch_of(indices)
+        batch["teacher_logits"] = self.logits[indices]
+        return batch
 
 
 def check_labels(teacher: Teacher, data_labels: list[str], source: Path) -> None:
@@ -69,6 +99,33 @@ def check_labels(teacher: Teacher, data_labels: list[str], source: Path) -> None
     )
 
 
+def default_layer_map(meta: dict[str, Any], teacher_layers: int) -> list[int] | None:
+    """A student copied from teacher layers (0-based `copied_layers`) learns from the layers it was copied
+    from (1-based numbers): TinyBERT's uniform map would ask the copy of teacher layer 0 to do the work of
+    several layers. None when the student was not copied from a teacher of this depth."""
+    copied = meta.get("copied_layers")
+    if isinstance(copied, list) and copied and all(isinstance(i, int) and 0 <= i < teacher_layers for i in copied):
+        return [i + 1 for i in copied]
+    return None
+
+
+def _resumable(output: Path) -> bool:
+    return any(
+        list_checkpoints(output / phase / "checkpoints") or (output / phase / PHASE_DONE).exists() for phase in PHASES
+    )
+
+
+def _remaining_budget(budget: str | None, spent: dict[str, float]) -> tuple[str | None, bool]:
+    """(what is left of a time or token budget after the phases before, whether it is used up)."""
+    if budget is None:
+        return None, False
+    kind, value = parse_budget(budget)
+    left = value - spent[kind]
+    if left <= 0:
+        return None, True
+    return (f"{left:.3f}s" if kind == "seconds" else f"{int(left)}tok"), False
+
+
 def distill_task(
     recipe: DistillRecipe,
     teacher_spec: str,
@@ -80,6 +137,7 @@ def distill_task(
     resume: bool | str | None = False,
     quiet: bool = False,
 ) -> dict[str, Any]:
+    started = time.perf_counter()
     teacher = Teacher.load(teacher_spec)
     if not teacher.has_classifier or not teacher.labels:
         what = f" (a {teacher.huggingface} checkpoint)" if teacher.huggingface else ""
@@ -87,6 +145,12 @@ def distill_task(
             f"--stage task distils a fine-tuned single-label classifier, but the teacher {teacher.source}{what} has "
             "none; pass the run directory of `bertkit finetune`, or a Hugging Face BERT, ALBERT or RoBERTa "
             "*ForSequenceClassification checkpoint, as --teacher"
+        )
+    given = {"steps", "epochs"} & recipe.train.model_fields_set
+    if given:
+        raise BertkitError(
+            f"the task stage runs two phases of their own length: set distill.intermediate.epochs (or .steps) and "
+            f"distill.prediction.epochs (or .steps) instead of train.{sorted(given)[0]}"
         )
     student_path, meta, student_cfg, student_weights, student_tokenizer = load_model_dir(student_dir)
     if student_tokenizer.fingerprint() != teacher.tokenizer.fingerprint():
@@ -100,6 +164,7 @@ def distill_task(
     task = recipe.task
     if task.kind != "classification":
         raise BertkitError("--stage task distils a classifier: set task.kind=classification")
+    cfg = recipe.distill
     labels = teacher.labels
     train_data = read_task_file(train_file, task, task.split)
     if eval_file is not None:
@@ -107,10 +172,32 @@ def distill_task(
     else:
         train_idx, eval_idx = split_indices(len(train_data), task.eval_fraction, recipe.train.seed)
         train_data, eval_data = subset(train_data, train_idx), subset(train_data, eval_idx)
-    intermediate = method == "tinybert" and recipe.distill.intermediate_fraction > 0
-    if intermediate:
-        check_compatible(student_cfg, teacher.config, same_heads=recipe.distill.alpha_attention > 0)
-    layer_map = resolve_layer_map(recipe.distill.layer_map, student_cfg.num_layers, teacher.config.num_layers)
+    batch_size = recipe.train.batch_size
+    steps = {
+        "intermediate": cfg.intermediate.planned_steps(len(train_data), batch_size) if method == "tinybert" else 0,
+        "prediction": cfg.prediction.planned_steps(len(train_data), batch_size),
+    }
+    intermediate_weights = term_weights(cfg, INTERMEDIATE)
+    if not any(w > 0 for w in intermediate_weights.values()):
+        steps["intermediate"] = 0
+    if steps["prediction"] == 0 or cfg.alpha_prediction + cfg.alpha_gold == 0:
+        raise BertkitError(
+            "the prediction phase trains the student's classifier: give it steps (distill.prediction.epochs > 0) "
+            "and a loss (distill.alpha_prediction or distill.alpha_gold > 0)"
+        )
+    if steps["intermediate"]:
+        check_compatible(student_cfg, teacher.config, same_heads=cfg.alpha_attention > 0)
+        if student_cfg.hidden_size > teacher.config.hidden_size:
+            raise BertkitError(
+                f"the student's hidden_size {student_cfg.hidden_size} is wider than the teacher's "
+                f"{teacher.config.hidden_size}: W_h projects a student onto a wider teacher; distil a narrower "
+                "student, or skip the intermediate phase with --set distill.intermediate.epochs=0"
+            )
+    layer_map = resolve_layer_map(
+        cfg.layer_map if cfg.layer_map is not None else default_layer_map(meta, teacher.config.num_layers),
+        student_cfg.num_layers,
+        teacher.config.num_layers,
+    )
     longest = min(c.max_position_embeddings - c.position_offset for c in (student_cfg, teacher.config))
     max_len = min(task.max_seq_len, longest)
 
@@ -122,62 +209,209 @@ def distill_task(
 
     train_examples = encoded(train_data, train_file)
     eval_examples = encoded(eval_data, eval_file or train_file) if len(eval_data) else None
-    train_cfg, steps_per_epoch = plan_epochs(recipe.train, len(train_data))
-    assert train_cfg.steps is not None
-    switch = round(train_cfg.steps * recipe.distill.intermediate_fraction) if intermediate else 0
-    phases = [(0, INTERMEDIATE), (switch, ("prediction",))] if switch else [(0, ("prediction",))]
     recipe = recipe.model_copy(update={"model": student_cfg})  # recipe.yaml records the student's shape
-    resumed = prepare_run_dir(output, recipe, overwrite, resume)
+    resumed = prepare_run_dir(output, recipe, overwrite, resume, resumable=_resumable)
 
-    torch.manual_seed(recipe.train.seed)
-    student = DistillStudent(
-        student_cfg,
-        teacher_hidden_size=teacher.config.hidden_size if intermediate else None,
-        num_labels=len(labels),
-        classifier_dropout=task.classifier_dropout,
-        pool=task.pool,
-    )
-    load_state(student.encoder, encoder_weights(student_weights), str(student_path))
-    weights = term_weights(recipe.distill, (*INTERMEDIATE, "prediction") if intermediate else ("prediction",))
-    temperature = recipe.distill.resolved_temperature(method)  # type: ignore[arg-type]
-    objective = DistillationObjective(method, teacher, weights, temperature, layer_map, phases)  # type: ignore[arg-type]
     use_types = task.text_pair_field is not None and student_cfg.type_vocab_size > 1
-    micro = train_cfg.batch_size // train_cfg.grad_accum
+    micro = batch_size // recipe.train.grad_accum
     pad = teacher.tokenizer.pad_id
-    source = ClassificationBatches(train_examples, micro, pad, train_cfg.seed, use_types)
-    evaluate = None
-    if eval_examples is not None:
-        eval_batches = ClassificationBatches(eval_examples, micro, pad, train_cfg.seed, use_types)
-        device = resolve_device(recipe.engine)
-        evaluate = lambda m: evaluate_classifier(LogitsView(m), eval_batches, device)  # noqa: E731
-    result = train(student, objective, source, output, train_cfg, recipe.optim, recipe.schedule, recipe.engine,
-                   evaluate, resume=resumed, quiet=quiet, description=f"distill task ({method})")  # fmt: skip
-    model_dir = output / "model"
+    device = resolve_device(recipe.engine)
+    temperature = cfg.resolved_temperature(method)  # type: ignore[arg-type]
+    encoder_state = encoder_weights(student_weights)
+    projections = load_projections(student_path)
+    phases: list[dict[str, Any]] = []
+    spent = {"seconds": 0.0, "tokens": 0.0}
+    stopped = None
+
+    def run_phase(name: str, model: nn.Module, objective: Any, source: Any, phase: PhaseConfig,
+                  evaluate: Any) -> TrainResult | None:  # fmt: skip
+        """One phase in output/NAME; None when the budget was used up before it."""
+        nonlocal stopped
+        budget, used_up = _remaining_budget(recipe.train.budget, spent)
+        if used_up:
+            stopped = "budget"
+            return None
+        n = steps[name]
+        eval_every = recipe.train.eval_every if evaluate else 0
+        train_cfg = recipe.train.model_copy(
+            update={"steps": n, "epochs": None, "budget": budget, "eval_every": eval_every}
+        )
+        optim = recipe.optim.model_copy(update={"lr": phase.lr})
+        result = train(
+            model, objective, source, output / name, train_cfg, optim, phase.schedule(n), recipe.engine, evaluate,
+            resume=resumed, quiet=quiet, description=f"distill task: {name} ({method})",
+        )  # fmt: skip
+        spent["seconds"] += result.seconds
+        spent["tokens"] += result.tokens
+        if result.stopped == "budget":
+            stopped = "budget"
+        return result
+
+    # -- phase 1: the intermediate layers ---------------------------------------------------------------
+    if steps["intermediate"]:
+        phase_dir = output / "intermediate"
+        done = _read_done(phase_dir) if resumed else None
+        if done is not None:
+            state = _load_intermediate(phase_dir)
+            encoder_state = {k.removeprefix("encoder."): v for k, v in state.items() if k.startswith("encoder.")}
+            projections = {k: v for k, v in state.items() if not k.startswith("encoder.")}
+            phases.append({**done, "done_before": True})
+            spent["seconds"] += done["seconds"]
+            spent["tokens"] += done["tokens"]
+        else:
+            torch.manual_seed(recipe.train.seed)
+            student = DistillStudent(student_cfg, teacher_hidden_size=teacher.config.hidden_size)
+            load_state(student.encoder, encoder_state, str(student_path))
+            carried = student.carry_projections(projections)
+            objective = DistillationObjective("tinybert", teacher, intermediate_weights, temperature, layer_map)
+            source = ClassificationBatches(train_examples, micro, pad, recipe.train.seed, use_types)
+            result = run_phase("intermediate", student, objective, source, cfg.intermediate, None)
+            if result is not None:
+                done = _phase_summary("intermediate", result, cfg.intermediate, objective.terms)
+                done["projections_carried"] = carried
+                done["layer_map"] = layer_map
+                phases.append(done)
+                if stopped is None and is_main():
+                    state = {f"encoder.{k}": v for k, v in student.encoder.state_dict().items()}
+                    state.update(student.projection_state())
+                    _save_intermediate(phase_dir, state, done)
+                encoder_state = student.encoder.state_dict()
+                projections = student.projection_state()
+
+    # -- phase 2: the prediction layer ------------------------------------------------------------------
+    cache_info: dict[str, Any] = {"enabled": cfg.cache_teacher}
+    if stopped is None:
+        torch.manual_seed(recipe.train.seed)
+        student = DistillStudent(student_cfg, num_labels=len(labels), classifier_dropout=task.classifier_dropout,
+                                 pool=task.pool)  # fmt: skip
+        load_state(student.encoder, encoder_state, str(student_path))
+        source: Any = ClassificationBatches(train_examples, micro, pad, recipe.train.seed, use_types)
+        if cfg.cache_teacher:
+            logits, cache_info = _teacher_logits(teacher, source, train_examples, cfg.cache_dir or output, micro,
+                                                 device, quiet)  # fmt: skip
+            source = BatchesWithTargets(source, logits)
+            objective = PredictionObjective(None, cfg.alpha_prediction, cfg.alpha_gold, temperature,
+                                            t_squared=method == "distilbert")  # fmt: skip
+        else:
+            objective = PredictionObjective(teacher, cfg.alpha_prediction, cfg.alpha_gold, temperature,
+                                            t_squared=method == "distilbert")  # fmt: skip
+        evaluate = None
+        if eval_examples is not None:
+            eval_batches = ClassificationBatches(eval_examples, micro, pad, recipe.train.seed, use_types)
+            evaluate = lambda m: evaluate_classifier(LogitsView(m), eval_batches, device)  # noqa: E731
+        result = run_phase("prediction", student, objective, source, cfg.prediction, evaluate)
+        if result is not None:
+            phases.append(_phase_summary("prediction", result, cfg.prediction, objective.terms))
+            phases[-1]["eval"] = result.eval
+            if is_main():  # a run stopped by its budget also leaves the model it has so far, as pretrain does
+                save_model_dir(output / "model", student.kept_module().cpu(), student_cfg, "sequence-classification",
+                               teacher.tokenizer, {"labels": labels, "task": task.model_dump(mode="json"),
+                                                   "distilled_from": teacher.source, "method": method})  # fmt: skip
     if is_main():
-        save_model_dir(model_dir, student.kept_module().cpu(), student_cfg, "sequence-classification",
-                       teacher.tokenizer, {"labels": labels, "task": task.model_dump(mode="json"),
-                                           "distilled_from": teacher.source, "method": method})  # fmt: skip
+        _join_metrics(output, [p["phase"] for p in phases])
+    last = phases[-1] if phases else {}
     summary = {
         "run_dir": str(output),
-        "model_dir": str(model_dir),
+        "model_dir": str(output / "model") if (output / "model").exists() else None,
         "stage": "task",
         "method": method,
         "teacher": teacher.source,
         "student": str(student_path),
         "labels": labels,
-        "phases": [{"from_step": first, "terms": list(terms)} for first, terms in phases],
+        "layer_map": layer_map if steps["intermediate"] else None,
+        "phases": phases,
+        "teacher_cache": cache_info,
         "train_examples": len(train_data),
         "eval_examples": len(eval_data),
-        "epochs": train_cfg.epochs,
-        "steps_per_epoch": steps_per_epoch,
-        "steps": result.steps,
-        "tokens": result.tokens,  # what a token budget (--budget 5Mtok) counts, as the general stage reports
-        "seconds": round(result.seconds, 1),
-        **summarize(result, tuple(dict.fromkeys(t for _, terms in phases for t in terms))),
-        "eval": result.eval,
-        "resumed_from": result.resumed_from,
-        "stopped": result.stopped,
+        "steps": sum(p["steps"] for p in phases),
+        "tokens": int(spent["tokens"]),  # what a token budget (--budget 5Mtok) counts, as the general stage reports
+        "seconds": round(time.perf_counter() - started, 1),
+        "loss_first": phases[0]["loss_first"] if phases else None,
+        "loss_last": last.get("loss_last"),
+        **{
+            f"{term}_loss_{end}": p[f"{term}_loss_{end}"]
+            for p in phases
+            for term in p["terms"]
+            for end in ("first", "last")
+        },  # fmt: skip
+        "eval": last.get("eval", {}),
+        "resumed_from": _resumed_from(phases),
+        "stopped": stopped,
         "label_counts": {name: int(np.sum(train_examples.labels == i)) for i, name in enumerate(labels)},
     }
     write_summary(output, summary)
     return summary
+
+
+def _teacher_logits(teacher: Teacher, source: ClassificationBatches, examples: Any, cache_dir: Path, batch: int,
+                    device: torch.device, quiet: bool) -> tuple[torch.Tensor, dict[str, Any]]:  # fmt: skip
+    """The teacher's logits of every training example, from the cache or computed once and cached."""
+    started = time.perf_counter()
+    cache = TeacherLogitsCache(cache_dir, teacher_fingerprint(teacher),
+                               examples_fingerprint(examples.input_ids, examples.token_type_ids))  # fmt: skip
+    count = len(examples.labels)
+    logits = cache.load(count)
+    hit = logits is not None
+    if logits is None:
+        logits = compute_teacher_logits(teacher, source, count, max(batch, 64), device, quiet)
+        if is_main():
+            cache.save(logits)
+    return logits, {"enabled": True, "path": str(cache.path), "hit": hit, "examples": count,
+                    "seconds": round(time.perf_counter() - started, 2)}  # fmt: skip
+
+
+def _resumed_from(phases: list[dict[str, Any]]) -> int | None:
+    """The checkpoint the run continued from, as a step of the joined metrics (phases one after the other)."""
+    offset = 0
+    for phase in phases:
+        if phase.get("resumed_from") is not None and not phase.get("done_before"):
+            return offset + int(phase["resumed_from"])
+        offset += int(phase["steps"])
+    return None
+
+
+def _phase_summary(name: str, result: TrainResult, phase: PhaseConfig, terms: tuple[str, ...]) -> dict[str, Any]:
+    first, last = result.first_last("loss")
+    out: dict[str, Any] = {"phase": name, "steps": result.steps, "lr": phase.lr, "decay": phase.decay,
+                           "warmup_fraction": phase.warmup_fraction, "terms": list(terms), "loss_first": first,
+                           "loss_last": last, "tokens": result.tokens, "seconds": round(result.seconds, 1),
+                           "resumed_from": result.resumed_from, "stopped": result.stopped}  # fmt: skip
+    for term in terms:
+        out[f"{term}_loss_first"], out[f"{term}_loss_last"] = result.first_last(f"{term}_loss")
+    return out
+
+
+def _read_done(phase_dir: Path) -> dict[str, Any] | None:
+    path = phase_dir / PHASE_DONE
+    if not path.exists() or not (phase_dir / INTERMEDIATE_STUDENT).exists():
+        return None
+    return json.loads(path.read_text("utf-8"))
+
+
+def _save_intermediate(phase_dir: Path, state: dict[str, torch.Tensor], done: dict[str, Any]) -> None:
+    """The finished intermediate phase: its student (encoder + W_e/W_h), then its summary, which marks it done."""
+    save_safetensors_atomic(phase_dir / INTERMEDIATE_STUDENT, state)
+    write_json_atomic(phase_dir / PHASE_DONE, done)
+
+
+def _load_intermediate(phase_dir: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(phase_dir / INTERMEDIATE_STUDENT))
+
+
+def _join_metrics(output: Path, phases: list[str]) -> None:
+    """output/metrics.jsonl: every phase's rows tagged with the phase, the steps continuing across phases."""
+    rows: list[str] = []
+    offset = 0
+    for name in phases:
+        path = output / name / "metrics.jsonl"
+        last = 0
+        for line in path.read_text("utf-8").splitlines() if path.exists() else []:
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            last = max(last, row["step"])
+            rows.append(json.dumps({"phase": name, **row, "step": row["step"] + offset}))
+        offset += last
+    (output / "metrics.jsonl").write_text("".join(r + "\n" for r in rows), encoding="utf-8")

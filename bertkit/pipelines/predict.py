@@ -39,6 +39,8 @@ TASK_ARCHITECTURES = (
     "token-classification",
     "question-answering",
 )
+
+
 CHUNK_BATCHES = 32  # batches read, predicted and written at a time
 
 

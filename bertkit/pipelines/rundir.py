@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,15 +34,23 @@ def resume_mode(resume: bool | str | None, overwrite: bool) -> str | None:
     return mode
 
 
-def prepare_run_dir(output: Path, recipe: Any, overwrite: bool, resume: bool | str | None) -> bool:
+def prepare_run_dir(
+    output: Path,
+    recipe: Any,
+    overwrite: bool,
+    resume: bool | str | None,
+    resumable: Callable[[Path], bool] | None = None,
+) -> bool:
     """Create the run directory, or decide to continue the run in it (see `resume_mode`); otherwise it must be
     new (or `overwrite` given, which deletes it first). Returns True when training continues from the newest
-    checkpoint, the value to pass as `train(resume=...)`. Under a distributed engine rank 0 decides and every
+    checkpoint, the value to pass as `train(resume=...)`. `resumable(output)` says whether a run of several
+    jobs (the task stage's phases) has anything to continue from; by default, `output/checkpoints`.
+    Under a distributed engine rank 0 decides and every
     rank gets its decision (or raises its error), so all ranks agree on resume vs fresh."""
     mode = resume_mode(resume, overwrite)
     engine = getattr(recipe, "engine", None)
     if engine is None or engine.backend == "single":
-        return _prepare_run_dir(output, recipe, overwrite, mode)
+        return _prepare_run_dir(output, recipe, overwrite, mode, resumable)
     from bertkit.engine import dist
     from bertkit.engine.device import resolve_device
 
@@ -49,7 +58,7 @@ def prepare_run_dir(output: Path, recipe: Any, overwrite: bool, resume: bool | s
     outcome: tuple[bool, str | None] = (False, None)
     if dist.is_main():
         try:
-            outcome = (_prepare_run_dir(output, recipe, overwrite, mode), None)
+            outcome = (_prepare_run_dir(output, recipe, overwrite, mode, resumable), None)
         except BertkitError as err:
             outcome = (False, str(err))
     resumed, error = dist.broadcast_object(outcome)
@@ -58,11 +67,14 @@ def prepare_run_dir(output: Path, recipe: Any, overwrite: bool, resume: bool | s
     return resumed
 
 
-def _prepare_run_dir(output: Path, recipe: Any, overwrite: bool, mode: str | None) -> bool:
+def _prepare_run_dir(
+    output: Path, recipe: Any, overwrite: bool, mode: str | None, resumable: Callable[[Path], bool] | None
+) -> bool:
     import shutil
 
     resumed = False
-    if mode is not None and list_checkpoints(output / "checkpoints"):
+    can_resume = resumable(output) if resumable is not None else bool(list_checkpoints(output / "checkpoints"))
+    if mode is not None and can_resume:
         _check_same_kind(output, recipe)
         resumed = True
     elif mode == "last":

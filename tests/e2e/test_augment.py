@@ -85,10 +85,18 @@ def words(tokenizer, text: str) -> list[tuple[str, tuple[int, int]]]:
     return tokenizer.backend.pre_tokenizer.pre_tokenize_str(tokenizer.normalize(text))
 
 
+# Words whose replacement flips a sentiment label; TinyBERT's stop-word list (NLTK's) holds all of them.
+NEGATIONS = {"not", "no", "nor", "never", "nothing", "didn", "doesn", "isn", "wasn", "don", "t", "cannot", "without"}
+
+
 def replaceable(text: str, span: tuple[int, int]) -> bool:
-    """What the command may replace: a word with a letter or digit that is not a contraction's tail ('s)."""
+    """What the command may replace (TinyBERT's rule): an alphabetic word that is not a stop word, and not a
+    contraction's tail ('s)."""
+    from bertkit.distill.stopwords import STOP_WORDS
+
     start, end = span
-    if not any(ch.isalnum() for ch in text[start:end]):
+    word = text[start:end]
+    if not word.isalpha() or word.casefold() in STOP_WORDS or word.casefold() in NEGATIONS:
         return False
     return not (end - start <= 2 and start >= 2 and text[start - 1] in "'\u2019" and text[start - 2].isalpha())
 
@@ -101,15 +109,17 @@ def changes(tokenizer, original: str, copy: str) -> tuple[int, list[tuple[int, s
     eligible = [i for i, (_, span) in enumerate(before) if replaceable(norm, span)]
     changed = [(i, after[i][0]) for i in range(len(before)) if before[i][0] != after[i][0]]
     assert {i for i, _ in changed} <= set(eligible), "only replaceable words change"
+    # Negations and stop words are never touched, and never put in: a copy keeps the original's polarity.
+    assert not any(before[i][0] in NEGATIONS or word in NEGATIONS for i, word in changed), (original, copy)
     return len(eligible), changed
 
 
 def allowed_ids(tokenizer) -> torch.Tensor:
-    """Whole-word vocabulary entries (WordPiece: no ## prefix), not special, with a letter or digit."""
+    """Whole-word vocabulary entries (WordPiece: no ## prefix), not special, replaceable themselves."""
     ok = torch.zeros(tokenizer.vocab_size, dtype=torch.bool)
     for token, index in tokenizer.backend.get_vocab().items():
         ok[index] = (
-            index not in tokenizer.special_ids and not token.startswith("##") and any(c.isalnum() for c in token)
+            index not in tokenizer.special_ids and not token.startswith("##") and replaceable(token, (0, len(token)))
         )
     return ok
 
@@ -147,8 +157,9 @@ def test_augment_rows_labels_and_share(augmented: tuple[dict, Path], reviews: Pa
 
 
 def test_replacements_are_the_teachers_candidates(augmented: tuple[dict, Path], reviews: Path, teacher) -> None:
-    """Single-piece words: among the top-K MLM predictions with the word masked. Multi-piece words: among
-    the K nearest whole-word entries (cosine) to the mean of their piece embeddings."""
+    """Single-piece words: among the top-K MLM predictions for TinyBERT's input, `[CLS] text with the word
+    masked [SEP] original text [SEP]` (segments 0 and 1). Multi-piece words: among the K nearest whole-word
+    entries (cosine) to the mean of their piece embeddings."""
     _, out = augmented
     model, tokenizer = teacher
     embeddings = model.encoder.word_embeddings.detach()
@@ -168,21 +179,24 @@ def test_replacements_are_the_teachers_candidates(augmented: tuple[dict, Path], 
 def _check_candidates(model, tokenizer, embeddings, table, allowed, originals, rows, checked) -> None:
     for original, copies in zip(originals, group(originals, rows), strict=True):
         enc = tokenizer.backend.encode(original["text"], add_special_tokens=False)
-        assert len(enc.ids) <= 126  # short reviews: the whole text is the context
         pieces: dict[int, list[int]] = {}
         for position, word in enumerate(enc.word_ids):
             pieces.setdefault(word, []).append(position)
-        # A sample: the first copy of each review. One row per replaced single-piece word, that word masked.
-        changed = changes(tokenizer, original["text"], copies[0]["text"])[1]
+        # Every copy of each review that fits the model twice. One row per replaced single-piece word, masked.
+        changed = [change for copy in copies for change in changes(tokenizer, original["text"], copy["text"])[1]]
         single = [(pieces[i][0] + 1, new) for i, new in changed if len(pieces[i]) == 1]
-        if single:
-            ids = torch.tensor([[tokenizer.cls_id, *enc.ids, tokenizer.sep_id]] * len(single))
+        n = len(enc.ids)
+        if single and 2 * n + 3 <= model.config.max_position_embeddings:  # longer ones are read in a window
+            row_ids = [tokenizer.cls_id, *enc.ids, tokenizer.sep_id, *enc.ids, tokenizer.sep_id]
+            ids = torch.tensor([row_ids] * len(single))
+            types = torch.tensor([[0] * (n + 2) + [1] * (n + 1)] * len(single))
             own = ids[0, [position for position, _ in single]].clone()
             for row, (position, _) in enumerate(single):
                 ids[row, position] = tokenizer.mask_id
             flat = torch.tensor([row * ids.shape[1] + position for row, (position, _) in enumerate(single)])
             with torch.no_grad():
-                logits = model(ids, mlm_positions=flat)["mlm_logits"].masked_fill(~allowed, float("-inf"))
+                logits = model(ids, token_type_ids=types, mlm_positions=flat)["mlm_logits"]
+                logits = logits.masked_fill(~allowed, float("-inf"))
             logits[torch.arange(len(single)), own] = float("-inf")  # never the word itself
             for row, (_, new) in enumerate(single):
                 top = {tokenizer.id_to_token(i) for i in logits[row].topk(K).indices.tolist()}
@@ -250,10 +264,45 @@ def test_pairs_jsonl_and_parquet_keep_columns(pretrained_run: Path, reviews: Pat
     assert "input's format (jsonl)" in line and not (tmp_path / "out.csv").exists()
 
 
+def test_teacher_without_mlm_head_takes_embedding_neighbours(minilm_dir: Path, reviews: Path, tmp_path: Path) -> None:
+    """The real all-MiniLM-L6-v2 (a sentence-embedding model, no MLM head): `auto` gives every word its
+    nearest neighbours in the model's own word-embedding table, and the summary says so."""
+    from bertkit.modeldir import load_model_dir
+
+    out = tmp_path / "neighbours.csv"
+    summary = run_json("augment", "-m", str(minilm_dir), "-i", str(reviews), "-o", str(out), "--copies", "2", *THREADS)
+    assert summary["candidate_source"] == "embeddings" and summary["mlm_words"] == 0
+    assert summary["replaced_embedding"] == summary["words_replaced"] > 0
+    _, _, _, weights, tokenizer = load_model_dir(minilm_dir)
+    embeddings = weights["encoder.embeddings.word_embeddings.weight"].float()
+    table = torch.nn.functional.normalize(embeddings, dim=-1)
+    allowed = allowed_ids(tokenizer)
+    checked = 0
+    originals = read_rows(reviews)
+    for original, copies in zip(originals, group(originals, read_rows(out)), strict=True):
+        enc = tokenizer.backend.encode(original["text"], add_special_tokens=False)
+        pieces: dict[int, list[int]] = {}
+        for position, word in enumerate(enc.word_ids):
+            pieces.setdefault(word, []).append(position)
+        for copy in copies:
+            for index, new in changes(tokenizer, original["text"], copy["text"])[1]:
+                query = embeddings[[enc.ids[p] for p in pieces[index]]].mean(0)
+                sims = (table @ torch.nn.functional.normalize(query, dim=0)).masked_fill(~allowed, float("-inf"))
+                word = words(tokenizer, original["text"])[index][0]
+                top = [t for t in (tokenizer.id_to_token(i) for i in sims.topk(K + 8).indices.tolist()) if t != word]
+                assert new in top[:K], (original["text"], word, new, top[:K])
+                checked += 1
+    assert checked >= 50
+
+
 def test_augment_errors(pretrained_run: Path, minilm_dir: Path, reviews: Path, tmp_path: Path) -> None:
     out = tmp_path / "out.csv"
-    line = run_error("augment", "-m", str(minilm_dir), "-i", str(reviews), "-o", str(out))
-    assert "no MLM head" in line and "bertkit pretrain" in line
+    line = run_error("augment", "-m", str(minilm_dir), "-i", str(reviews), "-o", str(out), "--candidates-from", "mlm")
+    assert "no MLM head" in line and "--mlm-model" in line and "--candidates-from embeddings" in line
+    # An MLM model that reads another vocabulary than the teacher's cannot propose the teacher's words.
+    line = run_error("augment", "-m", str(minilm_dir), "-i", str(reviews), "-o", str(out),
+                     "--mlm-model", str(pretrained_run))  # fmt: skip
+    assert "another vocabulary" in line and "--mlm-model" in line
     line = run_error("augment", "-m", str(pretrained_run), "-i", str(tmp_path / "missing.csv"), "-o", str(out))
     assert "not found" in line and "missing.csv" in line
     for prob in ("0", "1.5", "-0.2"):

@@ -122,6 +122,20 @@ def test_every_term_falls_with_a_narrower_student(
 
     weights = load_file(str(tmp_path / method / "model" / "model.safetensors"))
     assert not any(key.startswith(("embedding_proj", "hidden_proj")) for key in weights)  # W_e, W_h dropped
+    if method == "tinybert":
+        # ... from the model, but kept in the run directory, where the task stage finds them (RUN/model -> RUN)
+        # and starts its own W_e / W_h from them.
+        from bertkit.distill.student import DistillStudent, load_projections
+        from bertkit.modeldir import load_model_dir
+
+        carried = load_projections(tmp_path / method / "model")
+        names = ["embedding_proj.bias", "embedding_proj.weight", "hidden_proj.bias", "hidden_proj.weight"]
+        assert sorted(carried) == names and carried["hidden_proj.weight"].shape == (384, 192)
+        cfg = load_model_dir(tmp_path / method)[2]
+        student = DistillStudent(cfg, teacher_hidden_size=384)
+        assert student.carry_projections(carried)
+        assert all(torch.equal(student.state_dict()[key], value) for key, value in carried.items())
+        assert not DistillStudent(cfg, teacher_hidden_size=192).carry_projections(carried)  # no W_e/W_h to start
     plotted = run_json("plot", str(tmp_path / method))
     assert plotted["terms"] == sorted(f"{term}_loss" for term in summary["terms"])
     assert Path(plotted["plot"]).stat().st_size > 10_000
@@ -188,23 +202,72 @@ def finetuned_teacher(pretrained_run: Path, sentiment_csv: Path, tmp_path_factor
 def test_task_stage_distils_a_finetuned_classifier(
     distilbert_run: dict, finetuned_teacher: dict, sentiment_csv: Path, tmp_path: Path
 ) -> None:
-    """TinyBERT's second stage: a classifier fine-tuned from the pretrained teacher, distilled into the
-    generally distilled student on the review data; intermediate layers first, then the prediction layer."""
+    """TinyBERT's second stage as two jobs: a classifier fine-tuned from the pretrained teacher, distilled into
+    the generally distilled student on the review data; intermediate layers at a constant rate, then the
+    prediction layer with a fresh optimizer, warm-up and decay, on the teacher's cached logits."""
     teacher = finetuned_teacher
-    summary = run_json(
-        "distill", "--stage", "task", "--teacher", teacher["run_dir"], "--student", distilbert_run["run_dir"],
-        "--method", "tinybert", "--train", str(sentiment_csv), "-o", str(tmp_path / "task"),
-        "--set", "train.epochs=2", "--set", "train.batch_size=16", "--set", "train.log_every=5",
-        "--set", "optim.lr=1e-3",
-    )  # fmt: skip
+    task = ["distill", "--stage", "task", "--teacher", teacher["run_dir"], "--student", distilbert_run["run_dir"],
+            "--method", "tinybert", "--train", str(sentiment_csv), "--set", "train.batch_size=16",
+            "--set", "train.log_every=5", "--set", "distill.intermediate.epochs=1",
+            "--set", "distill.intermediate.lr=1e-3", "--set", "distill.prediction.epochs=1",
+            "--set", "distill.prediction.lr=2e-3",
+            "--set", "distill.prediction.warmup_fraction=0.2", "--set", "engine.threads=1"]  # fmt: skip
+    summary = run_json(*task, "-o", str(tmp_path / "task"))
     assert summary["labels"] == ["negative", "positive"] and summary["stage"] == "task"
-    assert [p["terms"] for p in summary["phases"]] == [["embedding", "hidden", "attention"], ["prediction"]]
-    assert summary["phases"][1]["from_step"] == summary["steps"] // 2
+    first, second = summary["phases"]
+    assert (first["phase"], first["terms"]) == ("intermediate", ["embedding", "hidden", "attention"])
+    assert (second["phase"], second["terms"]) == ("prediction", ["prediction"])
+    per_epoch = -(-summary["train_examples"] // 16)
+    assert first["steps"] == second["steps"] == per_epoch and summary["steps"] == 2 * per_epoch
     assert falls(summary, "hidden") and falls(summary, "attention")
     assert summary["prediction_loss_last"] < summary["prediction_loss_first"]
     assert summary["eval"]["examples"] == summary["eval_examples"] > 0
     saved = json.loads((tmp_path / "task" / "model" / "bertkit_model.json").read_text())
     assert saved["architecture"] == "sequence-classification" and saved["labels"] == ["negative", "positive"]
+
+    # metrics.jsonl: one step axis, each row tagged with its phase. The intermediate phase runs at its constant
+    # rate; the prediction phase starts again from its own warm-up (a fresh schedule and optimizer).
+    rows = [json.loads(line) for line in (tmp_path / "task" / "metrics.jsonl").read_text().splitlines()]
+    trained = [row for row in rows if "loss" in row]
+    assert [row["step"] for row in trained] == sorted({row["step"] for row in trained})
+    middle = [row for row in trained if row["phase"] == "intermediate"]
+    final = [row for row in trained if row["phase"] == "prediction"]
+    assert middle and final and middle[-1]["step"] < final[0]["step"]
+    assert all(row["lr"] == pytest.approx(1e-3) for row in middle)
+    warmup = round(0.2 * per_epoch)
+    assert final[0]["step"] - per_epoch <= warmup and final[0]["lr"] < 2e-3
+    assert max(row["lr"] for row in final) == pytest.approx(2e-3, rel=0.25) and final[-1]["lr"] < 1e-4
+
+    # The teacher's logits are computed once, into the cache; a second run on the same teacher and data reads
+    # them (a hit) and trains the very same prediction phase; another teacher is another key, computed anew.
+    cache = summary["teacher_cache"]
+    assert cache["enabled"] and not cache["hit"] and Path(cache["path"]).parent == tmp_path / "task"
+    shared = ["--set", f"distill.cache_dir={tmp_path / 'cache'}", "--set", "distill.intermediate.epochs=0"]
+    cold = run_json(*task, *shared, "-o", str(tmp_path / "cold"))
+    warm = run_json(*task, *shared, "-o", str(tmp_path / "warm"))
+    assert not cold["teacher_cache"]["hit"] and warm["teacher_cache"]["hit"]
+    assert warm["teacher_cache"]["path"] == cold["teacher_cache"]["path"]
+    assert curve(tmp_path / "warm") == curve(tmp_path / "cold")
+    # Without the cache the teacher runs on every batch: the same targets, so the same curve (to rounding).
+    run_json(*task, *shared[2:], "--set", "distill.cache_teacher=false", "-o", str(tmp_path / "live"))
+    assert [round(v, 4) for _, v in curve(tmp_path / "live")] == [round(v, 4) for _, v in curve(tmp_path / "cold")]
+    # The teacher changes (here: its classifier's bias moves, as after another fine-tuning): another key, so
+    # the logits are computed again, into a file of their own, and the curve changes with the targets.
+    from safetensors.torch import load_file, save_file
+
+    changed = tmp_path / "changed-teacher"
+    shutil.copytree(Path(teacher["run_dir"]) / "model", changed)
+    weights = load_file(str(changed / "model.safetensors"))
+    weights["classifier.bias"] = weights["classifier.bias"] + torch.tensor([0.5, -0.5])
+    save_file(weights, str(changed / "model.safetensors"))
+    retaught = run_json(*[str(changed) if a == teacher["run_dir"] else a for a in task], *shared, "-o",
+                        str(tmp_path / "retaught"))  # fmt: skip
+    assert not retaught["teacher_cache"]["hit"] and retaught["teacher_cache"]["path"] != cold["teacher_cache"]["path"]
+    assert curve(tmp_path / "retaught") != curve(tmp_path / "cold")
+    # A corrupt cache is one line naming the fix, and leaves no run behind.
+    Path(cold["teacher_cache"]["path"]).write_bytes(b"not a safetensors file")
+    line = run_error(*task, *shared, "-o", str(tmp_path / "corrupt"))
+    assert "teacher-output cache" in line and "delete" in line and not (tmp_path / "corrupt" / "model").exists()
 
 
 def test_task_stage_from_a_hugging_face_classifier(
@@ -221,16 +284,21 @@ def test_task_stage_from_a_hugging_face_classifier(
     general = run_json("distill", "--teacher", str(hf_classifier_dir), "--student", "bert-tiny", "--method", "tinybert",
                        "--corpus", str(minilm_corpus), "-o", str(tmp_path / "general"), *SMALL, *shape,
                        "--set", "train.steps=4")  # fmt: skip
-    # 20 intermediate steps, then 60 on the prediction layer at a constant rate.
+    # 20 intermediate steps, then 150 on the prediction layer at a constant rate: a random teacher's soft targets
+    # are near-uniform, so its decisions take the student more steps to pick up than a trained teacher's.
     task = ["distill", "--stage", "task", "--teacher", str(hf_classifier_dir), "--student", general["run_dir"],
-            "--train", str(sentiment_csv), "--set", "train.steps=80", "--set", "distill.intermediate_fraction=0.25",
-            "--set", "train.batch_size=16", "--set", "train.log_every=5", "--set", "optim.lr=3e-3",
-            "--set", "schedule.decay=constant", "--set", "engine.threads=1"]  # fmt: skip
+            "--train", str(sentiment_csv), "--set", "distill.intermediate.steps=20",
+            "--set", "distill.prediction.steps=150",
+            "--set", "train.batch_size=16", "--set", "train.log_every=5", "--set", "distill.intermediate.lr=3e-3",
+            "--set", "distill.prediction.lr=3e-3", "--set", "distill.prediction.decay=constant",
+            "--set", "engine.threads=1"]  # fmt: skip
     summary = run_json(*task, "-o", str(tmp_path / "task"))
     assert summary["teacher"] == str(hf_classifier_dir) and summary["labels"] == ["negative", "positive"]
     assert [p["terms"] for p in summary["phases"]] == [["embedding", "hidden", "attention"], ["prediction"]]
-    assert summary["phases"][1]["from_step"] == 20 and summary["steps"] == 80
-    assert falls(summary, "hidden") and falls(summary, "prediction", 0.8), summary
+    assert [p["steps"] for p in summary["phases"]] == [20, 150] and summary["steps"] == 170
+    assert summary["phases"][0]["projections_carried"] is False  # equal widths: there are none
+    # The soft cross-entropy falls towards its floor, the entropy of a random teacher's near-uniform outputs.
+    assert falls(summary, "hidden") and falls(summary, "prediction"), summary
     assert summary["eval"]["examples"] == summary["eval_examples"] > 0
     saved = json.loads((tmp_path / "task" / "model" / "bertkit_model.json").read_text())
     assert saved["labels"] == ["negative", "positive"] and saved["distilled_from"] == str(hf_classifier_dir)
@@ -261,6 +329,8 @@ def test_task_stage_from_a_hugging_face_classifier(
 # a minute rather than hanging), at a constant learning rate after warmup, so that where the budget stops a
 # run does not change its schedule (a run stopped at step N and one told to train N steps see the same rates).
 ENDLESS = ["--set", "train.steps=2000", "--set", "schedule.decay=constant", "--set", "schedule.warmup_steps=2"]
+TASK_ENDLESS = ["--set", "distill.prediction.steps=2000", "--set", "distill.prediction.decay=constant",
+                "--set", "distill.prediction.warmup_fraction=0"]
 
 
 @pytest.mark.parametrize("stage", ["general", "task"])
@@ -278,13 +348,16 @@ def test_budget_stops_at_a_step_boundary_and_resumes_exactly(
         command = ["distill", "--stage", "task", "--teacher", finetuned_teacher["run_dir"], "--student",
                    distilbert_run["run_dir"], "--train", str(sentiment_csv), "--set", "train.batch_size=16",
                    "--set", "train.log_every=5", "--set", "engine.threads=1"]  # fmt: skip
+    endless = ENDLESS if stage == "general" else TASK_ENDLESS
+    length = "train.steps" if stage == "general" else "distill.prediction.steps"
     run = tmp_path / "stopped"
-    stopped = run_json(*command, *ENDLESS, "--budget", "1s", "-o", str(run))
+    checkpoints = run / "checkpoints" if stage == "general" else run / "prediction" / "checkpoints"
+    stopped = run_json(*command, *endless, "--budget", "1s", "-o", str(run))
     steps = stopped["steps"]
     print(f"{stage}: stopped by the budget after {steps} steps")
     assert stopped["stopped"] == "budget" and 0 < steps < 2000 and stopped["tokens"] > 0
     assert json.loads((run / "summary.json").read_text())["stopped"] == "budget"
-    [checkpoint] = (run / "checkpoints").iterdir()
+    [checkpoint] = checkpoints.iterdir()
     assert checkpoint.name == f"step-{steps}"
     trainer = json.loads((checkpoint / "trainer_state.json").read_text())
     assert trainer["step"] == steps and trainer["train_seconds"] >= 1.0
@@ -294,11 +367,11 @@ def test_budget_stops_at_a_step_boundary_and_resumes_exactly(
     model, checkpointed = (load_file(str(d / "model.safetensors")) for d in (run / "model", checkpoint))
     assert all(torch.equal(value, checkpointed[key]) for key, value in model.items())
 
-    further = ["--set", f"train.steps={steps + 3}"]
-    resumed = run_json(*command, *ENDLESS, *further, "--resume", "last", "-o", str(run))
+    further = ["--set", f"{length}={steps + 3}"]
+    resumed = run_json(*command, *endless, *further, "--resume", "last", "-o", str(run))
     assert resumed["resumed_from"] == steps and resumed["steps"] == steps + 3 and resumed["stopped"] is None
     reference = tmp_path / "reference"
-    run_json(*command, *ENDLESS, *further, "-o", str(reference))
+    run_json(*command, *endless, *further, "-o", str(reference))
     assert curve(run) == curve(reference)
     a, b = (load_file(str(d / "model" / "model.safetensors")) for d in (run, reference))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
@@ -346,14 +419,35 @@ def test_bad_input_is_one_line_and_leaves_no_run(
         ),
         "temperature <= 0": ([*mini, "--student", "bert-tiny", "--set", "distill.temperature=0"], "greater than 0"),
         "student wider than the teacher": (
-            [*mini, "--student", "bert-tiny", "--method", "tinybert", "--set", "model.hidden_size=768",
-             "--set", "model.num_heads=12"],
+            [
+                *mini,
+                "--student",
+                "bert-tiny",
+                "--method",
+                "tinybert",
+                "--set",
+                "model.hidden_size=768",
+                "--set",
+                "model.num_heads=12",
+            ],
             "wider than the teacher's 384",
         ),  # fmt: skip
         "heads differ": ([*mini, "--student", "bert-tiny", "--method", "minilm"], "set model.num_heads=12"),
         "corpus of another tokenizer": (
-            ["distill", "--teacher", str(minilm_dir), "-o", str(out), "--corpus", str(corpus_dir),
-             "--student", "bert-tiny", "--method", "minilm", *heads],
+            [
+                "distill",
+                "--teacher",
+                str(minilm_dir),
+                "-o",
+                str(out),
+                "--corpus",
+                str(corpus_dir),
+                "--student",
+                "bert-tiny",
+                "--method",
+                "minilm",
+                *heads,
+            ],
             "rebuild it with `bertkit build-corpus --tokenizer",
         ),  # fmt: skip
         "vocabulary that differs": (
@@ -361,25 +455,66 @@ def test_bad_input_is_one_line_and_leaves_no_run(
             "set it to 30522",
         ),
         "teacher without weights": (
-            ["distill", "--teacher", str(empty), "--student", "bert-tiny", "-o", str(out), "--corpus",
-             str(minilm_corpus)],
+            [
+                "distill",
+                "--teacher",
+                str(empty),
+                "--student",
+                "bert-tiny",
+                "-o",
+                str(out),
+                "--corpus",
+                str(minilm_corpus),
+            ],
             str(empty),
         ),  # fmt: skip
         "unknown student": ([*mini, "--student", "tinybrt"], "did you mean 'tinybert"),
         "task stage without labels": (
-            ["distill", "--stage", "task", "--teacher", finetuned_teacher["run_dir"], "--student",
-             distilbert_run["run_dir"], "--train", str(sentiment_csv), "-o", str(out),
-             "--set", "task.label_field=sentiment"],
+            [
+                "distill",
+                "--stage",
+                "task",
+                "--teacher",
+                finetuned_teacher["run_dir"],
+                "--student",
+                distilbert_run["run_dir"],
+                "--train",
+                str(sentiment_csv),
+                "-o",
+                str(out),
+                "--set",
+                "task.label_field=sentiment",
+            ],
             "sentiment",
         ),  # fmt: skip
         "task stage with a teacher that has no classifier": (
-            ["distill", "--stage", "task", "--teacher", str(pretrained_run), "--student", str(pretrained_run),
-             "--train", str(sentiment_csv), "-o", str(out)],
+            [
+                "distill",
+                "--stage",
+                "task",
+                "--teacher",
+                str(pretrained_run),
+                "--student",
+                str(pretrained_run),
+                "--train",
+                str(sentiment_csv),
+                "-o",
+                str(out),
+            ],
             "pass the run directory of `bertkit finetune`",
         ),  # fmt: skip
         "task stage without a file": (
-            ["distill", "--stage", "task", "--teacher", str(pretrained_run), "--student", str(pretrained_run),
-             "-o", str(out)],
+            [
+                "distill",
+                "--stage",
+                "task",
+                "--teacher",
+                str(pretrained_run),
+                "--student",
+                str(pretrained_run),
+                "-o",
+                str(out),
+            ],
             "pass --train FILE",
         ),  # fmt: skip
     }

@@ -439,3 +439,61 @@ def test_stopping_at_the_last_attention_gives_minilm_the_same_loss_and_gradients
     assert not any(name.startswith(("encoder.layers.1.ffn", "encoder.layers.1.attention.out")) for name in got)
     for name, grad in got.items():
         assert torch.allclose(grad, expected[name], atol=1e-6), name
+
+
+def test_layer_map_follows_a_copied_student() -> None:
+    """A student copied from teacher layers 0 and 5 (0-based) learns from layers 1 and 6 (1-based numbers);
+    one that was not copied, or copied from a deeper teacher, has no map of its own (TinyBERT's uniform)."""
+    from bertkit.pipelines.distill_task import default_layer_map
+
+    assert default_layer_map({"copied_layers": [0, 5]}, 6) == [1, 6]
+    assert default_layer_map({"copied_layers": [0, 2, 4, 7, 9, 11]}, 12) == [1, 3, 5, 8, 10, 12]
+    assert default_layer_map({}, 6) is None
+    assert default_layer_map({"copied_layers": [0, 11]}, 6) is None
+
+
+def test_phase_lengths_and_schedules() -> None:
+    from bertkit.config.schema import PhaseConfig
+
+    phase = PhaseConfig(epochs=3, lr=1e-4, warmup_fraction=0.1)
+    assert phase.planned_steps(3000, 32) == 3 * 94  # ceil(3000 / 32) steps an epoch
+    assert PhaseConfig(epochs=0.5).planned_steps(100, 32) == 2
+    assert PhaseConfig(epochs=3, steps=7).planned_steps(3000, 32) == 7  # steps win over a recipe's epochs
+    assert phase.schedule(282).warmup_steps == 28 and phase.schedule(282).decay == "linear"
+
+
+def test_augmentation_copies_scale_with_the_data() -> None:
+    """About 20,000 examples in all, 1 to 20 copies each."""
+    from bertkit.pipelines.compress import scaled_copies
+
+    assert scaled_copies(300) == 20 and scaled_copies(3000) == 6 and scaled_copies(19_000) == 1
+    assert scaled_copies(1_000_000) == 1 and scaled_copies(1) == 20
+
+
+def test_prediction_objective_soft_and_gold_terms() -> None:
+    """Soft cross-entropy against the batch's cached teacher logits, and the gold labels' cross-entropy, each a
+    mean over the sequences of the global batch (the call returns this micro-batch's share)."""
+    import torch.nn.functional as F
+
+    from bertkit.distill.model import DistillOutput
+    from bertkit.distill.prediction import PredictionObjective
+
+    torch.manual_seed(0)
+    student_logits = torch.randn(4, 3)
+    teacher_logits = torch.randn(4, 3)
+    labels = torch.tensor([0, 2, 1, 1])
+
+    class Fixed(torch.nn.Module):
+        def forward(self, *_args: object) -> DistillOutput:
+            return DistillOutput(student_logits, [], [], [], [], [], None, student_logits)
+
+    batch = {"input_ids": torch.zeros(4, 5, dtype=torch.long), "attention_mask": torch.ones(4, 5),
+             "labels": labels, "teacher_logits": teacher_logits}  # fmt: skip
+    objective = PredictionObjective(None, alpha_soft=1.0, alpha_gold=0.5, temperature=2.0, t_squared=True)
+    assert objective.terms == ("prediction", "gold") and objective.counts(batch) == {"prediction": 4, "gold": 4}
+    loss, metrics = objective(Fixed(), batch, {"prediction": 8.0, "gold": 8.0})  # half of a global batch of 8
+    p_t = F.softmax(teacher_logits / 2, dim=-1)
+    soft = -(p_t * F.log_softmax(student_logits / 2, dim=-1)).sum() * 4 / 8  # T² = 4
+    gold = F.cross_entropy(student_logits, labels, reduction="sum") / 8
+    assert torch.allclose(metrics["prediction_loss"], soft) and torch.allclose(metrics["gold_loss"], gold)
+    assert torch.allclose(loss, soft + 0.5 * gold)

@@ -1,0 +1,297 @@
+"""`bertkit compress`: one command from a fine-tuned classifier to a small one, with the table to decide by.
+
+    teacher (fine-tuned) ─┬─ copy N of its layers ─┬─ fine-tune on the gold labels ─────────── baseline/
+                          │                        └─ TinyBERT task stage on augmented data ─── distill/ -> model/
+                          └─ augment the training data (augmented.<ext>)
+
+1. The student is a copy of the teacher's embeddings and N of its layers (DistilBERT's choice of layers),
+   unless `--student` names a generally distilled one.
+2. The training data is augmented as TinyBERT does (bertkit/pipelines/augment.py). The number of copies
+   per example scales with the data: about AUGMENTED_EXAMPLES examples in all (at most 20 copies, TinyBERT's
+   count, and at least 1), so a small set gets many copies and a large one few; `--copies` sets it.
+3. The task stage (bertkit/pipelines/distill_task.py) on the augmented data: intermediate layers, then the
+   prediction layer on the teacher's cached logits.
+4. The baseline a user would otherwise run: the same copy fine-tuned on the gold labels alone, with the
+   `finetune-classification` recipe and the teacher's pooling.
+5. The table: parameters, inference sentences/s (eval texts, batch INFER_BATCH, at most INFER_MAX_LEN
+   tokens, timed in interleaved rounds), accuracy on the evaluation file and % of the teacher, for the
+   teacher, the baseline and the distilled student.
+
+Each stage is a run directory of its own under OUT; `OUT/model` (the distilled student, which predict,
+embed and export take) and `OUT/summary.json` are written last, so a run that fails half-way leaves nothing
+that looks finished.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from bertkit.errors import BertkitError
+from bertkit.fsutil import check_output_dir, write_json_atomic
+from bertkit.progress import stderr_console
+
+AUGMENTED_EXAMPLES = 20_000
+MAX_COPIES = 20  # TinyBERT's N
+INFER_BATCH, INFER_MAX_LEN, INFER_ROUNDS = 32, 128, 3
+
+
+@dataclass
+class CompressOptions:
+    layers: int = 2
+    student: Path | None = None  # a generally distilled student instead of a copy of the teacher's layers
+    augment: bool = True
+    copies: int | None = None  # None: scaled to the data (see module docstring)
+    candidates_from: str = "auto"
+    mlm_model: Path | None = None
+    baseline: bool = True
+    overrides: list[str] = field(default_factory=list)  # --set for the distill-task recipe
+    baseline_overrides: list[str] = field(default_factory=list)  # --set for the baseline's finetune recipe
+    seed: int = 0
+
+
+def scaled_copies(examples: int) -> int:
+    """Copies per example so that the augmented set holds about AUGMENTED_EXAMPLES examples."""
+    return max(1, min(MAX_COPIES, math.ceil(AUGMENTED_EXAMPLES / max(examples, 1)) - 1))
+
+
+def compress(
+    teacher_spec: str,
+    train_file: Path,
+    eval_file: Path,
+    output: Path,
+    opts: CompressOptions | None = None,
+    overwrite: bool = False,
+    quiet: bool = False,
+) -> dict[str, Any]:
+    from bertkit.config.recipe import load_recipe
+    from bertkit.distill.teacher import Teacher
+    from bertkit.pipelines.finetune import read_task_file
+
+    opts = opts or CompressOptions()
+    started = time.perf_counter()
+    teacher = Teacher.load(teacher_spec)
+    if not teacher.has_classifier or not teacher.labels:
+        raise BertkitError(
+            f"compress starts from a fine-tuned classifier, but {teacher.source} has none: pass the run directory "
+            "of `bertkit finetune` or a Hugging Face *ForSequenceClassification checkpoint as --teacher"
+        )
+    for path in (train_file, eval_file):
+        if not Path(path).exists():
+            raise BertkitError(f"{path} not found")
+    distill_recipe = load_recipe("distill-task", [f"task.pool={teacher.pool}", *opts.overrides], kind="distill")
+    baseline_recipe = load_recipe(
+        "finetune-classification", [f"task.pool={teacher.pool}", *opts.baseline_overrides], kind="finetune"
+    )
+    train_data = read_task_file(Path(train_file), distill_recipe.task, distill_recipe.task.split)  # type: ignore[attr-defined]
+    if opts.student is None:
+        _check_layers(opts.layers, teacher.config.num_layers)
+    check_output_dir(output, overwrite)
+    if output.exists() and overwrite:
+        shutil.rmtree(output)
+    output.mkdir(parents=True)
+    try:
+        return _compress(teacher, train_data, train_file, eval_file, output, opts, distill_recipe, baseline_recipe,
+                         started, quiet)  # fmt: skip
+    except BaseException:
+        # Nothing half-made stays behind: compress is one job, and a failed one is run again from the start.
+        shutil.rmtree(output, ignore_errors=True)
+        raise
+
+
+def _compress(teacher: Any, train_data: Any, train_file: Path, eval_file: Path, output: Path, opts: CompressOptions,
+              distill_recipe: Any, baseline_recipe: Any, started: float, quiet: bool) -> dict[str, Any]:  # fmt: skip
+    from bertkit.pipelines.augment import AugmentOptions, augment
+    from bertkit.pipelines.distill_task import distill_task
+    from bertkit.pipelines.finetune import finetune, read_task_file
+
+    seconds: dict[str, float] = {}
+
+    def say(message: str) -> None:
+        if not quiet:
+            stderr_console.print(f"[bold]compress[/bold] {message}")
+
+    def timed(stage: str, begin: float) -> None:
+        seconds[stage] = round(time.perf_counter() - begin, 1)
+
+    # 1. the student
+    begin = time.perf_counter()
+    if opts.student is not None:
+        student_dir = Path(opts.student)
+        say(f"student: {student_dir}")
+    else:
+        student_dir = output / "student"
+        copy_layers(teacher, opts.layers, student_dir)
+        say(f"student: {opts.layers} layers copied from the teacher into {student_dir}")
+    timed("student", begin)
+
+    # 2. augmentation
+    distill_train = Path(train_file)
+    copies = opts.copies if opts.copies is not None else scaled_copies(len(train_data))
+    augmented: dict[str, Any] | None = None
+    if opts.augment and copies > 0:
+        begin = time.perf_counter()
+        distill_train = output / f"augmented{_suffix(Path(train_file))}"
+        say(f"augmenting {len(train_data):,} examples x {copies} copies")
+        task = distill_recipe.task  # type: ignore[attr-defined]
+        augmented = augment(
+            Path(teacher.source), Path(train_file), distill_train,
+            AugmentOptions(copies=copies, seed=opts.seed, text_field=task.text_field,
+                           text_pair_field=task.text_pair_field, label_field=task.label_field, split=task.split,
+                           candidates_from=opts.candidates_from, mlm_model=opts.mlm_model),
+            quiet=quiet,
+        )  # fmt: skip
+        timed("augment", begin)
+
+    # 3. the task stage
+    begin = time.perf_counter()
+    say("distilling (intermediate layers, then the prediction layer on the teacher's cached logits)")
+    distilled = distill_task(distill_recipe, teacher.source, student_dir, distill_train, Path(eval_file),  # type: ignore[arg-type]
+                             output / "distill", quiet=quiet)  # fmt: skip
+    timed("distill", begin)
+
+    # 4. the baseline
+    baseline = None
+    if opts.baseline:
+        begin = time.perf_counter()
+        say("baseline: the same student fine-tuned on the gold labels alone")
+        baseline = finetune(baseline_recipe, student_dir, Path(train_file), output / "baseline", Path(eval_file),  # type: ignore[arg-type]
+                            quiet=quiet)  # fmt: skip
+        timed("baseline", begin)
+
+    # 5. the table
+    begin = time.perf_counter()
+    say("timing inference and scoring every model on the evaluation file")
+    models = [("teacher", Path(teacher.source))]
+    if baseline is not None:
+        models.append(("student, gold labels only", Path(baseline["model_dir"])))
+    models.append(("student, distilled", Path(distilled["model_dir"])))
+    eval_data = read_task_file(Path(eval_file), distill_recipe.task, distill_recipe.task.eval_split)  # type: ignore[attr-defined]
+    rows = compare_models(models, eval_data.texts, eval_data.pairs, eval_data.labels or [])
+    timed("table", begin)
+    reference = rows[0]
+    for row in rows:
+        row["speedup"] = round(row["sentences_per_s"] / reference["sentences_per_s"], 2)
+        row["percent_of_teacher"] = (
+            round(100 * row["accuracy"] / reference["accuracy"], 1) if reference["accuracy"] else None
+        )
+
+    shutil.copytree(Path(distilled["model_dir"]), output / ".model.tmp")
+    (output / ".model.tmp").rename(output / "model")
+    summary = {
+        "run_dir": str(output),
+        "model_dir": str(output / "model"),
+        "teacher": teacher.source,
+        "student": str(student_dir),
+        "layers": opts.layers if opts.student is None else None,
+        "train_examples": len(train_data),
+        "eval_examples": len(eval_data.texts),
+        "copies": copies if augmented else 0,
+        "augmented_examples": augmented["examples_out"] if augmented else len(train_data),
+        "candidate_source": augmented["candidate_source"] if augmented else None,
+        "inference": {
+            "batch_size": INFER_BATCH,
+            "max_length": INFER_MAX_LEN,
+            "threads": torch.get_num_threads(),
+            "device": "cpu",
+        },  # fmt: skip
+        "rows": rows,
+        "stage_seconds": seconds,
+        "seconds": round(time.perf_counter() - started, 1),
+        "beats_baseline": (rows[-1]["accuracy"] > rows[1]["accuracy"]) if baseline is not None else None,
+    }
+    write_json_atomic(output / "summary.json", summary)
+    return summary
+
+
+def _suffix(path: Path) -> str:
+    from bertkit.pipelines.augment import FORMAT_SUFFIXES
+    from bertkit.tasks.data import file_format
+
+    kind = file_format(path)
+    return FORMAT_SUFFIXES["jsonl" if kind == "dataset" else kind]
+
+
+def _check_layers(layers: int, depth: int) -> None:
+    if not 1 <= layers < depth:
+        raise BertkitError(f"--layers must be between 1 and {depth - 1} (the teacher has {depth} layers), not {layers}")
+
+
+def copy_layers(teacher: Any, layers: int, out: Path) -> None:
+    """A student of `layers` layers copied from the teacher (embeddings, DistilBERT's spread of layers, final
+    norm and pooler), saved as a model directory that records which layers it was copied from, so that
+    TinyBERT's layer map follows the copy."""
+    from bertkit.distill.layer_map import distilbert_init_layers
+    from bertkit.distill.student import DistillStudent, init_from_teacher
+    from bertkit.modeldir import save_model_dir
+
+    depth = teacher.config.num_layers
+    _check_layers(layers, depth)
+    chosen = distilbert_init_layers(layers, depth)
+    cfg = teacher.config.model_copy(update={"num_layers": layers})
+    student = DistillStudent(cfg)
+    init_from_teacher(student, teacher.state_dict(), teacher.config, chosen)
+    save_model_dir(out / "model", student.kept_module(), cfg, "pretraining", teacher.tokenizer,
+                   {"copied_layers": chosen, "distilled_from": teacher.source, "method": "tinybert"})  # fmt: skip
+
+
+def compare_models(
+    models: list[tuple[str, Path]], texts: list[str], pairs: list[str] | None, labels: list[str]
+) -> list[dict[str, Any]]:
+    """Sentences/s and accuracy of each classifier on the same batches: a warm-up, then INFER_ROUNDS rounds
+    that time one full pass of every model in turn (interleaved, so load on a shared machine that changes
+    between models cannot reorder them); each keeps its best round."""
+    from bertkit.corpus.loader import pad_batch
+    from bertkit.distill.teacher import Teacher
+
+    loaded = []
+    for name, path in models:
+        model = Teacher.load(str(path))
+        tokenizer = model.tokenizer
+        first = tokenizer.encode_batch(texts)
+        second = tokenizer.encode_batch(pairs) if pairs is not None else None
+        ids, types = [], []
+        for i, a in enumerate(first):
+            if second is None:
+                row = [tokenizer.cls_id, *a[: INFER_MAX_LEN - 2], tokenizer.sep_id]
+                segments = [0] * len(row)
+            else:
+                room = INFER_MAX_LEN - 3
+                b = second[i][: max(room - len(a), room // 2)]
+                a = a[: room - len(b)]
+                row = [tokenizer.cls_id, *a, tokenizer.sep_id, *b, tokenizer.sep_id]
+                segments = [0] * (len(a) + 2) + [1] * (len(b) + 1)
+            ids.append(np.asarray(row, dtype=np.int64))
+            types.append(np.asarray(segments, dtype=np.int64))
+        batches = []
+        for i in range(0, len(ids), INFER_BATCH):
+            input_ids, mask = pad_batch(ids[i : i + INFER_BATCH], tokenizer.pad_id)
+            segment_ids = pad_batch(types[i : i + INFER_BATCH], 0)[0] if second is not None else None
+            batches.append((input_ids, mask, segment_ids))
+        params = sum(p.numel() for p in model.parameters())
+        loaded.append({"name": name, "model": model, "batches": batches, "params": params, "best": math.inf})
+    with torch.inference_mode():
+        for item in loaded:
+            for batch in item["batches"][:2]:
+                item["model"](*batch)
+        for _ in range(INFER_ROUNDS):
+            for item in loaded:
+                begin = time.perf_counter()
+                logits = [item["model"](*batch).logits for batch in item["batches"]]
+                item["best"] = min(item["best"], time.perf_counter() - begin)
+                item["predicted"] = torch.cat(logits).argmax(-1).tolist()
+    rows = []
+    for item, (_, path) in zip(loaded, models, strict=True):
+        names = item["model"].labels
+        correct = [names[p] == gold for p, gold in zip(item["predicted"], labels, strict=True)]
+        rows.append({"model": item["name"], "path": str(path), "parameters": item["params"],
+                     "sentences_per_s": round(len(texts) / item["best"], 1),
+                     "accuracy": round(float(np.mean(correct)), 4)})  # fmt: skip
+    return rows

