@@ -10,6 +10,7 @@ from bertkit.config.recipe import load_distill_recipe, load_recipe
 from bertkit.corpus.build import BuildOptions, build_corpus
 from bertkit.data.samples import write_sample_data
 from bertkit.fsutil import check_output_dir
+from bertkit.pipelines.compress import CompressOptions, compress
 from bertkit.pipelines.distill import distill_general
 from bertkit.pipelines.finetune import finetune
 from bertkit.pipelines.pretrain import pretrain
@@ -66,21 +67,54 @@ def quickstart(
     )  # fmt: skip
     lap("distill")
     say("fine-tuning the pretrained model on Rotten Tomatoes sentiment")
+    splits = split_reviews(data["sentiment"], output / "data")
     ft_overrides = [f"train.steps={finetune_steps}"] if finetune_steps else []
     ft = finetune(
         load_recipe("finetune-tiny", ft_overrides),
         output / "pretrain",
-        data["sentiment"],
+        splits["train"],
         output / "finetune",
+        splits["eval"],
         quiet=quiet,
     )  # type: ignore[arg-type]
     lap("finetune")
+    say("compressing the fine-tuned model into a 1-layer one (copy, augment, distil, gold-label baseline)")
+    # Budgeted for a laptop: 2,000 of the training reviews, 2 augmented copies each, 1 intermediate epoch, 2 of the
+    # prediction layer.
+    compressed = compress(
+        str(output / "finetune"), splits["compress"], splits["eval"], output / "compress",
+        CompressOptions(layers=1, copies=2, overrides=["distill.prediction.epochs=2"]), quiet=quiet,
+    )  # fmt: skip
+    lap("compress")
     return {
         "tokenizer": {"path": tok["output"], "vocab_size": tok["vocab_size"]},
         "corpus": {"path": corpus["output"], "sequences": corpus["num_sequences"], "tokens": corpus["num_tokens"]},
         "pretrain": pre,
         "distill": distilled,
         "finetune": ft,
+        "compress": compressed,
         "stage_seconds": seconds,
         "seconds": round(time.perf_counter() - started, 1),
     }
+
+
+HELD_OUT_REVIEWS, COMPRESS_REVIEWS = 1000, 2000
+
+
+def split_reviews(sentiment: Path, folder: Path) -> dict[str, Path]:
+    """The reviews (already shuffled) as sentiment-train.csv and the last HELD_OUT_REVIEWS as sentiment-eval.csv,
+    which neither the teacher nor the compressed student trains on; compress-train.csv is the first
+    COMPRESS_REVIEWS of the training reviews."""
+    import csv
+
+    with open(sentiment, encoding="utf-8", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    parts = {"train": rows[:-HELD_OUT_REVIEWS], "eval": rows[-HELD_OUT_REVIEWS:], "compress": rows[:COMPRESS_REVIEWS]}
+    paths = {}
+    for name, part in parts.items():
+        paths[name] = folder / ("compress-train.csv" if name == "compress" else f"sentiment-{name}.csv")
+        with open(paths[name], "w", encoding="utf-8", newline="") as handle:
+            writer = csv.DictWriter(handle, ["text", "label"])
+            writer.writeheader()
+            writer.writerows(part)
+    return paths
