@@ -248,33 +248,20 @@ def compare_models(
     """Sentences/s and accuracy of each classifier on the same batches: a warm-up, then INFER_ROUNDS rounds
     that time one full pass of every model in turn (interleaved, so load on a shared machine that changes
     between models cannot reorder them); each keeps its best round."""
-    from bertkit.corpus.loader import pad_batch
     from bertkit.distill.teacher import Teacher
+    from bertkit.tasks.classification import ClassificationBatches, encode_examples
 
     loaded = []
     for name, path in models:
         model = Teacher.load(str(path))
         tokenizer = model.tokenizer
-        first = tokenizer.encode_batch(texts)
-        second = tokenizer.encode_batch(pairs) if pairs is not None else None
-        ids, types = [], []
-        for i, a in enumerate(first):
-            if second is None:
-                row = [tokenizer.cls_id, *a[: INFER_MAX_LEN - 2], tokenizer.sep_id]
-                segments = [0] * len(row)
-            else:
-                room = INFER_MAX_LEN - 3
-                b = second[i][: max(room - len(a), room // 2)]
-                a = a[: room - len(b)]
-                row = [tokenizer.cls_id, *a, tokenizer.sep_id, *b, tokenizer.sep_id]
-                segments = [0] * (len(a) + 2) + [1] * (len(b) + 1)
-            ids.append(np.asarray(row, dtype=np.int64))
-            types.append(np.asarray(segments, dtype=np.int64))
+        # Encoded as fine-tuning encodes them (pairs trimmed longer side first), in file order.
+        examples = encode_examples(texts, pairs, np.zeros(len(texts), dtype=np.int64), tokenizer, INFER_MAX_LEN)
+        source = ClassificationBatches(examples, INFER_BATCH, tokenizer.pad_id, 0, use_token_types=pairs is not None)
         batches = []
-        for i in range(0, len(ids), INFER_BATCH):
-            input_ids, mask = pad_batch(ids[i : i + INFER_BATCH], tokenizer.pad_id)
-            segment_ids = pad_batch(types[i : i + INFER_BATCH], 0)[0] if second is not None else None
-            batches.append((input_ids, mask, segment_ids))
+        for i in range(0, len(texts), INFER_BATCH):
+            batch = source.batch_of(list(range(i, min(i + INFER_BATCH, len(texts)))))
+            batches.append((batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids")))
         params = sum(p.numel() for p in model.parameters())
         loaded.append({"name": name, "model": model, "batches": batches, "params": params, "best": math.inf})
     with torch.inference_mode():

@@ -69,8 +69,8 @@ class LogitsView(nn.Module):
 class BatchesWithTargets(ClassificationBatches):
     """Classification batches that also carry the teacher's cached logits of their examples."""
 
-    def __init__(self, base: ClassificationBatches, logits: torch.Tensor) -> None:
-        self.__dict__.update(base.__dict__)
+    def __init__(self, *args: Any, logits: torch.Tensor, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self.logits = logits
 
     def batch_of(self, indices: list[int]) -> dict[str, torch.Tensor]:
@@ -289,7 +289,7 @@ def distill_task(
         if cfg.cache_teacher:
             logits, cache_info = _teacher_logits(teacher, source, train_examples, cfg.cache_dir or output, micro,
                                                  device, quiet)  # fmt: skip
-            source = BatchesWithTargets(source, logits)
+            source = BatchesWithTargets(train_examples, micro, pad, recipe.train.seed, use_types, logits=logits)
             objective = PredictionObjective(None, cfg.alpha_prediction, cfg.alpha_gold, temperature,
                                             t_squared=method == "distilbert")  # fmt: skip
         else:
