@@ -6,7 +6,9 @@ on sys.path.
 
 from __future__ import annotations
 
+import csv
 import json
+from pathlib import Path
 
 from typer.testing import CliRunner
 
@@ -33,3 +35,17 @@ def error_line(result) -> str:
 
 def run_error(*args: str) -> str:
     return error_line(runner.invoke(app, list(args)))
+
+
+def split_reviews(sentiment_csv: Path, folder: Path, train: int) -> dict[str, Path]:
+    """A text,label CSV split into folder/train.csv (its first `train` rows) and folder/eval.csv (the rest)."""
+    with open(sentiment_csv, encoding="utf-8", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    out = {}
+    for name, part in (("train", rows[:train]), ("eval", rows[train:])):
+        out[name] = folder / f"{name}.csv"
+        with open(out[name], "w", encoding="utf-8", newline="") as handle:
+            writer = csv.DictWriter(handle, ["text", "label"])
+            writer.writeheader()
+            writer.writerows(part)
+    return out

@@ -10,13 +10,12 @@ the same copy distilled on augmented data. The distilled student must beat the b
 
 from __future__ import annotations
 
-import csv
 import os
 from pathlib import Path
 
 import pytest
 import torch
-from cli_helpers import run_json
+from cli_helpers import run_json, split_reviews
 
 TRAIN, HELD_OUT = 3000, 800
 
@@ -31,16 +30,7 @@ def reviews(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
     folder = tmp_path_factory.mktemp("compress-bench")
     paths = write_sample_data(folder / "samples", max_reviews=TRAIN + HELD_OUT)
-    with open(paths["sentiment"], encoding="utf-8", newline="") as handle:
-        rows = list(csv.DictReader(handle))
-    out = {}
-    for name, part in (("train", rows[:TRAIN]), ("eval", rows[TRAIN:])):
-        out[name] = folder / f"{name}.csv"
-        with open(out[name], "w", encoding="utf-8", newline="") as handle:
-            writer = csv.DictWriter(handle, ["text", "label"])
-            writer.writeheader()
-            writer.writerows(part)
-    return out
+    return split_reviews(paths["sentiment"], folder, TRAIN)
 
 
 @pytest.mark.bench
