@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_helpers import run_error, run_json
+from cli_helpers import run_error, run_json, split_reviews
 
 FAST = ["--set", "distill.intermediate.epochs=1", "--set", "distill.prediction.epochs=1", "--set",
         "train.batch_size=16", "--set", "engine.threads=1", "--baseline-set", "train.epochs=1",
@@ -23,17 +23,7 @@ FAST = ["--set", "distill.intermediate.epochs=1", "--set", "distill.prediction.e
 
 @pytest.fixture(scope="module")
 def split(sentiment_csv: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    with open(sentiment_csv, encoding="utf-8", newline="") as handle:
-        rows = list(csv.DictReader(handle))
-    folder = tmp_path_factory.mktemp("compress-data")
-    out = {}
-    for name, part in (("train", rows[:400]), ("eval", rows[400:])):
-        out[name] = folder / f"{name}.csv"
-        with open(out[name], "w", encoding="utf-8", newline="") as handle:
-            writer = csv.DictWriter(handle, ["text", "label"])
-            writer.writeheader()
-            writer.writerows(part)
-    return out
+    return split_reviews(sentiment_csv, tmp_path_factory.mktemp("compress-data"), 400)
 
 
 @pytest.fixture(scope="module")
@@ -95,3 +85,24 @@ def test_compress_bad_input(teacher: Path, pretrained_run: Path, split: dict[str
     (out / "keep.txt").write_text("mine")
     line = run_error(*base, "--teacher", str(teacher), "--layers", "1")
     assert "already exists" in line and (out / "keep.txt").read_text() == "mine"
+
+
+def test_compress_a_general_student_without_augmentation_or_baseline(
+    teacher: Path, corpus_dir: Path, split: dict[str, Path], tmp_path: Path
+) -> None:
+    """`--student RUN` takes a generally distilled student (here 4 TinyBERT steps on Python's documentation,
+    the corpus of the teacher's tokenizer) instead of a copy; `--no-augment` distils on the training file as it
+    is and `--no-baseline` leaves the gold-label row out."""
+    general = run_json("distill", "--teacher", str(teacher), "--student", "bert-tiny", "--method", "tinybert",
+                       "--corpus", str(corpus_dir), "--set", "model.num_layers=1", "--set", "train.steps=4",
+                       "--set", "train.batch_size=8", "-o", str(tmp_path / "general"))  # fmt: skip
+    out = tmp_path / "small"
+    summary = run_json("compress", "--teacher", str(teacher), "--train", str(split["train"]), "--eval",
+                       str(split["eval"]), "--student", general["run_dir"], "--no-augment", "--no-baseline",
+                       "-o", str(out), *FAST)  # fmt: skip
+    assert [row["model"] for row in summary["rows"]] == ["teacher", "student, distilled"]
+    assert summary["copies"] == 0 and summary["augmented_examples"] == 400 and summary["beats_baseline"] is None
+    assert not (out / "augmented.csv").exists() and not (out / "baseline").exists() and not (out / "student").exists()
+    distilled = json.loads((out / "distill" / "summary.json").read_text())
+    assert distilled["student"] == general["model_dir"] and distilled["train_examples"] == 400
+    assert (out / "model" / "model.safetensors").exists()
