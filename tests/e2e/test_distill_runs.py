@@ -450,6 +450,11 @@ def test_bad_input_is_one_line_and_leaves_no_run(
              "--train", str(sentiment_csv), "-o", str(out)],
             "pass the run directory of `bertkit finetune`",
         ),  # fmt: skip
+        "task stage told train.steps, which names no phase": (
+            ["distill", "--stage", "task", "--teacher", finetuned_teacher["run_dir"], "--student",
+             distilbert_run["run_dir"], "--train", str(sentiment_csv), "-o", str(out), "--set", "train.steps=5"],
+            "set distill.intermediate.epochs (or .steps) and distill.prediction.epochs",
+        ),  # fmt: skip
         "task stage without a file": (
             ["distill", "--stage", "task", "--teacher", str(pretrained_run), "--student", str(pretrained_run),
              "-o", str(out)],
