@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,8 +56,8 @@ def _checksum(logits: torch.Tensor) -> str:
 
 
 class TeacherLogitsCache:
-    """`cache_dir/teacher-logits-<key>.safetensors`: the (N, C) fp32 logits and, in its metadata, the key
-    and the checksum of the logits."""
+    """`cache_dir/teacher-logits-<key>.safetensors`: the fp32 logits, (N, C) of sequences or (N, T, C) of
+    tokens and QA windows padded to the longest, and, in its metadata, the key and the checksum of the logits."""
 
     def __init__(self, cache_dir: Path, teacher_key: str, data_key: str) -> None:
         self.key = hashlib.sha256(f"{teacher_key}:{data_key}".encode()).hexdigest()
@@ -77,7 +78,7 @@ class TeacherLogitsCache:
             raise BertkitError(f"the teacher-output cache {self.path} cannot be read ({err}); {fix}") from None
         if meta.get("key") != self.key:
             raise BertkitError(f"the teacher-output cache {self.path} belongs to another teacher or data set; {fix}")
-        if logits.ndim != 2 or logits.shape[0] != expected_rows or meta.get("sha256") != _checksum(logits):
+        if logits.ndim not in (2, 3) or logits.shape[0] != expected_rows or meta.get("sha256") != _checksum(logits):
             raise BertkitError(f"the teacher-output cache {self.path} is corrupt (its checksum does not match); {fix}")
         return logits
 
@@ -96,19 +97,33 @@ class TeacherLogitsCache:
 
 
 def compute_teacher_logits(
-    teacher: Any, batches: Any, count: int, batch_size: int, device: torch.device, quiet: bool
+    logits_of: Callable[[dict[str, torch.Tensor]], torch.Tensor],
+    batches: Any,
+    lengths: list[int],
+    batch_size: int,
+    device: torch.device,
+    quiet: bool,
 ) -> torch.Tensor:
-    """The teacher's classifier logits of examples 0..count-1, in order, `batch_size` at a time (sorted by
-    length, so that little of each batch is padding), as fp32 on the CPU."""
-    lengths = np.array([len(row) for row in batches.examples.input_ids])
-    order = np.argsort(lengths, kind="stable")
-    out = torch.empty((count, len(teacher.labels)), dtype=torch.float32)
-    teacher = teacher.to(device)
+    """The teacher's logits (`logits_of(batch)`, a task kind's layout) of examples 0..N-1 (`lengths`: their
+    token counts), in order, `batch_size` at a time (sorted by length, so that little of each batch is
+    padding), as fp32 on the CPU. Per-token logits are padded to the longest example with zeros, which no
+    target reads (task_kinds.py cuts and masks them)."""
+    count = len(lengths)
+    order = np.argsort(np.asarray(lengths), kind="stable")
+    out: torch.Tensor | None = None
     with Tracker("teacher logits", total=count, quiet=quiet, unit="examples") as tracker:
         for start in range(0, count, batch_size):
             indices = order[start : start + batch_size].tolist()
             batch = {k: v.to(device) for k, v in batches.batch_of(indices).items()}
-            logits = teacher(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids")).logits
-            out[indices] = logits.float().cpu()
+            logits = logits_of(batch).float().cpu()
+            if out is None:  # the layout is known from the first batch: (N, C), or (N, longest, C)
+                tail = logits.shape[1:] if logits.ndim == 2 else (max(lengths), *logits.shape[2:])
+                out = torch.zeros((count, *tail), dtype=torch.float32)
+            if logits.ndim == 2:
+                out[indices] = logits
+            else:
+                out[indices, : logits.shape[1]] = logits
             tracker.advance(len(indices))
+    if out is None:
+        raise BertkitError("no training examples to compute the teacher's logits of")
     return out

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from bertkit.config.schema import ModelConfig
 from bertkit.distill.model import DistillOutput, EncoderWithHeads
@@ -49,6 +50,9 @@ HUB_FILES = [
     "sentencepiece.bpe.model",
 ]
 _TRUE = {"1", "ON", "YES", "TRUE"}
+# The heads of fine-tuned taggers (`classifier.*` on every token) and QA models (`qa_outputs.*`).
+TASK_HEAD_KEYS = ("classifier.", "qa_outputs.")
+TOKEN_HEADS = ("token-classification", "question-answering")
 
 
 def _looks_like_path(spec: str) -> bool:
@@ -141,6 +145,8 @@ class Teacher(EncoderWithHeads):
         source: str = "teacher",
         pool: str = "cls",
         huggingface: str | None = None,
+        architecture: str | None = None,
+        task: dict[str, Any] | None = None,
     ) -> None:
         has_mlm = "mlm_head.dense.weight" in weights
         has_classifier = labels is not None and "classifier.weight" in weights
@@ -149,6 +155,12 @@ class Teacher(EncoderWithHeads):
         self.tokenizer, self.labels, self.source = tokenizer, labels if has_classifier else None, source
         # The HF class of a Hugging Face checkpoint (its labels then come from config.json's id2label).
         self.huggingface = huggingface
+        # What the teacher was fine-tuned for (bertkit_model.json's architecture and task): the task stage
+        # distils a tagger's or a QA model's head too (`task_head`), with the windows it was trained on.
+        self.architecture, self.task = architecture, dict(task or {})
+        self.head_state = {
+            k: v for k, v in weights.items() if k.startswith(TASK_HEAD_KEYS) and architecture in TOKEN_HEADS
+        }
         own = self.state_dict()
         # Heads the teacher does not use (NSP, SOP, ELECTRA's generator) stay behind.
         load_state(self, {k: v for k, v in weights.items() if k in own}, source)
@@ -170,7 +182,29 @@ class Teacher(EncoderWithHeads):
         huggingface = meta.get("huggingface") or (
             architecture.removeprefix("huggingface:") if architecture.startswith("huggingface:") else None
         )
-        return cls(cfg, weights, tokenizer, labels, str(model_dir), pool, huggingface)
+        task = meta.get("task") if isinstance(meta.get("task"), dict) else None
+        teacher = cls(cfg, weights, tokenizer, labels, str(model_dir), pool, huggingface, architecture, task)
+        if architecture == "token-classification":
+            teacher.tags = _labels(meta, model_dir)
+        return teacher
+
+    tags: list[str] | None = None  # a tagger's tags, in the order of its classifier's outputs
+
+    def task_head(self) -> nn.Module:
+        """A tagger's or QA model's head on this teacher's encoder, frozen, as the fine-tuned model ran it:
+        TokenClassifier's `{"logits"}` or QuestionAnswerer's `{"start_logits", "end_logits"}`."""
+        from bertkit.tasks.qa import QuestionAnswerer
+        from bertkit.tasks.token_classification import TokenClassifier
+
+        if self.architecture == "token-classification" and self.tags:
+            model: nn.Module = TokenClassifier(self.encoder, len(self.tags), 0.0)
+        elif self.architecture == "question-answering":
+            model = QuestionAnswerer(self.encoder)
+        else:
+            raise BertkitError(f"the teacher {self.source} has no token-classification or question-answering head")
+        load_state(model, {**{f"encoder.{k}": v for k, v in self.encoder.state_dict().items()}, **self.head_state},
+                   self.source)  # fmt: skip
+        return FrozenHead(model, self.config)
 
     @property
     def has_mlm_head(self) -> bool:
@@ -188,6 +222,22 @@ class Teacher(EncoderWithHeads):
         """EncoderWithHeads.forward under no_grad: nothing the teacher computes is ever differentiated."""
         with torch.no_grad():
             return super().forward(*args, **kwargs)
+
+
+class FrozenHead(nn.Module):
+    """A fine-tuned model used as a teacher: eval mode for good, every forward under no_grad. `config` is the
+    encoder's, which the teacher-output cache's key reads."""
+
+    def __init__(self, model: nn.Module, config: ModelConfig) -> None:
+        super().__init__()
+        self.model, self.config = model.requires_grad_(False).eval(), config
+
+    def train(self, mode: bool = True) -> FrozenHead:
+        return super().train(False)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        with torch.no_grad():
+            return self.model(*args, **kwargs)
 
 
 def _labels(meta: dict[str, Any], model_dir: Path) -> list[str]:

@@ -88,14 +88,20 @@ def check_method(method: DistillMethod, recipe: DistillRecipe, student: ModelCon
 
 def freeze_unreached(student: DistillStudent, method: DistillMethod) -> None:
     """MiniLM reads the last layer's queries, keys and values, never what comes after them: its attention
-    output, feed-forward and norms get no gradient. They stay at their initialisation, frozen, so that an
-    engine that updates every parameter it owns (ZeRO's weight decay) leaves them where one process does."""
+    output, feed-forward and norms after the attention get no gradient. They stay at their initialisation,
+    frozen, so that an engine that updates every parameter it owns (ZeRO's weight decay) leaves them where one
+    process does. What the loss does reach stays trainable: a pre-LN layer's attention norm (it comes before
+    the attention) and, in ALBERT's all-shared stack, the one layer every earlier application runs whole."""
     if method != "minilm":
         return
     encoder = student.encoder
+    if student.config.sharing == "all-shared" and len(encoder.layers) == 1 and student.config.num_layers > 1:
+        return
     last = encoder.layers[-1]
-    for module in (last.attention.out if last.attention else None, last.attn_norm, last.ffn, last.ffn_norm,
-                   encoder.final_norm):  # fmt: skip
+    after = [last.attention.out if last.attention else None, last.ffn, last.ffn_norm, encoder.final_norm]
+    if not last.pre_norm:
+        after.append(last.attn_norm)  # post-LN: the norm is applied to the attention's output
+    for module in after:
         if module is not None:
             module.requires_grad_(False)
 

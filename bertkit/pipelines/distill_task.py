@@ -1,17 +1,19 @@
 """`bertkit distill --stage task`: TinyBERT's second stage, as the paper runs it: two jobs.
 
-A fine-tuned teacher's classifier (a run of `bertkit finetune`, or a Hugging Face BERT/ALBERT/RoBERTa
-*ForSequenceClassification checkpoint, classes from its id2label) is distilled into a student on the
-task's labelled data (augmented first with `bertkit augment`, as TinyBERT does):
+A fine-tuned teacher (a run of `bertkit finetune`: a classifier, a tagger or an extractive QA model; or a
+Hugging Face BERT/ALBERT/RoBERTa *ForSequenceClassification checkpoint, classes from its id2label) is
+distilled into a student on the task's labelled data (for classifiers augmented first with `bertkit
+augment`, as TinyBERT does). The teacher decides the kind (bertkit/pipelines/distill_task_data.py reads
+the data for it; bertkit/distill/task_kinds.py says what a target is: a sequence, a word, a QA window):
 
 1. intermediate (tinybert only): embeddings, hidden states and attention scores through W_e / W_h along
    the layer map, at a constant rate (`distill.intermediate.*`). W_e / W_h learned by the general stage
    are carried over from its run directory, and a student copied from teacher layers learns from the
    layers it was copied from (the default map follows the copy).
-2. prediction: the classifier, fresh, with a fresh optimizer, warm-up and decay (`distill.prediction.*`),
-   on the teacher's soft targets (`alpha_prediction`, at `distill.temperature`) and optionally the gold
-   labels (`alpha_gold`). The teacher's logits of every example are computed once and cached
-   (bertkit/distill/cache.py), so this phase runs no teacher at all.
+2. prediction: the head (classifier, tagger or span head), fresh, with a fresh optimizer, warm-up and
+   decay (`distill.prediction.*`), on the teacher's soft targets (`alpha_prediction`, at
+   `distill.temperature`) and optionally the gold labels (`alpha_gold`). The teacher's logits of every
+   example are computed once and cached (bertkit/distill/cache.py), so this phase runs no teacher at all.
 
 Each phase is the one training loop in a directory of its own (`intermediate/`, `prediction/`: metrics,
 checkpoints), so each has its own optimizer state and schedule and resumes exactly; `metrics.jsonl` at the
@@ -25,18 +27,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
 from bertkit.config.recipe import DistillRecipe
 from bertkit.config.schema import PhaseConfig, parse_budget
-from bertkit.corpus.loader import split_indices
-from bertkit.distill.cache import TeacherLogitsCache, compute_teacher_logits, examples_fingerprint, teacher_fingerprint
+from bertkit.distill.cache import TeacherLogitsCache, compute_teacher_logits, teacher_fingerprint
 from bertkit.distill.layer_map import resolve_layer_map
 from bertkit.distill.objective import INTERMEDIATE, DistillationObjective, term_weights
 from bertkit.distill.prediction import PredictionObjective
 from bertkit.distill.student import DistillStudent, check_compatible, load_projections
+from bertkit.distill.task_kinds import KINDS
 from bertkit.distill.teacher import Teacher
 from bertkit.engine.checkpoint import list_checkpoints, load_state
 from bertkit.engine.device import resolve_device
@@ -45,58 +46,32 @@ from bertkit.engine.loop import TrainResult, train
 from bertkit.errors import BertkitError
 from bertkit.fsutil import save_safetensors_atomic, write_json_atomic
 from bertkit.modeldir import encoder_weights, load_model_dir, save_model_dir
-from bertkit.pipelines.finetune import read_task_file, subset
+from bertkit.pipelines.distill_task_data import TaskSetup, prepare_task
 from bertkit.pipelines.rundir import prepare_run_dir, write_summary
-from bertkit.tasks.classification import ClassificationBatches, encode_examples, evaluate_classifier, label_indices
 
 PHASES = ("intermediate", "prediction")
 PHASE_DONE = "phase.json"  # a finished phase: its summary; the intermediate phase also leaves its student
 INTERMEDIATE_STUDENT = "student.safetensors"
 
 
-class LogitsView(nn.Module):
-    """The student as `evaluate_classifier` calls a classifier: `{"logits": ...}` from the batch tensors."""
+class WithTeacherLogits:
+    """Training batches that also carry the teacher's cached logits of their examples (`teacher_logits`)."""
 
-    def __init__(self, student: nn.Module) -> None:
-        super().__init__()
-        self.student = student
+    def __init__(self, batches: Any, logits: torch.Tensor) -> None:
+        self.batches, self.logits = batches, logits
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:  # fmt: skip
-        return {"logits": self.student(input_ids, attention_mask, token_type_ids).logits}
+    @property
+    def state(self) -> Any:
+        return self.batches.state
 
-
-class BatchesWithTargets(ClassificationBatches):
-    """Classification batches that also carry the teacher's cached logits of their examples."""
-
-    def __init__(self, *args: Any, logits: torch.Tensor, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.logits = logits
+    def load_state(self, state: dict[str, int]) -> None:
+        self.batches.load_state(state)
 
     def batch_of(self, indices: list[int]) -> dict[str, torch.Tensor]:
-        batch = super().batch_of(indices)
-        batch["teacher_logits"] = self.logits[indices]
-        return batch
+        return {**self.batches.batch_of(indices), "teacher_logits": self.logits[indices]}
 
-
-def check_labels(teacher: Teacher, data_labels: list[str], source: Path) -> None:
-    """Every label of the task data must be one of the teacher's classes: the gold labels score the student
-    against the teacher's outputs by class name. A mismatch names where the teacher's names come from."""
-    known = teacher.labels or []
-    unknown = sorted(set(data_labels) - set(known))
-    if not unknown:
-        return
-    if teacher.huggingface:
-        fix = (
-            f"if they are the same classes under other names, write the data's names into id2label in "
-            f"{Path(teacher.source) / 'config.json'}, in the order of the teacher's class ids"
-        )
-    else:
-        fix = "distil on data labelled with the teacher's classes (task.label_field picks the column)"
-    raise BertkitError(
-        f"{source} has labels {unknown[:5]} that the teacher {teacher.source} does not predict "
-        f"(its classes: {known[:10]}); {fix}"
-    )
+    def next_batch(self) -> dict[str, torch.Tensor]:
+        return self.batch_of([index for _, index in self.batches.sampler.take(self.batches.batch_size)])
 
 
 def default_layer_map(meta: dict[str, Any], teacher_layers: int) -> list[int] | None:
@@ -139,11 +114,11 @@ def distill_task(
 ) -> dict[str, Any]:
     started = time.perf_counter()
     teacher = Teacher.load(teacher_spec)
-    if not teacher.has_classifier or not teacher.labels:
+    if teacher.architecture not in KINDS or (teacher.architecture == "sequence-classification" and not teacher.labels):
         what = f" (a {teacher.huggingface} checkpoint)" if teacher.huggingface else ""
         raise BertkitError(
-            f"--stage task distils a fine-tuned single-label classifier, but the teacher {teacher.source}{what} has "
-            "none; pass the run directory of `bertkit finetune`, or a Hugging Face BERT, ALBERT or RoBERTa "
+            f"--stage task distils a fine-tuned classifier, tagger or QA model, but the teacher {teacher.source}{what} "
+            "is none; pass the run directory of `bertkit finetune`, or a Hugging Face BERT, ALBERT or RoBERTa "
             "*ForSequenceClassification checkpoint, as --teacher"
         )
     given = {"steps", "epochs"} & recipe.train.model_fields_set
@@ -161,21 +136,12 @@ def distill_task(
     method = recipe.distill.method or meta.get("method") or "tinybert"
     if method not in ("distilbert", "tinybert", "minilm"):
         raise BertkitError(f"{student_path} names an unknown distillation method '{method}'; pass --method")
-    task = recipe.task
-    if task.kind != "classification":
-        raise BertkitError("--stage task distils a classifier: set task.kind=classification")
     cfg = recipe.distill
-    labels = teacher.labels
-    train_data = read_task_file(train_file, task, task.split)
-    if eval_file is not None:
-        eval_data = read_task_file(eval_file, task, task.eval_split)
-    else:
-        train_idx, eval_idx = split_indices(len(train_data), task.eval_fraction, recipe.train.seed)
-        train_data, eval_data = subset(train_data, train_idx), subset(train_data, eval_idx)
+    setup = prepare_task(teacher, recipe, student_cfg, train_file, eval_file)
     batch_size = recipe.train.batch_size
     steps = {
-        "intermediate": cfg.intermediate.planned_steps(len(train_data), batch_size) if method == "tinybert" else 0,
-        "prediction": cfg.prediction.planned_steps(len(train_data), batch_size),
+        "intermediate": cfg.intermediate.planned_steps(setup.train_count, batch_size) if method == "tinybert" else 0,
+        "prediction": cfg.prediction.planned_steps(setup.train_count, batch_size),
     }
     intermediate_weights = term_weights(cfg, INTERMEDIATE)
     if not any(w > 0 for w in intermediate_weights.values()):
@@ -198,23 +164,10 @@ def distill_task(
         student_cfg.num_layers,
         teacher.config.num_layers,
     )
-    longest = min(c.max_position_embeddings - c.position_offset for c in (student_cfg, teacher.config))
-    max_len = min(task.max_seq_len, longest)
-
-    def encoded(data: Any, source: Path) -> Any:
-        # The teacher's classes, in its order: a label it was never trained on is an error naming the file.
-        check_labels(teacher, data.labels or [], source)
-        return encode_examples(data.texts, data.pairs, label_indices(data.labels or [], labels, source),
-                               teacher.tokenizer, max_len)  # fmt: skip
-
-    train_examples = encoded(train_data, train_file)
-    eval_examples = encoded(eval_data, eval_file or train_file) if len(eval_data) else None
     recipe = recipe.model_copy(update={"model": student_cfg})  # recipe.yaml records the student's shape
     resumed = prepare_run_dir(output, recipe, overwrite, resume, resumable=_resumable)
 
-    use_types = task.text_pair_field is not None and student_cfg.type_vocab_size > 1
     micro = batch_size // recipe.train.grad_accum
-    pad = teacher.tokenizer.pad_id
     device = resolve_device(recipe.engine)
     temperature = cfg.resolved_temperature(method)  # type: ignore[arg-type]
     encoder_state = encoder_weights(student_weights)
@@ -264,7 +217,7 @@ def distill_task(
             load_state(student.encoder, encoder_state, str(student_path))
             carried = student.carry_projections(projections)
             objective = DistillationObjective("tinybert", teacher, intermediate_weights, temperature, layer_map)
-            source = ClassificationBatches(train_examples, micro, pad, recipe.train.seed, use_types)
+            source = setup.batches(micro, recipe.train.seed)
             result = run_phase("intermediate", student, objective, source, cfg.intermediate, None)
             if result is not None:
                 done = _phase_summary("intermediate", result, cfg.intermediate, objective.terms)
@@ -282,31 +235,30 @@ def distill_task(
     cache_info: dict[str, Any] = {"enabled": cfg.cache_teacher}
     if stopped is None:
         torch.manual_seed(recipe.train.seed)
-        student = DistillStudent(student_cfg, num_labels=len(labels), classifier_dropout=task.classifier_dropout,
-                                 pool=task.pool)  # fmt: skip
+        student = setup.student()
         load_state(student.encoder, encoder_state, str(student_path))
-        source: Any = ClassificationBatches(train_examples, micro, pad, recipe.train.seed, use_types)
+        # The fine-tuned model whose outputs are the targets: the teacher itself for a sequence classifier,
+        # its tagger's or QA head on its encoder otherwise.
+        target_model = teacher if setup.architecture == "sequence-classification" else teacher.task_head()
+        source: Any = setup.batches(micro, recipe.train.seed)
+        prediction_teacher: nn.Module | None = target_model
         if cfg.cache_teacher:
-            logits, cache_info = _teacher_logits(teacher, source, train_examples, cfg.cache_dir or output, micro,
+            logits, cache_info = _teacher_logits(target_model, setup, source, cfg.cache_dir or output, micro,
                                                  device, quiet)  # fmt: skip
-            source = BatchesWithTargets(train_examples, micro, pad, recipe.train.seed, use_types, logits=logits)
-            objective = PredictionObjective(None, cfg.alpha_prediction, cfg.alpha_gold, temperature,
-                                            t_squared=method == "distilbert")  # fmt: skip
-        else:
-            objective = PredictionObjective(teacher, cfg.alpha_prediction, cfg.alpha_gold, temperature,
-                                            t_squared=method == "distilbert")  # fmt: skip
+            source, prediction_teacher = WithTeacherLogits(source, logits), None
+        objective = PredictionObjective(prediction_teacher, cfg.alpha_prediction, cfg.alpha_gold, temperature,
+                                        t_squared=method == "distilbert", kind=setup.kind)  # fmt: skip
         evaluate = None
-        if eval_examples is not None:
-            eval_batches = ClassificationBatches(eval_examples, micro, pad, recipe.train.seed, use_types)
-            evaluate = lambda m: evaluate_classifier(LogitsView(m), eval_batches, device)  # noqa: E731
+        if setup.evaluate is not None:
+            evaluate = lambda m: setup.evaluate(m, device)  # noqa: E731
         result = run_phase("prediction", student, objective, source, cfg.prediction, evaluate)
         if result is not None:
             phases.append(_phase_summary("prediction", result, cfg.prediction, objective.terms))
             phases[-1]["eval"] = result.eval
             if is_main():  # a run stopped by its budget also leaves the model it has so far, as pretrain does
-                save_model_dir(output / "model", student.kept_module().cpu(), student_cfg, "sequence-classification",
-                               teacher.tokenizer, {"labels": labels, "task": task.model_dump(mode="json"),
-                                                   "distilled_from": teacher.source, "method": method})  # fmt: skip
+                kept = student.kept_module() if isinstance(student, DistillStudent) else student
+                save_model_dir(output / "model", kept.cpu(), student_cfg, setup.architecture, teacher.tokenizer,
+                               {**setup.meta, "distilled_from": teacher.source, "method": method})  # fmt: skip
     if is_main():
         _join_metrics(output, [p["phase"] for p in phases])
     last = phases[-1] if phases else {}
@@ -317,12 +269,13 @@ def distill_task(
         "method": method,
         "teacher": teacher.source,
         "student": str(student_path),
-        "labels": labels,
+        "task": setup.kind.name,
+        "labels": setup.labels,
         "layer_map": layer_map if steps["intermediate"] else None,
         "phases": phases,
         "teacher_cache": cache_info,
-        "train_examples": len(train_data),
-        "eval_examples": len(eval_data),
+        "train_examples": setup.train_count,
+        "eval_examples": setup.eval_count,
         "steps": sum(p["steps"] for p in phases),
         "tokens": int(spent["tokens"]),  # what a token budget (--budget 5Mtok) counts, as the general stage reports
         "seconds": round(time.perf_counter() - started, 1),
@@ -337,23 +290,24 @@ def distill_task(
         "eval": last.get("eval", {}),
         "resumed_from": _resumed_from(phases),
         "stopped": stopped,
-        "label_counts": {name: int(np.sum(train_examples.labels == i)) for i, name in enumerate(labels)},
+        **setup.summary,
     }
     write_summary(output, summary)
     return summary
 
 
-def _teacher_logits(teacher: Teacher, source: ClassificationBatches, examples: Any, cache_dir: Path, batch: int,
+def _teacher_logits(model: nn.Module, setup: TaskSetup, batches: Any, cache_dir: Path, batch: int,
                     device: torch.device, quiet: bool) -> tuple[torch.Tensor, dict[str, Any]]:  # fmt: skip
     """The teacher's logits of every training example, from the cache or computed once and cached."""
     started = time.perf_counter()
-    cache = TeacherLogitsCache(cache_dir, teacher_fingerprint(teacher),
-                               examples_fingerprint(examples.input_ids, examples.token_type_ids))  # fmt: skip
-    count = len(examples.labels)
+    cache = TeacherLogitsCache(cache_dir, teacher_fingerprint(model), setup.fingerprint)
+    count = len(setup.lengths)  # one row per training sequence: an example, a sentence or a QA window
     logits = cache.load(count)
     hit = logits is not None
     if logits is None:
-        logits = compute_teacher_logits(teacher, source, count, max(batch, 64), device, quiet)
+        model = model.to(device)
+        logits = compute_teacher_logits(lambda b: setup.kind.logits(model, b), batches, setup.lengths,
+                                        max(batch, 64), device, quiet)  # fmt: skip
         if is_main():
             cache.save(logits)
     return logits, {"enabled": True, "path": str(cache.path), "hit": hit, "examples": count,

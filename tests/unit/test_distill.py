@@ -497,3 +497,129 @@ def test_prediction_objective_soft_and_gold_terms() -> None:
     gold = F.cross_entropy(student_logits, labels, reduction="sum") / 8
     assert torch.allclose(metrics["prediction_loss"], soft) and torch.allclose(metrics["gold_loss"], gold)
     assert torch.allclose(loss, soft + 0.5 * gold)
+
+
+def _tagger_batch(seed: int = 0) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Two sentences of 6 and 4 positions (padding after), tags on some first sub-words only."""
+    from bertkit.tasks.token_classification import IGNORE
+
+    torch.manual_seed(seed)
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])
+    labels = torch.full((2, 6), IGNORE)
+    labels[0, [1, 2, 4]] = torch.tensor([0, 3, 1])
+    labels[1, [1, 2]] = torch.tensor([2, 0])
+    batch = {"input_ids": torch.zeros(2, 6, dtype=torch.long), "attention_mask": mask, "labels": labels}
+    return batch, torch.randn(2, 6, 4)
+
+
+def test_token_prediction_gold_term_is_the_tagger_fine_tuning_loss() -> None:
+    """The gold term of token-level task distillation is exactly what `finetune --task token-classification`
+    minimises (TokenClassificationObjective), counted over the same targets: the tagged words."""
+    from bertkit.distill.prediction import PredictionObjective
+    from bertkit.distill.task_kinds import TokenKind
+    from bertkit.tasks.token_classification import token_classification_objective
+
+    batch, logits = _tagger_batch()
+
+    class Tagger(torch.nn.Module):
+        def forward(self, *_args: object) -> dict[str, torch.Tensor]:
+            return {"logits": logits}
+
+    objective = PredictionObjective(None, alpha_soft=0.0, alpha_gold=1.0, temperature=1.0, t_squared=False,
+                                    kind=TokenKind())  # fmt: skip
+    assert objective.counts(batch) == {"gold": 5.0} == {"gold": token_classification_objective.count(batch)}
+    ours, _ = objective(Tagger(), batch)
+    reference, _ = token_classification_objective(Tagger(), batch)
+    assert torch.allclose(ours, reference)
+
+
+def test_token_prediction_soft_term_reads_tagged_words_only() -> None:
+    """Soft cross-entropy per tagged word, against the teacher's distribution at that word; the teacher's
+    logits at untagged positions (later sub-words, specials, padding, cached zeros past the batch) change
+    nothing. Cached teacher logits may be longer than the batch (padded to the longest example)."""
+    from bertkit.distill.prediction import PredictionObjective
+    from bertkit.distill.task_kinds import TokenKind
+
+    batch, logits = _tagger_batch()
+    teacher = torch.randn(2, 9, 4)  # cached: padded to a longer example than this batch holds
+
+    class Tagger(torch.nn.Module):
+        def forward(self, *_args: object) -> dict[str, torch.Tensor]:
+            return {"logits": logits}
+
+    objective = PredictionObjective(None, alpha_soft=1.0, alpha_gold=0.0, temperature=2.0, t_squared=False,
+                                    kind=TokenKind())  # fmt: skip
+    loss, _ = objective(Tagger(), {**batch, "teacher_logits": teacher})
+    words = batch["labels"] != -100
+    expected = sum(
+        -(F.softmax(teacher[b, t] / 2, -1) * F.log_softmax(logits[b, t] / 2, -1)).sum()
+        for b, t in words.nonzero().tolist()
+    ) / words.sum()
+    assert torch.allclose(loss, expected)
+    noisy = teacher.clone()
+    noisy[~torch.nn.functional.pad(words, (0, 3))] = 50.0  # every untagged position, in and past the batch
+    assert torch.allclose(objective(Tagger(), {**batch, "teacher_logits": noisy})[0], loss)
+
+
+def test_span_prediction_matches_the_qa_loss_and_masks_padding() -> None:
+    """QA: the gold term equals `finetune --task question-answering`'s loss (QAObjective: start and end
+    cross-entropy over the window's real positions, halved, per window); the soft term is the same halving of
+    soft start and end cross-entropies, and the teacher's logits at padding change nothing."""
+    from bertkit.distill.prediction import PredictionObjective
+    from bertkit.distill.task_kinds import SpanKind
+    from bertkit.tasks.qa import qa_objective
+
+    torch.manual_seed(1)
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])
+    start, end = torch.randn(2, 6), torch.randn(2, 6)
+    batch = {"input_ids": torch.zeros(2, 6, dtype=torch.long), "attention_mask": mask,
+             "start_positions": torch.tensor([2, 0]), "end_positions": torch.tensor([4, 0])}  # fmt: skip
+
+    class Reader(torch.nn.Module):
+        def forward(self, *_args: object) -> dict[str, torch.Tensor]:
+            return {"start_logits": start, "end_logits": end}
+
+    gold = PredictionObjective(None, 0.0, 1.0, 1.0, t_squared=False, kind=SpanKind())
+    assert torch.allclose(gold(Reader(), batch)[0], qa_objective(Reader(), batch)[0])
+
+    teacher = torch.randn(2, 6, 2)
+    soft = PredictionObjective(None, 1.0, 0.0, 1.0, t_squared=False, kind=SpanKind())
+    loss, _ = soft(Reader(), {**batch, "teacher_logits": teacher})
+    expected = torch.zeros(())
+    for b, n in ((0, 6), (1, 4)):
+        for i, student in enumerate((start, end)):
+            p = F.softmax(teacher[b, :n, i], -1)
+            expected += 0.5 * -(p * F.log_softmax(student[b, :n], -1)).sum()
+    assert torch.allclose(loss, expected / 2)
+    noisy = teacher.clone()
+    noisy[1, 4:] = 80.0
+    assert torch.allclose(soft(Reader(), {**batch, "teacher_logits": noisy})[0], loss)
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [{"norm": "post"}, {"norm": "pre"}, {"family": "albert", "sharing": "all-shared", "embedding_size": 16},
+     {"family": "albert", "sharing": "shared-ffn", "embedding_size": 16},
+     {"family": "albert", "sharing": "shared-attention", "embedding_size": 16}],
+)  # fmt: skip
+def test_minilm_freezes_exactly_what_its_loss_does_not_reach(shape: dict) -> None:
+    """`freeze_unreached` must freeze the parameters MiniLM's loss gives no gradient, and nothing else: the
+    reference is autograd itself (a backward of the loss through the full forward). A pre-LN student's last
+    attention norm sits before its attention, and an ALBERT all-shared student's one layer is every layer:
+    both are reached and must train."""
+    from bertkit.pipelines.distill import freeze_unreached
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(**{**TINY, "num_layers": 3, **shape})
+    teacher, student = DistillStudent(cfg).eval(), DistillStudent(cfg)
+    ids, mask = _ids()
+    full_s = student(ids, mask, output_attentions=[-1])
+    full_t = teacher(ids, mask, output_attentions=[-1])
+    loss = L.attention_kl_loss(full_s.attention_scores[-1], full_t.attention_scores[-1], mask)
+    loss = loss + L.value_relation_kl_loss(full_s.values[-1], full_t.values[-1], mask)
+    loss.backward()
+    reached = {name for name, p in student.named_parameters() if p.grad is not None}
+    trainable_before = {name for name, p in student.named_parameters() if p.requires_grad}
+    freeze_unreached(student, "minilm")
+    trainable = {name for name, p in student.named_parameters() if p.requires_grad}
+    assert trainable == reached & trainable_before
