@@ -139,8 +139,9 @@ def _sequences(teacher: Teacher, recipe: DistillRecipe, student_cfg: ModelConfig
         lengths=[len(row) for row in train.input_ids],
         fingerprint=examples_fingerprint(train.input_ids, train.token_type_ids),
         batches=lambda micro, seed: ClassificationBatches(train, micro, pad, seed, use_types),
-        student=lambda: DistillStudent(student_cfg, num_labels=len(labels), classifier_dropout=task.classifier_dropout,
-                                       pool=task.pool),  # fmt: skip
+        student=lambda: DistillStudent(
+            student_cfg, num_labels=len(labels), classifier_dropout=task.classifier_dropout, pool=task.pool
+        ),  # fmt: skip
         evaluate=evaluate,
         train_count=len(train_data),
         eval_count=len(eval_data),
@@ -254,8 +255,18 @@ def _spans(teacher: Teacher, recipe: DistillRecipe, student_cfg: ModelConfig, tr
         evaluate=evaluate,
         train_count=len(train_examples),
         eval_count=len(eval_examples),
-        meta={"labels": [], "task": {**teacher.task, "max_seq_len": max_len, "doc_stride": stride,
-                                     "version_2_with_negative": with_null}},  # fmt: skip
-        summary={"train_windows": len(train), "eval_windows": len(evaluation) if evaluation is not None else 0,
-                 "unreachable_answers": train.unreachable},  # fmt: skip
+        meta={
+            "labels": [],
+            "task": {
+                **teacher.task,
+                "max_seq_len": max_len,
+                "doc_stride": stride,
+                "version_2_with_negative": with_null,
+            },
+        },  # fmt: skip
+        summary={
+            "train_windows": len(train),
+            "eval_windows": len(evaluation) if evaluation is not None else 0,
+            "unreachable_answers": train.unreachable,
+        },  # fmt: skip
     )
