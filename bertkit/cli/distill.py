@@ -84,9 +84,13 @@ def distill_command(
                 f"--stage task continues a general distillation: --student must be its run directory, "
                 f"and {student} is not a directory"
             )
+        from bertkit.config.recipe import default_recipe
+        from bertkit.distill.teacher import teacher_task
         from bertkit.pipelines.distill_task import distill_task
 
-        loaded = load_distill_recipe(None, recipe or "distill-task", overrides)
+        # The task stage's recipe follows what the teacher was fine-tuned for (distill-task-KIND for a tagger
+        # or QA model), as finetune's follows --task.
+        loaded = load_distill_recipe(None, recipe or default_recipe("distill", teacher_task(teacher)), overrides)
         summary = distill_task(loaded, teacher, student_dir, train_file, eval_file, output, overwrite, resume, quiet)
     else:
         if train_file is not None or eval_file is not None:

@@ -56,10 +56,13 @@ def show_command(
         "--for",
         metavar="finetune|distill",
         help="Show the recipe this command runs without --recipe: finetune picks its --task's "
-        "(finetune-<task>), distill its task stage's (distill-task).",
+        "(finetune-<task>), distill its task stage's for a --task teacher (distill-task, distill-task-<task>).",
     ),
     task: str | None = typer.Option(
-        None, "--task", help="With --for finetune (implied): the --task of the command, e.g. question-answering."
+        None,
+        "--task",
+        help="With --for finetune (implied): the --task of the command, e.g. question-answering; with --for "
+        "distill: what the teacher was fine-tuned for.",
     ),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
@@ -80,7 +83,10 @@ def show_command(
             raise BertkitError("give a recipe name or --for/--task (the recipe a command would use), not both")
         command = for_ or "finetune"
         name = default_recipe(command, task)
-        used_by = f"bertkit {command}" + (f" --task {task}" if task else "")
+        if command == "distill":  # the task stage's recipe follows the teacher's kind, which --task names here
+            used_by = "bertkit distill --stage task" + (f" with a {task} teacher" if task else "")
+        else:
+            used_by = f"bertkit {command}" + (f" --task {task}" if task else "")
     elif name is None:
         raise BertkitError(
             "name a recipe (see `bertkit recipes list`), or ask for the one a command uses: "

