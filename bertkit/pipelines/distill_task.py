@@ -140,8 +140,8 @@ def distill_task(
     setup = prepare_task(teacher, recipe, student_cfg, train_file, eval_file)
     batch_size = recipe.train.batch_size
     steps = {
-        "intermediate": cfg.intermediate.planned_steps(setup.train_count, batch_size) if method == "tinybert" else 0,
-        "prediction": cfg.prediction.planned_steps(setup.train_count, batch_size),
+        "intermediate": cfg.intermediate.planned_steps(setup.sequences, batch_size) if method == "tinybert" else 0,
+        "prediction": cfg.prediction.planned_steps(setup.sequences, batch_size),
     }
     intermediate_weights = term_weights(cfg, INTERMEDIATE)
     if not any(w > 0 for w in intermediate_weights.values()):

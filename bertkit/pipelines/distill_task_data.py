@@ -50,6 +50,11 @@ class TaskSetup:
     summary: dict[str, Any] = field(default_factory=dict)  # what the run summary adds (label counts, windows)
 
     @property
+    def sequences(self) -> int:
+        """What an epoch passes over: the training examples, or for QA their windows (as finetune plans it)."""
+        return len(self.lengths)
+
+    @property
     def kind(self) -> Any:
         return KINDS[self.architecture]
 

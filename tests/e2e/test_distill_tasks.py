@@ -126,11 +126,14 @@ def test_task_stage_distils_a_qa_model(qa_setup: dict, tmp_path: Path) -> None:
     the teacher's own windows (length and stride from its model), so the cache holds one row per window; the
     distilled model answers through `bertkit predict` and records the teacher's windowing."""
     setup = qa_setup
-    fit = ["--set", "distill.alpha_gold=0.5", "--set", "distill.prediction.steps=16", "--set",
+    fit = ["--set", "distill.alpha_gold=0.5", "--set", "distill.intermediate.steps=null", "--set",
+           "distill.intermediate.epochs=1", "--set", "distill.prediction.steps=16", "--set",
            "distill.prediction.lr=1e-3"]  # fmt: skip
     summary = run_json(*task_command(setup, *fit), "-o", str(tmp_path / "run"))
     assert summary["task"] == "question-answering" and summary["labels"] == []
     assert summary["train_windows"] == setup["teacher"]["train_windows"] > summary["train_examples"] > 0
+    # An epoch is a pass over the windows, as finetune plans it, not over the questions.
+    assert summary["phases"][0]["steps"] == -(-summary["train_windows"] // 16)
     prediction = summary["phases"][-1]
     assert prediction["terms"] == ["prediction", "gold"] and prediction["steps"] == 16
     # A teacher of 6 steps spreads its start and end almost evenly over a window: its soft targets sit at their
