@@ -78,6 +78,12 @@ def compress(
     opts = opts or CompressOptions()
     started = time.perf_counter()
     teacher = Teacher.load(teacher_spec)
+    if teacher.architecture in ("token-classification", "question-answering"):
+        raise BertkitError(
+            f"compress builds sequence classifiers, and {teacher.source} is a {teacher.architecture} model: distil it "
+            "with `bertkit distill --stage task --teacher RUN --student COPY --train FILE --eval FILE`, which takes "
+            "taggers and QA models"
+        )
     if not teacher.has_classifier or not teacher.labels:
         raise BertkitError(
             f"compress starts from a fine-tuned classifier, but {teacher.source} has none: pass the run directory "

@@ -154,9 +154,13 @@ def test_task_stage_distils_a_qa_model(qa_setup: dict, tmp_path: Path) -> None:
 
 
 def test_task_kind_follows_the_teacher(qa_setup: dict, tmp_path: Path) -> None:
-    """task.kind set to something else than what the teacher does is one line saying to leave it unset."""
+    """task.kind set to something else than what the teacher does is one line saying to leave it unset; and
+    `compress`, which builds classifiers, points a QA teacher to the task stage."""
     line = run_error(*task_command(qa_setup, "--set", "task.kind=classification"), "-o", str(tmp_path / "run"))
     assert "question-answering" in line and "leave task.kind unset" in line and not (tmp_path / "run").exists()
+    line = run_error("compress", "--teacher", qa_setup["teacher"]["run_dir"], "--train", str(qa_setup["train"]),
+                     "--eval", str(qa_setup["dev"]), "--layers", "1", "-o", str(tmp_path / "small"))  # fmt: skip
+    assert "distill --stage task" in line and not (tmp_path / "small").exists()
 
 
 def _compare(capsys: pytest.CaptureFixture[str], title: str, metric: str, rows: dict[str, dict]) -> None:
