@@ -20,7 +20,11 @@ from bertkit.config.schema import ModelConfig, TaskConfig, qa_context_room
 from bertkit.errors import BertkitError
 from bertkit.pipelines.predict_common import TASK_ARCHITECTURES, window_length
 
-EVAL_BATCH = 64
+# The gate scores one example at a time. Dynamic quantisation computes each activation's scale over the whole
+# batch tensor, padding included, so an int8 prediction depends (slightly) on which examples share its batch:
+# scored alone, the gate's result is a property of the model and the file, and `predict --batch-size 1`
+# reproduces it exactly. (fp32 predictions do not depend on the batch.)
+EVAL_BATCH = 1
 
 
 def quantize_int8(fp32: Path, int8: Path) -> None:
@@ -71,7 +75,8 @@ class GateScorer:
             features = encode_qa(examples, tokenizer, max_len, stride, use_types)
             with_null = bool(saved.get("version_2_with_negative"))
             self.metric = "f1"  # already in percent
-            self._score = lambda m: evaluate_qa(m, examples, features, cpu, pad, use_types, task, with_null)["f1"]
+            self._score = lambda m: evaluate_qa(m, examples, features, cpu, pad, use_types, task, with_null,
+                                                EVAL_BATCH)["f1"]  # fmt: skip
         elif architecture == "token-classification":
             from bertkit.tasks.token_classification import (
                 encode_sentences,
@@ -88,7 +93,7 @@ class GateScorer:
             with_entities = task.tag_scheme != "none"
             self.metric = task.metric or ("f1" if with_entities else "accuracy")
             self._score = lambda m: (
-                100 * evaluate_tagger(m, encoded, tags, labels, cpu, pad, with_entities)[self.metric]
+                100 * evaluate_tagger(m, encoded, tags, labels, cpu, pad, with_entities, EVAL_BATCH)[self.metric]
             )
         else:
             from bertkit.pipelines.finetune_common import read_task_file
@@ -109,14 +114,14 @@ class GateScorer:
             elif architecture == "sequence-multi-label":
                 targets = multi_hot(data.labels or [], labels, self.eval_file)
                 self.metric = "micro_f1"
-                scorer = lambda m, b, d: evaluate_multi_label(m, b, d, task.threshold)  # noqa: E731
+                scorer = lambda m, b, d, n: evaluate_multi_label(m, b, d, task.threshold, n)  # noqa: E731
             else:
                 targets = label_indices(data.labels or [], labels, self.eval_file)
                 self.metric, scorer = "accuracy", evaluate_classifier
             use_types = data.pairs is not None and cfg.type_vocab_size > 1
             examples = encode_examples(data.texts, data.pairs, targets, tokenizer, max_len)
             batches = ClassificationBatches(examples, EVAL_BATCH, pad, 0, use_types)
-            self._score = lambda m: 100 * scorer(m, batches, cpu)[self.metric]
+            self._score = lambda m: 100 * scorer(m, batches, cpu, EVAL_BATCH)[self.metric]
 
     def score(self, model: Any) -> float:
         with torch.no_grad():
