@@ -341,3 +341,20 @@ def test_bad_input_is_one_error_line(tmp_path: Path, sentiment_run: Path, sentim
                                     "-o", str(tmp_path / "e.npy"))  # fmt: skip
     assert not (tmp_path / "no").exists() and not (tmp_path / "e.npy").exists()
     assert error_line(runner.invoke(app, ["export", str(sentiment_run), "--to", "tflite", "-o", str(tmp_path / "t")]))
+
+
+def test_missing_extra_is_one_error_line(tmp_path: Path, sentiment_run: Path, sentiment_onnx: Path, reviews,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Without the onnx extra, exporting and running an export each say how to install it, in one line."""
+    import importlib.util
+    import sys
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "onnxscript" else find_spec(name, *a)
+    )
+    line = run_error("export", str(sentiment_run), "--to", "onnx", "-o", str(tmp_path / "out"))
+    assert "onnxscript" in line and "pip install 'bertkit[onnx]'" in line and not (tmp_path / "out").exists()
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # `import onnxruntime` now raises ImportError
+    line = run_error("predict", "-m", str(sentiment_onnx), "-i", str(reviews["eval"]), "-o", str(tmp_path / "p"))
+    assert "pip install 'bertkit[onnx]'" in line and not (tmp_path / "p").exists()
