@@ -70,7 +70,7 @@ def test_distillation_x_quantisation(minilm_dir: Path, reviews: dict[str, Path],
             print(f"[bench]   {row['model']:22} {row['megabytes']:6.1f} {speed['1']:9.1f} "
                   f"{speed['1'] / reference['1']:5.2f}x {speed['32']:9.1f} {speed['32'] / reference['32']:5.2f}x  "
                   f"{row['accuracy']:.3f}")  # fmt: skip
-        print(f"[bench]   int8 gates (one review at a time): {gates}")
+        print(f"[bench]   int8 gates (batch 1 and 32, the worse judged): {gates}")
         print(f"[bench]   compress stages: {compressed['stage_seconds']}")
     by_name = {row["model"]: row for row in table}
     for name in ("teacher", "student"):
