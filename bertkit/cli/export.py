@@ -34,7 +34,7 @@ def export_command(
     max_drop: float = typer.Option(
         1.0, "--max-drop", help="onnx, int8 with --eval: refuse if int8 loses more points of the task metric."
     ),
-    opset: int = typer.Option(18, "--opset", help="onnx: the ONNX opset to target."),
+    opset: int = typer.Option(18, "--opset", help="onnx: the ONNX opset to target, 17 to 22."),
     overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
