@@ -358,3 +358,21 @@ def test_missing_extra_is_one_error_line(tmp_path: Path, sentiment_run: Path, se
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # `import onnxruntime` now raises ImportError
     line = run_error("predict", "-m", str(sentiment_onnx), "-i", str(reviews["eval"]), "-o", str(tmp_path / "p"))
     assert "pip install 'bertkit[onnx]'" in line and not (tmp_path / "p").exists()
+
+
+def test_a_family_that_cannot_be_traced_is_one_line(tmp_path: Path, tokenizer_dir: Path) -> None:
+    """BigBird's block-sparse attention branches on the length (measured: a traced graph exact on short inputs,
+    2e-2 off beyond about 200 tokens): refused before anything is written. The model: bigbird-tiny, random
+    weights, with the WordPiece tokenizer the suite trains on Python's documentation."""
+    from bertkit.config.recipe import load_recipe
+    from bertkit.modeldir import save_model_dir
+    from bertkit.models.pretraining import build_pretraining_model
+    from bertkit.tokenizers.base import load_tokenizer
+
+    recipe = load_recipe("bigbird-tiny", [])
+    tokenizer = load_tokenizer(tokenizer_dir)
+    cfg = recipe.model.model_copy(update={"vocab_size": tokenizer.vocab_size})
+    assert cfg.attention == "block_sparse"
+    save_model_dir(tmp_path / "bigbird", build_pretraining_model(cfg, recipe.objective), cfg, "pretraining", tokenizer)
+    line = run_error("export", str(tmp_path / "bigbird"), "--to", "onnx", "-o", str(tmp_path / "onnx"))
+    assert "cannot be traced to ONNX" in line and "block_sparse" in line and not (tmp_path / "onnx").exists()
