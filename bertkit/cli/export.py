@@ -20,17 +20,40 @@ HEAD_HELP = (
 @guarded
 def export_command(
     model: Path = typer.Argument(..., help="A bertkit run or model directory (from pretrain or finetune)."),
-    to: str = typer.Option("hf", "--to", help="Target format; 'hf' (Hugging Face transformers) is supported."),
+    to: str = typer.Option(
+        "hf", "--to", metavar="hf|onnx", help="hf: a Hugging Face transformers checkpoint; onnx: an ONNX graph."
+    ),
     output: Path = typer.Option(..., "--output", "-o", help="Directory to write."),
     head: str = typer.Option("auto", "--head", help=HEAD_HELP),
+    quantize: str = typer.Option(
+        "none", "--quantize", metavar="none|int8", help="onnx: int8 is ONNX Runtime's dynamic quantisation."
+    ),
+    eval_file: Path | None = typer.Option(
+        None, "--eval", help="onnx, int8: a labelled file (as for finetune --eval) to score fp32 and int8 on."
+    ),
+    max_drop: float = typer.Option(
+        1.0, "--max-drop", help="onnx, int8 with --eval: refuse if int8 loses more points of the task metric."
+    ),
+    opset: int = typer.Option(18, "--opset", help="onnx: the ONNX opset to target, 17 to 22."),
     overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
-    """Write a trained model as a Hugging Face checkpoint (config.json, model.safetensors, tokenizer)."""
+    """Write a trained model as a Hugging Face checkpoint (config.json, model.safetensors, tokenizer) or as an ONNX
+    directory for `bertkit predict`/`embed` on ONNX Runtime (model.onnx, tokenizer, bertkit_model.json)."""
     from bertkit.errors import BertkitError
+
+    if to == "onnx":
+        from bertkit.interop.onnx_export import export_onnx
+
+        if head != "auto":
+            raise BertkitError("--head applies to --to hf; an ONNX export keeps a fine-tuned model's task head")
+        emit(export_onnx(model, output, quantize, eval_file, max_drop, opset, overwrite), json_out, "export done")
+        return
+    if to != "hf":
+        raise BertkitError(f"--to {to} is not supported; use --to hf or --to onnx")
+    if quantize != "none" or eval_file is not None:
+        raise BertkitError("--quantize and --eval apply to --to onnx")
     from bertkit.interop.export import export_hf
 
-    if to != "hf":
-        raise BertkitError(f"--to {to} is not supported; use --to hf")
     emit(export_hf(model, output, head, overwrite), json_out, "export done")

@@ -17,7 +17,12 @@ PREDICT_JSON_HELP = (
 
 @guarded
 def predict_command(
-    model: Path = typer.Option(..., "--model", "-m", help="A fine-tuned run or model directory (bertkit finetune)."),
+    model: Path = typer.Option(
+        ...,
+        "--model",
+        "-m",
+        help="A fine-tuned run or model directory (bertkit finetune), or its ONNX export (bertkit export --to onnx).",
+    ),
     input: Path = typer.Option(
         ...,
         "--input",
@@ -37,11 +42,15 @@ def predict_command(
         None, "--max-seq-len", help="Truncate to this many tokens (default: as fine-tuned)."
     ),
     device: str = typer.Option("auto", "--device", metavar="auto|cpu|cuda", help="Where to run the model."),
+    threads: int = typer.Option(
+        0, "--threads", help="CPU threads (PyTorch's, or ONNX Runtime's for an ONNX export); 0: the library's default."
+    ),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace the output file if it exists."),
     json_out: bool = typer.Option(False, "--json", help=PREDICT_JSON_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
-    """Predictions of a fine-tuned model, one JSON line per input row, in input order."""
+    """Predictions of a fine-tuned model (PyTorch, or ONNX Runtime for an ONNX export), one JSON line per input
+    row, in input order."""
     from bertkit.errors import BertkitError
     from bertkit.pipelines.predict import predict
 
@@ -61,6 +70,7 @@ def predict_command(
         overwrite=overwrite,
         device=device,
         quiet=quiet,
+        threads=threads,
     )
     if to_stdout:
         # stdout holds the predictions alone: the summary goes to stderr (unless --quiet).

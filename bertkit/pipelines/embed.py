@@ -16,12 +16,20 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from bertkit.engine.checkpoint import load_state
 from bertkit.errors import BertkitError
-from bertkit.modeldir import encoder_weights, load_model_dir
+from bertkit.modeldir import encoder_weights, load_model_dir, onnx_export_dir
 from bertkit.models.pretraining import build_encoder
 from bertkit.models.xlnet import last_token
+from bertkit.pipelines.predict_common import (
+    TASK_ARCHITECTURES,
+    InferenceModel,
+    inference_device,
+    load_onnx_export,
+    torch_threads,
+)
 from bertkit.progress import Tracker
 from bertkit.tasks.classification import mean_pool
 from bertkit.tasks.data import read_texts
@@ -38,6 +46,58 @@ def check_output(output: Path, overwrite: bool) -> None:
         raise BertkitError(f"output {output} already exists; pass --overwrite to replace it or choose another path")
 
 
+class PooledEncoder(nn.Module):
+    """An encoder whose outputs are sentence embeddings of one layer: `mean` (over the non-padding tokens) and
+    `cls` (the [CLS] state; XLNet's is its last token). `bertkit embed` runs it, and `bertkit export --to onnx`
+    traces it, so an exported encoder pools inside the graph exactly as embed pools in PyTorch."""
+
+    def __init__(self, encoder: nn.Module, layer: int = -1) -> None:
+        super().__init__()
+        self.encoder, self.layer = encoder, layer
+        self.xlnet = encoder.config.family == "xlnet"
+        self.last = layer in (-1, encoder.config.num_layers)
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
+    ) -> dict[str, torch.Tensor]:
+        out = self.encoder(input_ids, attention_mask, token_type_ids, output_hidden_states=not self.last)
+        # hidden_states[0] is the embeddings' output, [k] layer k's; the last layer's state is taken
+        # after the final norm of pre-LN models (last_hidden_state).
+        hidden = out.last_hidden_state if self.last else out.hidden_states[self.layer]
+        cls_state = last_token(hidden, attention_mask) if self.xlnet else hidden[:, 0]
+        return {"mean": mean_pool(hidden, attention_mask), "cls": cls_state}
+
+
+def load_embedder(model_path: Path, layer: int = -1, device: str = "auto", threads: int = 0) -> InferenceModel:
+    """What embed runs: a model directory's encoder pooled at `layer` (PyTorch on `device`), or an ONNX export
+    of an encoder (ONNX Runtime; its graph pools the last layer)."""
+    onnx_dir = onnx_export_dir(model_path)
+    if onnx_dir is not None:
+        loaded = load_onnx_export(onnx_dir, threads)
+        if loaded.meta.get("architecture") in TASK_ARCHITECTURES:
+            raise BertkitError(
+                f"{onnx_dir} is the ONNX export of a {loaded.meta['architecture']} model, whose graph ends in its "
+                "task head; embed an ONNX export of an encoder (bertkit export ENCODER --to onnx), or the bertkit run"
+            )
+        if layer not in (-1, loaded.cfg.num_layers):
+            raise BertkitError(
+                f"an ONNX export pools the last layer inside its graph; --layer {layer} needs the bertkit model "
+                "it was exported from"
+            )
+        return loaded
+    model_dir, meta, cfg, weights, tokenizer = load_model_dir(model_path)
+    if not -(cfg.num_layers + 1) <= layer <= cfg.num_layers:
+        raise BertkitError(
+            f"--layer {layer} is outside this model's {cfg.num_layers} layers; use 0 (embeddings) to "
+            f"{cfg.num_layers}, or -1 (the last) to -{cfg.num_layers + 1}"
+        )
+    encoder = build_encoder(cfg)
+    load_state(encoder, encoder_weights(weights), str(model_dir))
+    target = inference_device(device)
+    model = PooledEncoder(encoder, layer).to(target).eval()
+    return InferenceModel(model_dir, meta, cfg, tokenizer, model, target, "pytorch")
+
+
 def embed(
     model_path: Path,
     input_path: Path,
@@ -52,29 +112,41 @@ def embed(
     overwrite: bool = False,
     device: str = "auto",
     quiet: bool = False,
+    threads: int = 0,
 ) -> dict[str, Any]:
+    """Embeddings of every text of `input_path`; `model_path` is a model directory (PyTorch on `device`) or the
+    ONNX export of an encoder (ONNX Runtime); `threads` sets either's CPU threads (0: the library's default)."""
     if pool not in ("mean", "cls"):
         raise BertkitError(f"--pool takes mean or cls, not '{pool}'")
     if batch_size < 1:
         raise BertkitError(f"--batch-size must be at least 1, not {batch_size}")
     check_output(output, overwrite)
-    model_dir, _, cfg, weights, tokenizer = load_model_dir(model_path)
-    if not -(cfg.num_layers + 1) <= layer <= cfg.num_layers:
-        raise BertkitError(
-            f"--layer {layer} is outside this model's {cfg.num_layers} layers; use 0 (embeddings) to "
-            f"{cfg.num_layers}, or -1 (the last) to -{cfg.num_layers + 1}"
-        )
+    with torch_threads(threads):
+        loaded = load_embedder(model_path, layer, device, threads)
+        return _embed(loaded, input_path, output, pool, layer, max_seq_len, batch_size, text_field, split,
+                      skip_bad_rows, quiet)  # fmt: skip
+
+
+def _embed(
+    loaded: InferenceModel,
+    input_path: Path,
+    output: Path,
+    pool: str,
+    layer: int,
+    max_seq_len: int | None,
+    batch_size: int,
+    text_field: str,
+    split: str | None,
+    skip_bad_rows: bool,
+    quiet: bool,
+) -> dict[str, Any]:
+    cfg, tokenizer, model, target = loaded.cfg, loaded.tokenizer, loaded.model, loaded.device
     limit = cfg.max_position_embeddings - cfg.position_offset
     max_len = min(max_seq_len or limit, limit)
     if max_len < 3:
         raise BertkitError(f"--max-seq-len must be at least 3 ([CLS] text [SEP]), not {max_seq_len}")
     data = read_texts(input_path, text_field, split, skip_bad_rows)
-
-    encoder = build_encoder(cfg)
     xlnet = cfg.family == "xlnet"  # XLNet's layout: text [SEP] [CLS], the [CLS] (last token) its own segment
-    load_state(encoder, encoder_weights(weights), str(model_dir))
-    target = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else device.replace("auto", "cpu"))
-    encoder = encoder.to(target).eval()
     ids = tokenizer.encode_batch(data.texts)
     truncated = sum(len(t) > max_len - 2 for t in ids)
     if xlnet:
@@ -83,7 +155,6 @@ def embed(
         ids = [[tokenizer.cls_id, *t[: max_len - 2], tokenizer.sep_id] for t in ids]
     order = np.argsort([len(t) for t in ids], kind="stable")
     vectors = np.empty((len(ids), cfg.hidden_size), dtype=np.float32)
-    last = layer in (-1, cfg.num_layers)
     started = time.perf_counter()
     with Tracker("embed", total=len(ids), quiet=quiet, unit="texts") as tracker, torch.no_grad():
         for start in range(0, len(ids), batch_size):
@@ -98,19 +169,14 @@ def embed(
             types = torch.zeros_like(input_ids) if cfg.type_vocab_size or xlnet else None
             if xlnet:
                 types[torch.arange(len(rows)), mask.sum(1) - 1] = 2
-            out = encoder(input_ids, mask, types, output_hidden_states=not last)
-            # hidden_states[0] is the embeddings' output, [k] layer k's; the last layer's state is taken
-            # after the final norm of pre-LN models (last_hidden_state).
-            hidden = out.last_hidden_state if last else out.hidden_states[layer]
-            cls_state = last_token(hidden, mask) if xlnet else hidden[:, 0]
-            pooled = mean_pool(hidden, mask) if pool == "mean" else cls_state
-            vectors[rows] = pooled.float().cpu().numpy()
+            vectors[rows] = model(input_ids, mask, types)[pool].float().cpu().numpy()
             tracker.advance(len(rows))
     seconds = time.perf_counter() - started
     _write_atomic(output, vectors, data.texts)
     return {
         "output": str(output),
-        "model": str(model_dir),
+        "model": str(loaded.model_dir),
+        "backend": loaded.backend,
         "rows": len(data.texts),
         "dim": cfg.hidden_size,
         "pool": pool,

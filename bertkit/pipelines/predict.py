@@ -21,25 +21,13 @@ import numpy as np
 import torch
 
 from bertkit.corpus.loader import pad_batch
-from bertkit.engine.checkpoint import load_state
 from bertkit.errors import BertkitError
-from bertkit.modeldir import load_model_dir
-from bertkit.models.bert import BertEncoder
-from bertkit.pipelines.predict_common import inference_device, jsonl_sink, window_length
+from bertkit.pipelines.predict_common import jsonl_sink, load_task_model, torch_threads, window_length
 from bertkit.pipelines.predict_qa import predict_qa
 from bertkit.progress import Tracker
-from bertkit.tasks.classification import SequenceClassifier, encode_examples
+from bertkit.tasks.classification import encode_examples
 from bertkit.tasks.data import file_format
-from bertkit.tasks.token_classification import TokenClassifier, encode_words, entities, split_words, word_offsets
-
-TASK_ARCHITECTURES = (
-    "sequence-classification",
-    "sequence-multi-label",
-    "sequence-regression",
-    "token-classification",
-    "question-answering",
-)
-
+from bertkit.tasks.token_classification import encode_words, entities, split_words, word_offsets
 
 CHUNK_BATCHES = 32  # batches read, predicted and written at a time
 
@@ -149,6 +137,27 @@ def predict(
     overwrite: bool = False,
     device: str = "auto",
     quiet: bool = False,
+    threads: int = 0,
+) -> dict[str, Any]:
+    """`model_path` is a fine-tuned bertkit run (run in PyTorch on `device`) or its ONNX export (run in ONNX
+    Runtime); `threads` sets the CPU threads of either (0: the library's default)."""
+    with torch_threads(threads):
+        return _predict(model_path, input_path, output, batch_size, text_field, text_pair_field, max_seq_len,
+                        overwrite, device, quiet, threads)  # fmt: skip
+
+
+def _predict(
+    model_path: Path,
+    input_path: Path,
+    output: Path | None,
+    batch_size: int,
+    text_field: str | None,
+    text_pair_field: str | None,
+    max_seq_len: int | None,
+    overwrite: bool,
+    device: str,
+    quiet: bool,
+    threads: int,
 ) -> dict[str, Any]:
     if batch_size < 1:
         raise BertkitError(f"--batch-size must be at least 1, not {batch_size}")
@@ -162,15 +171,11 @@ def predict(
     input_path = Path(input_path)
     if not input_path.is_file():
         raise BertkitError(f"input file not found: {input_path}")
-    model_dir, meta, cfg, weights, tokenizer = load_model_dir(model_path)
-    architecture = meta.get("architecture")
-    if architecture not in TASK_ARCHITECTURES:
-        raise BertkitError(
-            f"{model_dir} is a {architecture} model without a task head; predict needs a run of `bertkit finetune`"
-        )
+    loaded = load_task_model(model_path, device, threads)
+    model_dir, meta, cfg, tokenizer, model = loaded.model_dir, loaded.meta, loaded.cfg, loaded.tokenizer, loaded.model
+    architecture = meta["architecture"]
     if architecture == "question-answering":
-        return predict_qa(model_dir, meta, cfg, weights, tokenizer, input_path, output, batch_size, max_seq_len,
-                          device, quiet)  # fmt: skip
+        return predict_qa(loaded, input_path, output, batch_size, max_seq_len, quiet)
     task = meta.get("task") or {}
     labels: list[str] = list(meta.get("labels") or [])
     tokens_task = architecture == "token-classification"
@@ -189,13 +194,7 @@ def predict(
     if kind == "text" and pair_field:
         raise BertkitError(f"this model reads text pairs ({pair_field}); give JSON lines, CSV/TSV or Parquet input")
 
-    if tokens_task:
-        model: torch.nn.Module = TokenClassifier(BertEncoder(cfg), len(labels), 0.0)
-    else:
-        model = SequenceClassifier(BertEncoder(cfg), 1 if regression else len(labels), 0.0, task.get("pool", "cls"))
-    load_state(model, weights, str(model_dir))
-    target = inference_device(device)
-    model = model.to(target).eval()
+    target = loaded.device
     use_types = pair_field is not None and cfg.type_vocab_size > 1
 
     def predict_chunk(rows: list[tuple[str, Any]]) -> list[dict[str, Any]]:
@@ -253,7 +252,7 @@ def predict(
             out.append(tag_record(texts[n], spans[n], tags, task.get("tag_scheme") != "none"))
         return out
 
-    def _run(model: torch.nn.Module, input_ids: list[np.ndarray], types: list[np.ndarray] | None) -> np.ndarray:
+    def _run(model: Any, input_ids: list[np.ndarray], types: list[np.ndarray] | None) -> np.ndarray:
         """Logits of every row, predicted in batches of similar length, back in input order."""
         order = np.argsort([len(ids) for ids in input_ids], kind="stable")
         results: list[np.ndarray | None] = [None] * len(input_ids)
@@ -316,6 +315,7 @@ def predict(
     return {
         "output": "-" if to_stdout else str(output),
         "model": str(model_dir),
+        "backend": loaded.backend,
         "task": architecture,
         "rows": rows_done,
         "labels": labels,

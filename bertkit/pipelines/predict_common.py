@@ -1,6 +1,7 @@
-"""What `bertkit predict` shares across tasks: where predictions go, the device to run on and the window
-length. `predict.py` (sequence and token tasks, and the dispatch on the model's architecture) and
-`predict_qa.py` import it; it imports neither."""
+"""What `bertkit predict` shares across tasks: the model to run (a bertkit model in PyTorch, or an ONNX export in
+ONNX Runtime behind the same call), where predictions go, the device and threads to run on and the window
+length. `predict.py` (sequence and token tasks, and the dispatch on the model's architecture), `predict_qa.py`,
+`embed.py` and the ONNX export import it; it imports none of them."""
 
 from __future__ import annotations
 
@@ -9,12 +10,117 @@ import os
 import sys
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 import torch
+from torch import nn
 
 from bertkit.config.schema import ModelConfig
+from bertkit.errors import BertkitError
+from bertkit.tokenizers.base import Tokenizer
+
+TASK_ARCHITECTURES = (
+    "sequence-classification",
+    "sequence-multi-label",
+    "sequence-regression",
+    "token-classification",
+    "question-answering",
+)
+
+
+@dataclass
+class InferenceModel:
+    """A model ready to run: `model(input_ids, attention_mask, token_type_ids)` returns the outputs of the task's
+    torch module (`logits`, or `start_logits`/`end_logits`) whichever back-end answers it."""
+
+    model_dir: Path
+    meta: dict[str, Any]
+    cfg: ModelConfig
+    tokenizer: Tokenizer
+    model: Any  # an nn.Module in eval mode on `device`, or an OnnxRunner
+    device: torch.device
+    backend: str  # "pytorch" or "onnxruntime"
+
+
+def build_task_model(architecture: str, meta: dict[str, Any], cfg: ModelConfig, weights: dict[str, torch.Tensor],
+                     source: str) -> nn.Module:  # fmt: skip
+    """The fine-tuned model of a task architecture with its weights loaded, in eval mode (dropout off)."""
+    from bertkit.engine.checkpoint import load_state
+    from bertkit.models.bert import BertEncoder
+    from bertkit.tasks.classification import SequenceClassifier
+    from bertkit.tasks.qa import QuestionAnswerer
+    from bertkit.tasks.token_classification import TokenClassifier
+
+    labels = list(meta.get("labels") or [])
+    task = meta.get("task") or {}
+    if architecture == "question-answering":
+        model: nn.Module = QuestionAnswerer(BertEncoder(cfg))
+    elif architecture == "token-classification":
+        model = TokenClassifier(BertEncoder(cfg), len(labels), 0.0)
+    else:
+        outputs = 1 if architecture == "sequence-regression" else len(labels)
+        model = SequenceClassifier(BertEncoder(cfg), outputs, 0.0, task.get("pool", "cls"))
+    load_state(model, weights, source)
+    return model.eval()
+
+
+def load_task_model(model_path: Path, device: str = "auto", threads: int = 0) -> InferenceModel:
+    """A fine-tuned model for `predict`: a bertkit/HF model directory (PyTorch on `device`) or an ONNX export
+    (ONNX Runtime on the CPU, `threads` intra-op threads), recognised by its metadata."""
+    from bertkit.modeldir import load_model_dir, onnx_export_dir
+
+    onnx_dir = onnx_export_dir(model_path)
+    if onnx_dir is not None:
+        loaded = load_onnx_export(onnx_dir, threads)
+        architecture = loaded.meta.get("architecture")
+    else:
+        model_dir, meta, cfg, weights, tokenizer = load_model_dir(model_path)
+        architecture = meta.get("architecture")
+        if architecture in TASK_ARCHITECTURES:
+            target = inference_device(device)
+            model = build_task_model(architecture, meta, cfg, weights, str(model_dir)).to(target)
+            loaded = InferenceModel(model_dir, meta, cfg, tokenizer, model, target, "pytorch")
+    if architecture not in TASK_ARCHITECTURES:
+        raise BertkitError(
+            f"{onnx_dir or model_path} is a {architecture} model without a task head; predict needs a run of "
+            "`bertkit finetune` (or its ONNX export)"
+        )
+    return loaded
+
+
+def load_onnx_export(onnx_dir: Path, threads: int = 0) -> InferenceModel:
+    """An ONNX export's session, metadata, model configuration and tokenizer."""
+    from bertkit.fsutil import read_json
+    from bertkit.modeldir import MODEL_META
+    from bertkit.pipelines.onnx_runtime import ONNX_GRAPH, OnnxRunner
+    from bertkit.tokenizers.base import load_tokenizer
+
+    meta = read_json(onnx_dir / MODEL_META, "model metadata")
+    try:
+        cfg = ModelConfig.model_validate(meta["model"])
+    except Exception as err:
+        raise BertkitError(f"{onnx_dir / MODEL_META} has an invalid model section: {err}") from None
+    if not (onnx_dir / ONNX_GRAPH).is_file():
+        raise BertkitError(f"{onnx_dir} has ONNX metadata but no {ONNX_GRAPH}; export the model again")
+    runner = OnnxRunner(onnx_dir / ONNX_GRAPH, threads)
+    return InferenceModel(onnx_dir, meta, cfg, load_tokenizer(onnx_dir), runner, torch.device("cpu"), "onnxruntime")
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int) -> Iterator[None]:
+    """torch's CPU threads set to `threads` (0: left as they are) for the block, then restored: a library call
+    leaves the process as it found it."""
+    if threads < 0:
+        raise BertkitError(f"--threads must be 0 (the library's default) or more, not {threads}")
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 @contextlib.contextmanager

@@ -10,42 +10,31 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from bertkit.config.schema import qa_context_room
-from bertkit.engine.checkpoint import load_state
-from bertkit.models.bert import BertEncoder
-from bertkit.pipelines.predict_common import inference_device, jsonl_sink, window_length
+from bertkit.pipelines.predict_common import InferenceModel, jsonl_sink, window_length
 from bertkit.progress import Tracker
-from bertkit.tasks.qa import QuestionAnswerer, best_answers, encode_qa, read_qa_file, window_logits
+from bertkit.tasks.qa import best_answers, encode_qa, read_qa_file, window_logits
 
 CHUNK = 256  # questions encoded, predicted and written at a time
 
 
 def predict_qa(
-    model_dir: Path,
-    meta: dict[str, Any],
-    cfg: Any,
-    weights: dict[str, torch.Tensor],
-    tokenizer: Any,
+    loaded: InferenceModel,
     input_path: Path,
     output: Path | None,
     batch_size: int,
     max_seq_len: int | None,
-    device: str,
     quiet: bool,
 ) -> dict[str, Any]:
-    task = meta.get("task") or {}
+    """Answers of a question-answering model (PyTorch or its ONNX export: see `load_task_model`)."""
+    cfg, tokenizer, model, target = loaded.cfg, loaded.tokenizer, loaded.model, loaded.device
+    task = loaded.meta.get("task") or {}
     max_len = window_length(cfg, task, max_seq_len)
     # The stride the model was trained with; a --max-seq-len window too short for it derives its own.
     stride = task.get("doc_stride")
     if stride is not None and int(stride) >= qa_context_room(max_len):
         stride = None
     data = read_qa_file(input_path, need_answers=False)
-    model = QuestionAnswerer(BertEncoder(cfg))
-    load_state(model, weights, str(model_dir))
-    target = inference_device(device)
-    model = model.to(target).eval()
     use_types = cfg.type_vocab_size > 1
     with_null = bool(task.get("version_2_with_negative"))
     started = time.perf_counter()
@@ -68,7 +57,8 @@ def predict_qa(
     seconds = time.perf_counter() - started
     return {
         "output": "-" if to_stdout else str(output),
-        "model": str(model_dir),
+        "model": str(loaded.model_dir),
+        "backend": loaded.backend,
         "task": "question-answering",
         "rows": len(data),
         "labels": [],

@@ -569,8 +569,9 @@ def evaluate_qa(
     use_types: bool,
     task: Any,
     with_null: bool,
+    batch_size: int = 64,
 ) -> dict[str, float]:
-    logits = window_logits(model, features, device, pad_id, use_types)
+    logits = window_logits(model, features, device, pad_id, use_types, batch_size)
     answers = best_answers(
         examples, features, logits, task.n_best, task.max_answer_length, with_null, task.null_threshold
     )
