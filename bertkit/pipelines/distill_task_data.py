@@ -216,18 +216,12 @@ def _tokens(teacher: Teacher, recipe: DistillRecipe, student_cfg: ModelConfig, t
 def _spans(teacher: Teacher, recipe: DistillRecipe, student_cfg: ModelConfig, train_file: Path,
            eval_file: Path | None, longest: int) -> TaskSetup:  # fmt: skip
     from bertkit.config.schema import qa_doc_stride
-    from bertkit.tasks.qa import QABatches, QuestionAnswerer, encode_qa, evaluate_qa, read_qa_file, split_by_group
+    from bertkit.tasks.qa import QABatches, QuestionAnswerer, encode_qa, evaluate_qa, read_qa_split
 
     task = recipe.task
-    train_read = read_qa_file(train_file, task.skip_bad_rows)
-    if eval_file is not None:
-        train_examples, eval_examples = train_read.examples, read_qa_file(eval_file, task.skip_bad_rows).examples
-    else:
-        train_idx, eval_idx = split_by_group(train_read, task.eval_fraction, recipe.train.seed)
-        train_examples = [train_read.examples[i] for i in train_idx]
-        eval_examples = [train_read.examples[i] for i in eval_idx]
-    if not train_examples:
-        raise BertkitError(f"{train_file}: every article went to evaluation; lower task.eval_fraction or give --eval")
+    train_read, _, train_examples, eval_examples = read_qa_split(
+        train_file, eval_file, task.skip_bad_rows, task.eval_fraction, recipe.train.seed
+    )
     # The teacher's windows (length and stride, as its fine-tuning resolved them), so each is one it has read.
     max_len = min(int(teacher.task.get("max_seq_len", task.max_seq_len)), longest)
     stride = qa_doc_stride(max_len, teacher.task.get("doc_stride", task.doc_stride))

@@ -27,8 +27,7 @@ from bertkit.tasks.qa import (
     encode_qa,
     evaluate_qa,
     qa_objective,
-    read_qa_file,
-    split_by_group,
+    read_qa_split,
 )
 
 ARCHITECTURE = "question-answering"
@@ -55,16 +54,9 @@ def finetune_qa(
             "question answering builds [CLS] question [SEP] context [SEP] windows; XLNet's layout differs. "
             "Use a BERT-family model"
         )
-    train_data = read_qa_file(train_file, task.skip_bad_rows)
-    eval_read = read_qa_file(eval_file, task.skip_bad_rows) if eval_file is not None else None
-    if eval_read is not None:
-        train_examples, eval_examples = train_data.examples, eval_read.examples
-    else:
-        train_idx, eval_idx = split_by_group(train_data, task.eval_fraction, recipe.train.seed)
-        train_examples = [train_data.examples[i] for i in train_idx]
-        eval_examples = [train_data.examples[i] for i in eval_idx]
-    if not train_examples:
-        raise BertkitError(f"{train_file}: every article went to evaluation; lower task.eval_fraction or give --eval")
+    train_data, eval_read, train_examples, eval_examples = read_qa_split(
+        train_file, eval_file, task.skip_bad_rows, task.eval_fraction, recipe.train.seed
+    )
     with_null = train_data.has_impossible
     max_len = min(task.max_seq_len, model_cfg.max_position_embeddings - model_cfg.position_offset)
     use_types = model_cfg.type_vocab_size > 1

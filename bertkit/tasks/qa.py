@@ -267,6 +267,24 @@ def split_by_group(data: QAData, eval_fraction: float, seed: int) -> tuple[list[
     return train, evals
 
 
+def read_qa_split(
+    train_file: Path, eval_file: Path | None, skip_bad_rows: bool, eval_fraction: float, seed: int
+) -> tuple[QAData, QAData | None, list[QAExample], list[QAExample]]:
+    """(what was read of --train, of --eval, the training and the evaluation questions): --eval's questions,
+    or a held-out share of --train's articles (whole articles on one side, `split_by_group`)."""
+    train_read = read_qa_file(train_file, skip_bad_rows)
+    eval_read = read_qa_file(eval_file, skip_bad_rows) if eval_file is not None else None
+    if eval_read is not None:
+        train_examples, eval_examples = train_read.examples, eval_read.examples
+    else:
+        train_idx, eval_idx = split_by_group(train_read, eval_fraction, seed)
+        train_examples = [train_read.examples[i] for i in train_idx]
+        eval_examples = [train_read.examples[i] for i in eval_idx]
+    if not train_examples:
+        raise BertkitError(f"{train_file}: every article went to evaluation; lower task.eval_fraction or give --eval")
+    return train_read, eval_read, train_examples, eval_examples
+
+
 # ------------------------------------------------------------------------------------------------ encoding
 
 
