@@ -210,12 +210,14 @@ class Teacher(EncoderWithHeads):
 
         if self.architecture == "token-classification" and self.tags:
             model: nn.Module = TokenClassifier(self.encoder, len(self.tags), 0.0)
+            head = "classifier"
         elif self.architecture == "question-answering":
-            model = QuestionAnswerer(self.encoder)
+            model, head = QuestionAnswerer(self.encoder), "qa_outputs"
         else:
             raise BertkitError(f"the teacher {self.source} has no token-classification or question-answering head")
-        load_state(model, {**{f"encoder.{k}": v for k, v in self.encoder.state_dict().items()}, **self.head_state},
-                   self.source)  # fmt: skip
+        # The encoder is this teacher's own, already loaded: only the head's weights go in (all of them).
+        state = {k.removeprefix(f"{head}."): v for k, v in self.head_state.items() if k.startswith(f"{head}.")}
+        load_state(getattr(model, head), state, self.source)
         return FrozenHead(model, self.config)
 
     @property
