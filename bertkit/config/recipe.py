@@ -20,6 +20,7 @@ from bertkit.config.schema import (
     StrictModel,
     TaskConfig,
     TrainConfig,
+    check_engine_model,
     check_engine_optimizer,
     check_model_objective,
 )
@@ -46,6 +47,7 @@ class PretrainRecipe(StrictModel):
             raise ValueError("pretraining counts optimizer steps, not epochs; set train.steps (drop train.epochs)")
         check_model_objective(self.model, self.objective)
         check_engine_optimizer(self.engine, self.optim)
+        check_engine_model(self.engine, self.model)
         return self
 
 
@@ -84,6 +86,7 @@ class DistillRecipe(StrictModel):
     @model_validator(mode="after")
     def _engine_fits_optimizer(self) -> DistillRecipe:
         check_engine_optimizer(self.engine, self.optim)
+        check_engine_model(self.engine, self.model)
         return self
 
 

@@ -450,6 +450,12 @@ class EngineConfig(StrictModel):
     tensorboard: bool = Field(False, description="also write TensorBoard event files (needs tensorboard installed)")
     # On CPU it measured slower than eager, after a minute of compiling (README, make bench): for GPUs.
     compile: bool = Field(False, description="torch.compile the model (for GPUs; slower than eager on CPU)")
+    # Unpadding (bertkit/models/unpad.py): only the real tokens of a batch go through the encoder, attention by
+    # sequence boundaries. auto: where the family allows it (not XLNet, not block-sparse attention) and the batch
+    # has padding; true: always, an error on a family that cannot; false: the padded path.
+    unpad: Literal["auto"] | bool = Field(
+        "auto", description="run only the real tokens (auto: where the family allows and the batch has padding)"
+    )
     deepspeed: DeepSpeedConfig = Field(default_factory=DeepSpeedConfig)
 
     @model_validator(mode="after")
@@ -458,6 +464,22 @@ class EngineConfig(StrictModel):
             # ZeRO owns the (partitioned) gradients, so torch's GradScaler cannot unscale them.
             raise ValueError("engine.precision=fp16 is not supported with engine.backend=deepspeed; use bf16")
         return self
+
+
+def unpad_unsupported(model: ModelConfig) -> str | None:
+    """Why `model` cannot run unpadded, or None: XLNet's relative attention and two streams, and BigBird's
+    block-sparse attention, need the padded (batch, length) layout."""
+    if model.family == "xlnet":
+        return "model.family=xlnet (relative two-stream attention over the padded layout)"
+    if model.attention == "block_sparse":
+        return "model.attention=block_sparse (BigBird's blocks tile the padded sequence)"
+    return None
+
+
+def check_engine_model(engine: EngineConfig, model: ModelConfig) -> None:
+    """engine.unpad=true on a model that cannot run unpadded, refused when the recipe is read."""
+    if engine.unpad is True and (reason := unpad_unsupported(model)):
+        raise ValueError(f"engine.unpad=true is not supported with {reason}; set engine.unpad=auto or false")
 
 
 def check_engine_optimizer(engine: EngineConfig, optim: OptimConfig) -> None:

@@ -68,6 +68,7 @@ class EncoderWithHeads(nn.Module):
         output_hidden_states: bool = False,
         output_attentions: bool | Collection[int] = False,
         stop_at_last_attention: bool = False,
+        document_ids: torch.Tensor | None = None,
         **_: torch.Tensor,  # other batch fields (labels, mlm_labels), so a whole batch can be passed
     ) -> DistillOutput:
         """The output with `projected` = hidden_states (the student replaces it with its projections).
@@ -81,6 +82,7 @@ class EncoderWithHeads(nn.Module):
             output_hidden_states=output_hidden_states,
             output_attentions=output_attentions,
             stop_at_last_attention=stop_at_last_attention,
+            document_ids=document_ids,
         )
         hidden = out.last_hidden_state
         mlm_logits = logits = None

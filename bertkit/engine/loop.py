@@ -29,6 +29,7 @@ from bertkit.engine.checkpoint import list_checkpoints, load_state, read_checkpo
 from bertkit.engine.device import autocast, resolve_device
 from bertkit.engine.flops import non_embedding_parameters, peak_flops, training_flops
 from bertkit.engine.optim import build_scheduler
+from bertkit.engine.unpad import configure_unpad
 from bertkit.errors import BertkitError
 from bertkit.progress import Tracker, stderr_console
 
@@ -190,6 +191,7 @@ def train(
 
     torch.manual_seed(train_cfg.seed + rank)
     flops_params = non_embedding_parameters(model)
+    configure_unpad(model, engine_cfg.unpad)  # before any engine wraps or shards the model
     backend.setup(model, optim_cfg, train_cfg)
     if hasattr(objective, "attach"):
         objective.attach(backend)  # frozen modules the objective reads (a distillation teacher), placed by the engine

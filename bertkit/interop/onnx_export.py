@@ -159,6 +159,11 @@ def _trace(module: nn.Module, inputs: list[str], outputs: list[str], path: Path,
     every length up to the model's positions (the `Dim`s below), or fails the export."""
     import torch.onnx
 
+    from bertkit.engine.unpad import configure_unpad
+
+    # The padded path: unpadding's data-dependent token count (nonzero) and its `auto` branch do not export,
+    # and ONNX Runtime serves fixed (batch, length) tensors anyway.
+    configure_unpad(module, False)
     batch = torch.export.Dim("batch", min=1, max=4096)
     length = torch.export.Dim("sequence", min=1, max=max_len)
     # Sample sizes above 1 (and different from each other), so that neither axis is specialised to a constant.

@@ -8,13 +8,14 @@ BigBird is RoBERTa-shaped with block-sparse attention (model.attention, bertkit/
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import torch
 from torch import nn
 
 from bertkit.config.schema import ModelConfig
 from bertkit.models.layers import Embeddings, EncoderLayer, init_weights
+from bertkit.models.unpad import Packing, document_mask, document_positions, pack, repad, unpad
 
 
 class EncoderOutput(NamedTuple):
@@ -67,6 +68,8 @@ class BertEncoder(nn.Module):
         # Pre-LN stacks need a final norm; post-LN layers already end in one.
         self.final_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps) if cfg.norm == "pre" else None
         self.pooler = Pooler(cfg.hidden_size) if cfg.pooler else None
+        # engine.unpad: "auto", True or False (bertkit/engine/unpad.py sets it); see `_packing`.
+        self.unpad: bool | Literal["auto"] = "auto"
         self.apply(init_weights)
 
     def forward(
@@ -79,6 +82,7 @@ class BertEncoder(nn.Module):
         output_attentions: bool | Collection[int] = False,
         embedded: torch.Tensor | None = None,
         stop_at_last_attention: bool = False,
+        document_ids: torch.Tensor | None = None,
     ) -> EncoderOutput:
         """`embedded` replaces the embedding lookup (width E) for an encoder built without embeddings.
 
@@ -91,21 +95,15 @@ class BertEncoder(nn.Module):
         them (no softmax, attention output, feed-forward, final norm or pooler): MiniLM's losses read those
         alone, and a quarter of the layer's matmuls (the QKV projection) is all they cost. `attentions` then
         has None for the last layer, and `last_hidden_state` is the last layer's *input*; `pooled` is None.
+
+        `document_ids` (B, T): several documents packed into one row (corpus packing); each run of equal ids is
+        a document that attention stays within, and positions restart at every document.
+
+        Unpadding (`self.unpad`, set by bertkit/engine/unpad.py from engine.unpad): the real tokens run as one
+        packed sequence (bertkit/models/unpad.py); the outputs are the padded path's, re-padded.
         """
         if stop_at_last_attention and output_hidden_states:
             raise ValueError("stop_at_last_attention leaves the last layer's output uncomputed; no hidden states")
-        if embedded is None:
-            if self.embeddings is None or input_ids is None:
-                raise ValueError("this encoder has no embeddings of its own; pass `embedded`")
-            embedded = self.embeddings(input_ids, token_type_ids, position_ids)
-        x = self.embed_proj(embedded) if self.embed_proj is not None else embedded
-        # (B, 1, 1, T) boolean mask: True where a key may be attended to. None lets SDPA pick its fastest kernel.
-        mask = attention_mask.bool()[:, None, None, :] if attention_mask is not None else None
-        hidden_states: list[torch.Tensor] = [x] if output_hidden_states else []
-        attentions: list[torch.Tensor] = []
-        attention_scores: list[torch.Tensor] = []
-        values: list[torch.Tensor] = []
-        first = self.layers[0]
         layers = self.config.num_layers
         if isinstance(output_attentions, bool):
             wanted = set(range(layers)) if output_attentions else set()
@@ -113,12 +111,41 @@ class BertEncoder(nn.Module):
             wanted = {i % layers for i in output_attentions}
         if stop_at_last_attention:
             wanted.add(layers - 1)
+        if document_ids is not None and attention_mask is None:
+            attention_mask = torch.ones_like(document_ids)
+        packing = self._packing(attention_mask, document_ids, bool(wanted))
+        if embedded is None:
+            if self.embeddings is None or input_ids is None:
+                raise ValueError("this encoder has no embeddings of its own; pass `embedded`")
+            if packing is not None:
+                embedded = self._embed_packed(input_ids, token_type_ids, position_ids, packing)
+            else:
+                if position_ids is None and document_ids is not None and attention_mask is not None:
+                    position_ids = document_positions(attention_mask, document_ids) + self.embeddings.position_offset
+                embedded = self.embeddings(input_ids, token_type_ids, position_ids)
+        elif packing is not None:
+            embedded = unpad(embedded, packing)
+        x = self.embed_proj(embedded) if self.embed_proj is not None else embedded
+        mask: torch.Tensor | Packing | None = packing
+        if packing is None and attention_mask is not None:
+            # (B, 1, 1, T) boolean mask: True where a key may be attended to; (B, 1, T, T) with documents.
+            # None lets SDPA pick its fastest kernel.
+            if document_ids is not None:
+                mask = document_mask(attention_mask, document_ids)
+            else:
+                mask = attention_mask.bool()[:, None, None, :]
+        padded = (lambda h: repad(h, packing)) if packing is not None else (lambda h: h)
+        hidden_states: list[torch.Tensor] = [padded(x)] if output_hidden_states else []
+        attentions: list[torch.Tensor] = []
+        attention_scores: list[torch.Tensor] = []
+        values: list[torch.Tensor] = []
+        first = self.layers[0]
         for i in range(layers):
             layer = first if len(self.layers) == 1 else self.layers[i]
             stop = stop_at_last_attention and i == layers - 1
             x, attn = layer(x, mask, need_weights=i in wanted, shared=first, attention_only=stop)
             if output_hidden_states:
-                hidden_states.append(x)
+                hidden_states.append(padded(x))
             if wanted:
                 attentions.append(attn.probs)
                 attention_scores.append(attn.scores)
@@ -127,8 +154,43 @@ class BertEncoder(nn.Module):
             return EncoderOutput(x, None, hidden_states, attentions, attention_scores, values)
         if self.final_norm is not None:
             x = self.final_norm(x)
+        x = padded(x)
         pooled = self.pooler(x) if self.pooler is not None else None
         return EncoderOutput(x, pooled, hidden_states, attentions, attention_scores, values)
+
+    @property
+    def supports_unpad(self) -> bool:
+        """Every layer is per-token apart from full attention; BigBird's block-sparse attention needs its blocks."""
+        return self.config.attention == "full"
+
+    def _packing(
+        self, attention_mask: torch.Tensor | None, document_ids: torch.Tensor | None, weights_wanted: bool
+    ) -> Packing | None:
+        """The packing to run on, or None for the padded path: unpadding off or unsupported, no mask, or attention
+        weights asked for (distillation reads (B, heads, T, T) probabilities and scores, which only the padded
+        path computes). `auto` unpads only a batch with padding, or with documents (varlen attention is what
+        keeps them apart cheaply)."""
+        if self.unpad is False or attention_mask is None or weights_wanted or not self.supports_unpad:
+            return None
+        if self.unpad == "auto" and document_ids is None and bool(attention_mask.bool().all()):
+            return None
+        return pack(attention_mask, document_ids)
+
+    def _embed_packed(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None,
+        position_ids: torch.Tensor | None,
+        packing: Packing,
+    ) -> torch.Tensor:
+        """Embeddings of the real tokens only, as a (1, N) batch; positions restart at every segment."""
+        assert self.embeddings is not None
+        if position_ids is None:
+            positions = packing.positions + self.embeddings.position_offset
+        else:
+            positions = unpad(position_ids.expand(packing.batch, packing.length), packing)
+        types = unpad(token_type_ids, packing)[None] if token_type_ids is not None else None
+        return self.embeddings(unpad(input_ids, packing)[None], types, positions[None])[0]
 
     @property
     def word_embeddings(self) -> torch.Tensor:

@@ -14,6 +14,7 @@ from bertkit.config.schema import ModelConfig, ObjectiveConfig
 from bertkit.models.bert import BertEncoder
 from bertkit.models.heads import MLMHead, RTDHead
 from bertkit.models.pretraining import gather_rows
+from bertkit.models.unpad import document_positions
 
 
 class ElectraPretraining(nn.Module):
@@ -33,14 +34,22 @@ class ElectraPretraining(nn.Module):
         mlm_positions: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
         mlm_labels: torch.Tensor | None = None,
+        document_ids: torch.Tensor | None = None,
         **_: torch.Tensor,
     ) -> dict[str, torch.Tensor]:
         if mlm_positions is None or mlm_labels is None:
             raise ValueError("ELECTRA needs mlm_positions and mlm_labels to corrupt and label its input")
         assert self.encoder.embeddings is not None
         word_embeddings = self.encoder.word_embeddings
-        embedded = self.encoder.embeddings(input_ids, token_type_ids)
-        generated = self.generator(attention_mask=attention_mask, embedded=embedded).last_hidden_state
+        positions = None
+        if document_ids is not None:
+            # Positions restart at every packed document, as the discriminator's own embeddings do.
+            mask = attention_mask if attention_mask is not None else torch.ones_like(document_ids)
+            positions = document_positions(mask, document_ids) + self.encoder.embeddings.position_offset
+        embedded = self.encoder.embeddings(input_ids, token_type_ids, positions)
+        generated = self.generator(
+            attention_mask=attention_mask, embedded=embedded, document_ids=document_ids
+        ).last_hidden_state
         mlm_logits = self.generator_head(gather_rows(generated, mlm_positions), word_embeddings)
         with torch.no_grad():
             # Sample (not argmax) from the generator, as the paper does; no gradient through the sampling.
@@ -50,7 +59,7 @@ class ElectraPretraining(nn.Module):
             original = flat.index_copy(0, mlm_positions, mlm_labels).view_as(input_ids)
             # A sample equal to the original token counts as "original", as in the paper.
             replaced = corrupted != original
-        hidden = self.encoder(corrupted, attention_mask, token_type_ids).last_hidden_state
+        hidden = self.encoder(corrupted, attention_mask, token_type_ids, document_ids=document_ids).last_hidden_state
         return {
             "mlm_logits": mlm_logits,
             "rtd_logits": self.rtd_head(hidden),

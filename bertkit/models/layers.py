@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertkit.config.schema import ModelConfig
+from bertkit.models.unpad import Packing, varlen_attention
 
 ACTIVATIONS = {
     "gelu": lambda x: F.gelu(x),  # BERT's exact erf GeLU
@@ -78,10 +79,19 @@ class SelfAttention(nn.Module):
         self.dropout_p = cfg.attention_dropout
 
     def forward(
-        self, x: torch.Tensor, mask: torch.Tensor | None, need_weights: bool = False, scores_only: bool = False
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | Packing | None,
+        need_weights: bool = False,
+        scores_only: bool = False,
     ) -> AttentionOutput:
         """`scores_only`: return the scores and values alone, with no softmax, context or output projection:
-        MiniLM reads a last layer's QK^T and V and nothing computed after them."""
+        MiniLM reads a last layer's QK^T and V and nothing computed after them.
+
+        With a `Packing` for a mask, `x` is the batch's packed (N, hidden) real tokens (bertkit/models/unpad.py);
+        the encoder never asks that path for weights or scores."""
+        if isinstance(mask, Packing):
+            return AttentionOutput(self._packed(x, mask))
         batch, length, _ = x.shape
         q, k, v = self.qkv(x).view(batch, length, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         if scores_only:
@@ -99,6 +109,12 @@ class SelfAttention(nn.Module):
             values = v
         context = context.transpose(1, 2).reshape(batch, length, -1)
         return AttentionOutput(self.out(context), probs, scores, values)
+
+    def _packed(self, x: torch.Tensor, packing: Packing) -> torch.Tensor:
+        tokens = x.shape[0]
+        q, k, v = self.qkv(x).view(tokens, 3, self.num_heads, self.head_dim).unbind(1)
+        dropout_p = self.dropout_p if self.training else 0.0
+        return self.out(varlen_attention(q, k, v, packing, dropout_p).reshape(tokens, -1))
 
 
 def build_attention(cfg: ModelConfig, layer_index: int = 0) -> SelfAttention:
@@ -144,7 +160,7 @@ class EncoderLayer(nn.Module):
     def forward(
         self,
         x: torch.Tensor,
-        mask: torch.Tensor | None,
+        mask: torch.Tensor | Packing | None,
         need_weights: bool = False,
         shared: EncoderLayer | None = None,
         attention_only: bool = False,

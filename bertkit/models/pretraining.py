@@ -52,8 +52,9 @@ class PretrainingModel(nn.Module):
         sbo_right: torch.Tensor | None = None,
         sbo_offsets: torch.Tensor | None = None,
         mlm_labels: torch.Tensor | None = None,  # accepted so every family takes the same batch; unused here
+        document_ids: torch.Tensor | None = None,
     ) -> dict[str, torch.Tensor]:
-        encoded = self.encoder(input_ids, attention_mask, token_type_ids)
+        encoded = self.encoder(input_ids, attention_mask, token_type_ids, document_ids=document_ids)
         hidden = encoded.last_hidden_state
         decoder = self.encoder.word_embeddings
         out: dict[str, torch.Tensor] = {"last_hidden_state": hidden}

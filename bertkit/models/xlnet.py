@@ -186,6 +186,9 @@ class XLNetEncoder(nn.Module):
     row per target_mapping row) when `target_mapping` is given, as XLNetModel does; `pooled` is the
     last-token summary when the model has one (model.pooler), else the raw `<cls>` state."""
 
+    # Relative positions and two-stream attention over the padded layout: engine.unpad=true is refused.
+    supports_unpad = False
+
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.config = cfg

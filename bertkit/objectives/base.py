@@ -21,11 +21,13 @@ from torch import nn
 
 # Batch fields that are model inputs (the rest, such as labels, only feed the losses). ELECTRA reads
 # mlm_labels too: it needs the original tokens to tell which of its generator's samples replaced one.
+# document_ids marks the documents of a packed corpus row (attention stays within each).
 # XLNet reads its factorization order (perm_mask) and which positions the query stream predicts (target_mapping).
 MODEL_INPUTS = (
     "input_ids",
     "attention_mask",
     "token_type_ids",
+    "document_ids",
     "mlm_positions",
     "mlm_labels",
     "sbo_left",
