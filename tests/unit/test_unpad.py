@@ -97,7 +97,7 @@ def test_auto_unpads_only_batches_with_padding(monkeypatch: pytest.MonkeyPatch) 
     assert not packs
     _run(encoder, "auto", _batch([8, 3]))
     assert len(packs) == 1
-    _run(encoder, "false" == "true", _batch([8, 3]))  # engine.unpad=false: the padded path
+    _run(encoder, False, _batch([8, 3]))  # engine.unpad=false: the padded path
     assert len(packs) == 1
 
 
@@ -216,3 +216,33 @@ def test_unpad_true_is_refused_where_it_cannot_apply() -> None:
         configure_unpad(xlnet, True)
     assert configure_unpad(xlnet, "auto") == 0
     assert EngineConfig(unpad="auto").unpad == "auto" and EngineConfig(unpad=False).unpad is False
+
+
+def test_task_heads_read_the_same_outputs_unpadded() -> None:
+    """Fine-tuning and inference heads: the classifier (pooled [CLS], mean pooling), token classification and
+    QA (every token), and embed's pooled layer give the padded path's outputs at the real tokens."""
+    from bertkit.pipelines.embed import PooledEncoder
+    from bertkit.tasks.classification import SequenceClassifier
+    from bertkit.tasks.qa import QuestionAnswerer
+    from bertkit.tasks.token_classification import TokenClassifier
+
+    encoder, batch = _encoder(FAMILIES["bert"]), _batch()
+    real = batch["attention_mask"].bool()
+    torch.manual_seed(0)
+    heads = {
+        "cls": SequenceClassifier(encoder, 3, 0.0),
+        "mean": SequenceClassifier(encoder, 3, 0.0, pool="mean"),
+        "tokens": TokenClassifier(encoder, 5, 0.0),
+        "qa": QuestionAnswerer(encoder),
+        "embed-layer-1": PooledEncoder(encoder, layer=1),
+    }
+    for name, head in heads.items():
+        outputs = {}
+        for mode in (False, True):
+            configure_unpad(head, mode)
+            outputs[mode] = head.eval()(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+        for key, value in outputs[False].items():
+            mine = outputs[True][key]
+            if value.shape[:2] == real.shape:
+                mine, value = mine[real], value[real]
+            torch.testing.assert_close(mine, value, atol=1e-5, rtol=0, msg=f"{name}: {key}")
