@@ -22,7 +22,8 @@ def build_corpus_command(
         "full-sentences",
         "--format",
         help="Packing: full-sentences, doc-sentences (RoBERTa), segment-pair, sentence-pair (BERT NSP), "
-        "sop (ALBERT), single-segment (SpanBERT, ELECTRA).",
+        "sop (ALBERT), single-segment (SpanBERT, ELECTRA), packed-documents (ModernBERT: several documents per "
+        "row, attention within each).",
     ),
     layout: str = typer.Option(
         "bert",

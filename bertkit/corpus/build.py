@@ -66,6 +66,11 @@ class BuildOptions:
                 f"unknown --layout '{self.layout}'; choose bert ([CLS] A [SEP] B [SEP]) "
                 "or xlnet (A [SEP] B [SEP] [CLS])",
             ),
+            (
+                not (self.format == "packed-documents" and self.layout == "xlnet"),
+                "--format packed-documents keeps documents apart with attention XLNet's two-stream attention does "
+                "not read; use --layout bert (or another --format for XLNet)",
+            ),
             (self.max_seq_len >= 8, f"--max-seq-len {self.max_seq_len} is too short; use at least 8"),
             (self.masking in ("static", "dynamic"), f"--masking must be static or dynamic, not '{self.masking}'"),
             (
@@ -259,7 +264,8 @@ def build_corpus(
     started = time.perf_counter()
     with atomic_output_dir(output, overwrite) as tmp:
         (tmp / PID_FILE).write_text(str(os.getpid()))
-        writer = ShardWriter(tmp, tokenizer.vocab_size, pairs=pair_format, static_masks=static)
+        documents_packed = options.format == "packed-documents"
+        writer = ShardWriter(tmp, tokenizer.vocab_size, pair_format, static, documents=documents_packed)
         documents = iter_documents(paths, read_stats, options.text_field)
         blocks = _document_blocks(documents, read_stats, paths, options.invalid_utf8)
         tokenized = _tokenized_blocks(blocks, tokenizer_dir, options.splitter, workers)
@@ -282,12 +288,12 @@ def build_corpus(
                 )
             starts = packed.word_starts.astype(np.uint8)
             if not static:
-                writer.add(packed.ids, starts, packed.b_start, packed.label)
+                writer.add(packed.ids, starts, packed.b_start, packed.label, doc_starts=packed.doc_starts)
             for copy in range(options.dupe_factor if static else 0):
                 rng = np.random.default_rng([options.seed, 0x57A7, index, copy])
                 masked = mask_tokens(packed.ids, packed.word_starts, spec, rng, candidates)
                 mask = (masked.positions, masked.labels, masked.spans)
-                writer.add(masked.ids, starts, packed.b_start, packed.label, mask)
+                writer.add(masked.ids, starts, packed.b_start, packed.label, mask, packed.doc_starts)
             if on_progress and read_stats.bytes != last_bytes:
                 on_progress(read_stats.bytes - last_bytes)
                 last_bytes = read_stats.bytes

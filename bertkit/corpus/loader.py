@@ -10,6 +10,8 @@ Batch contract (all int64 unless said):
   input_ids (B, T); attention_mask (B, T) bool; token_type_ids (B, T) for corpora with segment pairs;
   mlm_positions (N,) flat indices into B*T, sorted; mlm_labels (N,) original ids;
   pair_labels (B,) for NSP/SOP corpora (0 actual next / in order, 1 random / swapped);
+  document_ids (B, T) for corpora of packed documents: 1, 2, ... for the documents of a row, 0 on padding
+  (attention stays within a document and positions restart at each, bertkit/models/unpad.py);
   span masking only (SpanBERT's span boundary objective): sbo_positions (M,) flat target positions,
   sbo_left (M,) / sbo_right (M,) flat positions of the tokens just outside the span, sbo_offsets (M,)
   0-based position of the target inside its span, sbo_labels (M,) original ids.
@@ -215,6 +217,8 @@ class MLMBatches:
                 labels[row] = label
             batch["token_type_ids"] = torch.from_numpy(token_types)
             batch["pair_labels"] = torch.from_numpy(labels)
+        if self.corpus.has_documents:
+            batch["document_ids"] = document_ids([self.corpus.document_starts(i) for _, i in taken], attention_mask)
         if self.span_targets:
             parts = [sbo_targets(item.spans, row * width) for row, item in enumerate(items)]
             for key in ("sbo_positions", "sbo_left", "sbo_right", "sbo_offsets"):
@@ -224,6 +228,14 @@ class MLMBatches:
             original[positions] = batch["mlm_labels"].numpy()
             batch["sbo_labels"] = torch.from_numpy(original[batch["sbo_positions"].numpy()])
         return batch
+
+
+def document_ids(starts: list[np.ndarray], attention_mask: torch.Tensor) -> torch.Tensor:
+    """(B, T) int64: k for the tokens of a row's k-th document (from 1), 0 on padding."""
+    marks = np.zeros(attention_mask.shape, np.int64)
+    for row, row_starts in enumerate(starts):
+        marks[row, row_starts] = 1
+    return torch.from_numpy(marks.cumsum(1)) * attention_mask.long()
 
 
 # XLNet's segment ids: A, B, <cls>, padding (XLNetTokenizer's, whose pad_token_type_id is 3).

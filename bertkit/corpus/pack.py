@@ -8,6 +8,12 @@
   sentence-pair   RoBERTa's SENTENCE-PAIR+NSP: A one sentence, B the next one or a random one from another document.
   sop             ALBERT: A and B two consecutive segments of one document, swapped half of the time (label 1).
   single-segment  SpanBERT / ELECTRA: one contiguous segment of a document filling the whole length.
+  packed-documents ModernBERT's sequence packing: each document is cut as single-segment cuts it (full
+                  rows, then its tail), every piece its own [CLS] ... [SEP] sequence, and the short ones are
+                  placed several to a row (best fit over a few open rows, so little is left as padding); the
+                  row records where each starts, and attention stays within each (document_ids in the batch,
+                  bertkit/models/unpad.py). Cutting at sentences instead (doc-sentences) leaves pieces of 70-95%
+                  of a row that no other piece fits beside: measured 88% efficiency on Python's docs vs 99%.
 
 Every format comes in two layouts of the special tokens: `bert` ([CLS] A [SEP] B [SEP], the default) and
 `xlnet` (A [SEP] B [SEP] [CLS], XLNet's: its classification token ends the sequence, and the loader pads
@@ -27,7 +33,9 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-FORMATS = ("full-sentences", "doc-sentences", "segment-pair", "sentence-pair", "sop", "single-segment")
+FORMATS = (
+    "full-sentences", "doc-sentences", "segment-pair", "sentence-pair", "sop", "single-segment", "packed-documents"
+)  # fmt: skip
 LAYOUTS = ("bert", "xlnet")
 PAIR_FORMATS = ("segment-pair", "sentence-pair", "sop")
 
@@ -42,6 +50,7 @@ class Packed:
     word_starts: np.ndarray  # bool per token; False on specials
     b_start: int = 0  # first token of segment B; 0 for single-segment sequences
     label: int = -1  # NSP / SOP label: 0 actual next / in order, 1 random / swapped; -1 none
+    doc_starts: np.ndarray | None = None  # packed-documents: int32 first token of each document in the row
 
 
 @dataclass
@@ -57,6 +66,7 @@ class PackStats:
     capacity: int = 0  # sequences * max_seq_len: what padding every sequence to the length would cost
     label_counts: list[int] = field(default_factory=lambda: [0, 0])
     random_from_same_document: int = 0  # NSP had no other document to draw from
+    packed_documents: int = 0  # packed-documents: [CLS] ... [SEP] documents placed into rows
 
     @property
     def padding_tokens(self) -> int:
@@ -70,6 +80,8 @@ class PackStats:
         out: dict = asdict(self)
         out["padding_tokens"] = self.padding_tokens
         out["padding_fraction"] = round(self.padding_fraction, 4)
+        # Real tokens (specials included) per token of capacity: what a padded batch of full rows computes on.
+        out["packing_efficiency"] = round(1 - self.padding_fraction, 4) if self.capacity else 0.0
         out["truncated_fraction"] = round(self.truncated_tokens / self.input_tokens, 4) if self.input_tokens else 0.0
         return out
 
@@ -119,6 +131,7 @@ class Packer:
         self.format, self.max_seq_len, self.cls, self.sep = format, max_seq_len, cls_id, sep_id
         self.rng, self.short_seq_prob = rng, short_seq_prob
         self.stats = stats if stats is not None else PackStats()
+        self.rows = DocumentRows(max_seq_len, self.stats) if format == "packed-documents" else None
         self.coin = _BalancedCoin()
         self._previous_block: list[Document] = []
         self._current: list[Sentence] = []
@@ -148,10 +161,11 @@ class Packer:
         packed = Packed(np.concatenate(ids), np.concatenate(starts), b_start, label)
         parts = a + (b or [])
         content = int(sum(len(s[0]) for s in parts if s is not self._separator))
-        self.stats.sequences += 1
         self.stats.content_tokens += content
         self.stats.special_tokens += len(packed.ids) - content
-        self.stats.capacity += self.max_seq_len
+        if self.rows is None:  # packed documents are counted as sequences when their row is emitted
+            self.stats.sequences += 1
+            self.stats.capacity += self.max_seq_len
         if label >= 0:
             self.stats.label_counts[label] += 1
         return packed
@@ -202,7 +216,7 @@ class Packer:
     # -- formats ---------------------------------------------------------------------------------------
     def _contiguous(self, document: Document) -> Iterator[Packed]:
         """Full-/doc-sentences and single-segment; a sequence in progress carries over to the next document."""
-        if self.format == "single-segment":
+        if self.format in ("single-segment", "packed-documents"):
             # One contiguous segment: the document's tokens cut exactly at the length, not at sentences.
             ids, starts = np.concatenate([s[0] for s in document]), np.concatenate([s[1] for s in document])
             document = [
@@ -322,7 +336,11 @@ class Packer:
                 self.stats.input_tokens += int(sum(len(s[0]) for s in document))
             if not block:
                 continue
-            if self.format in ("full-sentences", "doc-sentences", "single-segment"):
+            if self.rows is not None:
+                for document in block:
+                    for packed in self._contiguous(document):
+                        yield from self.rows.add(packed)
+            elif self.format in ("full-sentences", "doc-sentences", "single-segment"):
                 for document in block:
                     yield from self._contiguous(document)
             elif self.format == "sentence-pair":
@@ -332,3 +350,52 @@ class Packer:
             self._previous_block = block
         if self._current:
             yield self._flush()
+        if self.rows is not None:
+            yield from self.rows.flush()
+
+
+class DocumentRows:
+    """Places [CLS] ... [SEP] documents into rows of `max_seq_len` tokens (ModernBERT's sequence packing).
+
+    Best fit over at most `open_rows` rows being filled: a document goes into the fullest open row it fits in;
+    when none has room and all are open, the fullest row is emitted first. A full row is emitted at once. More
+    open rows pack tighter but hold more documents back; 8 already leaves little padding on short documents,
+    and the order stays deterministic (no randomness: the corpus's order is the input's, as for other formats).
+    """
+
+    def __init__(self, max_seq_len: int, stats: PackStats, open_rows: int = 8) -> None:
+        self.max_seq_len, self.stats, self.open_rows = max_seq_len, stats, open_rows
+        self._rows: list[list[Packed]] = []
+        self._used: list[int] = []
+
+    def add(self, document: Packed) -> Iterator[Packed]:
+        size = len(document.ids)
+        fits = [i for i, used in enumerate(self._used) if used + size <= self.max_seq_len]
+        if fits:
+            row = max(fits, key=lambda i: self._used[i])
+        else:
+            if len(self._rows) == self.open_rows:
+                yield self._emit(max(range(len(self._rows)), key=lambda i: self._used[i]))
+            self._rows.append([])
+            self._used.append(0)
+            row = len(self._rows) - 1
+        self._rows[row].append(document)
+        self._used[row] += size
+        self.stats.packed_documents += 1
+        if self._used[row] == self.max_seq_len:
+            yield self._emit(row)
+
+    def flush(self) -> Iterator[Packed]:
+        while self._rows:
+            yield self._emit(0)
+
+    def _emit(self, row: int) -> Packed:
+        documents = self._rows.pop(row)
+        self._used.pop(row)
+        lengths = np.array([len(d.ids) for d in documents], np.int64)
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int32)
+        self.stats.sequences += 1
+        self.stats.capacity += self.max_seq_len
+        ids = np.concatenate([d.ids for d in documents])
+        word_starts = np.concatenate([d.word_starts for d in documents])
+        return Packed(ids, word_starts, doc_starts=starts)

@@ -8,6 +8,10 @@ Layout of a corpus directory:
   offsets.npy       int64, len(sequences) + 1; sequence i is tokens[offsets[i]:offsets[i+1]]
   pairs.npy         int32 (sequences, 2): first token of segment B (0: one segment) and the NSP/SOP label
                     (0 actual next / in order, 1 random / swapped, -1 none); only for pair formats
+  doc_starts.bin, doc_offsets.npy
+                    packed-documents only: int32 first token of every document within its sequence, and
+                    int64 len(sequences) + 1 offsets into it (sequence i's documents start at
+                    doc_starts[doc_offsets[i]:doc_offsets[i+1]]); attention stays within each document
   masks.bin, mask_labels.bin, mask_offsets.npy, spans.bin, span_offsets.npy
                     static masking only: masked positions (int32) and original ids per sequence, and the
                     masked units as [start, end) pairs (SpanBERT's spans, for the span boundary objective)
@@ -35,6 +39,7 @@ OFFSETS = "offsets.npy"
 PAIRS = "pairs.npy"
 MASKS, MASK_LABELS, MASK_OFFSETS = "masks.bin", "mask_labels.bin", "mask_offsets.npy"
 SPANS, SPAN_OFFSETS = "spans.bin", "span_offsets.npy"
+DOC_STARTS, DOC_OFFSETS = "doc_starts.bin", "doc_offsets.npy"
 CORPUS_VERSION = 2
 
 
@@ -96,10 +101,21 @@ class _Stream:
 class ShardWriter:
     """Stream sequences (with word starts, pair info and static masks) into a corpus directory."""
 
-    def __init__(self, directory: Path, vocab_size: int, pairs: bool = False, static_masks: bool = False) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        vocab_size: int,
+        pairs: bool = False,
+        static_masks: bool = False,
+        documents: bool = False,
+    ) -> None:
         self.directory = directory
         self.dtype = token_dtype(vocab_size)
-        self.pairs, self.static_masks = pairs, static_masks
+        self.pairs, self.static_masks, self.documents = pairs, static_masks, documents
+        if documents:
+            self._doc_starts = _Stream(directory / DOC_STARTS, np.int32)
+            self._doc_offsets = _Stream(directory / ".doc_offsets.raw", np.int64)
+            self._doc_offsets.add(np.zeros(1, np.int64))
         self._tokens = _Stream(directory / TOKENS, self.dtype)
         self._starts = _Stream(directory / WORD_STARTS, np.uint8)
         self._offsets = _Stream(directory / ".offsets.raw", np.int64)
@@ -122,8 +138,15 @@ class ShardWriter:
         b_start: int = 0,
         label: int = -1,
         mask: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+        doc_starts: np.ndarray | None = None,
     ) -> None:
-        """Append one sequence; `mask` = (positions, original ids, spans) for a statically masked corpus."""
+        """Append one sequence; `mask` = (positions, original ids, spans) for a statically masked corpus;
+        `doc_starts` = the first token of each document in it, for a corpus of packed documents."""
+        if self.documents:
+            if doc_starts is None:
+                raise ValueError("a corpus of packed documents needs the document starts of every sequence")
+            self._doc_starts.add(doc_starts)
+            self._doc_offsets.add(np.array([self._doc_starts.count], np.int64))
         self._tokens.add(ids)
         self._starts.add(word_starts)
         self._offsets.add(np.array([self._tokens.count], np.int64))
@@ -155,6 +178,10 @@ class ShardWriter:
             self._mask_offsets.to_npy(self.directory / MASK_OFFSETS)
             self._span_offsets.to_npy(self.directory / SPAN_OFFSETS)
             files += [MASKS, MASK_LABELS, MASK_OFFSETS, SPANS, SPAN_OFFSETS]
+        if self.documents:
+            self._doc_starts.close()
+            self._doc_offsets.to_npy(self.directory / DOC_OFFSETS)
+            files += [DOC_STARTS, DOC_OFFSETS]
         full = {
             "bertkit_corpus": CORPUS_VERSION,
             **manifest,
@@ -163,6 +190,7 @@ class ShardWriter:
             "num_tokens": self._tokens.count,
             "has_pairs": self.pairs,
             "static_masks": self.static_masks,
+            "has_documents": self.documents,
             "checksums": {name: sha256_file(self.directory / name) for name in files},
         }
         write_json_atomic(self.directory / MANIFEST, full)
@@ -190,6 +218,7 @@ class Corpus:
             raise BertkitError(f"{directory} was written by an incompatible bertkit version; rebuild it")
         self.has_pairs = bool(self.manifest.get("has_pairs"))
         self.static_masks = bool(self.manifest.get("static_masks"))
+        self.has_documents = bool(self.manifest.get("has_documents"))
         try:
             dtype = np.dtype(self.manifest["dtype"])
             self.offsets = np.load(directory / OFFSETS, allow_pickle=False, mmap_mode="r")
@@ -202,6 +231,9 @@ class Corpus:
                 self.mask_offsets = np.load(directory / MASK_OFFSETS, allow_pickle=False, mmap_mode="r")
                 self.spans = _memmap(directory / SPANS, np.int32).reshape(-1, 2)
                 self.span_offsets = np.load(directory / SPAN_OFFSETS, allow_pickle=False, mmap_mode="r")
+            if self.has_documents:
+                self.doc_starts = _memmap(directory / DOC_STARTS, np.int32)
+                self.doc_offsets = np.load(directory / DOC_OFFSETS, allow_pickle=False, mmap_mode="r")
         except (OSError, ValueError, KeyError) as err:
             raise BertkitError(f"corpus {directory} is damaged ({err}); rebuild it") from None
         total = int(self.offsets[-1])
@@ -210,6 +242,7 @@ class Corpus:
             or self.tokens.size != total
             or self.starts.size != total
             or (self.pairs is not None and len(self.pairs) != len(self))
+            or (self.has_documents and len(self.doc_offsets) != len(self.offsets))
         ):
             raise BertkitError(f"corpus {directory} is damaged: its index does not match its token file; rebuild it")
 
@@ -228,6 +261,12 @@ class Corpus:
         if self.pairs is None:
             return 0, -1
         return int(self.pairs[index, 0]), int(self.pairs[index, 1])
+
+    def document_starts(self, index: int) -> np.ndarray:
+        """First token of each document packed into sequence `index` ([0] for a corpus of one per sequence)."""
+        if not self.has_documents:
+            return np.zeros(1, np.int64)
+        return np.asarray(self.doc_starts[self.doc_offsets[index] : self.doc_offsets[index + 1]]).astype(np.int64)
 
     def static_mask(self, index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Stored (positions, original ids, [start, end) spans) of a statically masked sequence."""

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from bertkit.config.recipe import PretrainRecipe
-from bertkit.config.schema import MaskingConfig, ModelConfig, ObjectiveConfig
+from bertkit.config.schema import MaskingConfig, ModelConfig, ObjectiveConfig, unpad_unsupported
 from bertkit.corpus.build import TOKENIZER_SUBDIR
 from bertkit.corpus.loader import LoaderState, MLMBatches, PLMBatches, split_indices
 from bertkit.corpus.masking import MaskingSpec
@@ -330,6 +330,11 @@ def pretrain(
             f"corpus sequences reach {longest} tokens but the model has "
             f"{model_cfg.max_position_embeddings} positions; raise model.max_position_embeddings "
             "or rebuild the corpus with a smaller --max-seq-len"
+        )
+    if corpus.has_documents and (reason := unpad_unsupported(model_cfg)):
+        raise BertkitError(
+            f"{recipe.data.train} packs several documents per sequence (--format packed-documents), which needs "
+            f"attention kept within each document, and {reason} cannot; build the corpus with another --format"
         )
     _check_block_sparse(model_cfg, corpus, recipe.data.train, longest)
     recipe = recipe.model_copy(update={"model": model_cfg})

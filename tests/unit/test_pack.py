@@ -131,3 +131,26 @@ def test_pair_segments_come_from_the_text_in_the_labelled_order(built: dict, ref
         else:
             agree += 1
     assert checked > 50 and agree / checked > 0.99, (checked, agree)
+
+
+def test_packed_documents_are_doc_sentences_sequences_placed_into_rows(built: dict, tokenizer_dir: Path) -> None:
+    """packed-documents (ModernBERT's sequence packing): every single-segment sequence, [CLS] ... [SEP], lands
+    whole in one row, where the shard records its start; short ones share rows, so far less padding remains."""
+    tok = load_tokenizer(tokenizer_dir)
+    packed, manifest = built["packed-documents"]
+    doc, doc_manifest = built["single-segment"]
+    assert packed.has_documents and not doc.has_documents and manifest["has_documents"]
+    pieces = []
+    for i in range(len(packed)):
+        row, starts = packed[i].astype(np.int64), packed.document_starts(i)
+        assert starts[0] == 0 and (np.diff(starts) > 0).all() and starts[-1] < len(row)
+        for piece in np.split(row, starts[1:]):
+            assert piece[0] == tok.cls_id and piece[-1] == tok.sep_id
+            assert (piece[1:-1] != tok.cls_id).all()  # one document per piece: no [CLS] inside
+            pieces.append(tuple(piece.tolist()))
+    assert sorted(pieces) == sorted(tuple(doc[i].astype(np.int64).tolist()) for i in range(len(doc)))
+    stats = manifest["stats"]
+    assert stats["packed_documents"] == len(doc) and stats["sequences"] == len(packed) < len(doc)
+    efficiency = int(packed.lengths().sum()) / (len(packed) * MAX_LEN)
+    assert stats["packing_efficiency"] == round(efficiency, 4)
+    assert efficiency > 0.98 and doc_manifest["stats"]["packing_efficiency"] < efficiency - 0.03
