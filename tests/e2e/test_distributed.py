@@ -132,13 +132,20 @@ SPLITS = {
     "one-process-accum-4": ("single", 1, 4, {}),
     "ddp-2": ("ddp", 2, 1, {}),
     "ddp-2-accum-2": ("ddp", 2, 2, {}),
+    # Every micro-batch unpadded on both ranks, against the reference's padded and unpadded (auto) batches;
+    # slow checks (each a 30 s run) for the engines that wrap (DDP), shard (FSDP2) or hook (ZeRO-3) the model.
+    "ddp-2-unpad": ("ddp", 2, 1, {"engine.unpad": "true"}),
+    "fsdp-2-unpad": ("fsdp", 2, 1, {"engine.unpad": "true"}),
+    "zero3-2-unpad": ("deepspeed", 2, 1, {"engine.unpad": "true", "engine.deepspeed.zero_stage": 3}),
     "fsdp-2": ("fsdp", 2, 1, {}),
     "zero1-2": ("deepspeed", 2, 1, {"engine.deepspeed.zero_stage": 1}),
     "zero2-2-accum-2": ("deepspeed", 2, 2, {"engine.deepspeed.zero_stage": 2}),
 }
 
 
-@pytest.mark.parametrize("split", SPLITS)
+@pytest.mark.parametrize(
+    "split", [pytest.param(s, marks=pytest.mark.slow) if s.endswith("-unpad") else s for s in SPLITS]
+)
 def test_every_split_of_the_batch_makes_the_same_steps(
     corpus_dir: Path, single_run: Path, tmp_path: Path, split: str
 ) -> None:
