@@ -132,6 +132,8 @@ class DistillationObjective:
             inputs["token_type_ids"] = batch["token_type_ids"]
         if "mlm_positions" in batch and {"ce", "mlm"} & set(terms):
             inputs["mlm_positions"] = batch["mlm_positions"]
+        if "document_ids" in batch:  # a corpus of packed documents: both models keep attention within each
+            inputs["document_ids"] = batch["document_ids"]
         return inputs
 
     def __call__(

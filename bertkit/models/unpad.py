@@ -96,7 +96,7 @@ def varlen_attention(
 
     CUDA in fp16/bf16 without dropout: torch's varlen flash kernel over cu_seqlens. Elsewhere: the segments
     padded to the longest one, (S, heads, max_seqlen, head_dim), through SDPA with a key mask. Measured on CPU
-    (2 cores, review-length batches of 32; tests/bench/test_unpad_bench.py's figures in the README) against one
+    (2 cores, review-length batches of 32; README "The training engine", tests/bench/test_unpad_bench.py) against one
     SDPA call per segment (Python overhead per segment per layer) and one call over all N tokens with a
     block-diagonal mask (N^2 work): the padded-segment call was the fastest, and attention is a small share of a
     layer at these lengths, so the padding it keeps costs little.

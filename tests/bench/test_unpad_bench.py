@@ -95,3 +95,56 @@ def test_unpadded_finetuning_tokens_per_second(
     )
     if not QUICK:
         assert ratio >= TARGET, f"unpadded is {ratio:.2f}x padded, below the {TARGET}x target"
+
+
+def test_cpu_attention_strategies(minilm_dir: Path, reviews: tuple[list[str], np.ndarray]) -> None:
+    """How the CPU path attends over packed sequences, three ways, inside a forward + backward of the encoder on
+    8 batches of 32 reviews (MiniLM's shape, random weights): the sequences padded to the longest one in one SDPA
+    call (what bertkit/models/unpad.py does), one SDPA call per sequence, and one call over all the tokens with a
+    block-diagonal mask; and the padded path. Printed; asserted only that the chosen one beats the padded path."""
+    import torch.nn.functional as F
+
+    from bertkit.corpus.loader import pad_batch
+    from bertkit.engine.unpad import configure_unpad
+    from bertkit.modeldir import load_model_dir
+    from bertkit.models import layers
+    from bertkit.models.bert import BertEncoder
+    from bertkit.models.unpad import Packing, varlen_attention
+
+    def per_sequence(q, k, v, packing: Packing, dropout_p: float = 0.0):
+        cu = packing.cu_seqlens.tolist()
+        return torch.cat([
+            F.scaled_dot_product_attention(*(x[a:b].transpose(0, 1)[None] for x in (q, k, v)))[0].transpose(0, 1)
+            for a, b in zip(cu[:-1], cu[1:], strict=True)
+        ])  # fmt: skip
+
+    def block_diagonal(q, k, v, packing: Packing, dropout_p: float = 0.0):
+        segment = torch.repeat_interleave(torch.arange(len(packing.cu_seqlens) - 1), packing.cu_seqlens.diff().long())
+        mask = segment[:, None] == segment[None, :]
+        args = (x.transpose(0, 1)[None] for x in (q, k, v))
+        return F.scaled_dot_product_attention(*args, attn_mask=mask)[0].transpose(0, 1)
+
+    _, _, cfg, _, tokenizer = load_model_dir(minilm_dir)
+    texts, _ = reviews
+    ids = [[tokenizer.cls_id, *x[: MAX_LEN - 2], tokenizer.sep_id] for x in tokenizer.encode_batch(texts[:256])]
+    batches = [pad_batch([np.asarray(x) for x in ids[i : i + BATCH]], tokenizer.pad_id) for i in range(0, 256, BATCH)]
+    torch.manual_seed(0)
+    encoder = BertEncoder(cfg.model_copy(update={"hidden_dropout": 0.0, "attention_dropout": 0.0}))
+    strategies = {"padded path": None, "padded to the longest": varlen_attention, "per sequence": per_sequence,
+                  "block-diagonal": block_diagonal}  # fmt: skip
+    best = dict.fromkeys(strategies, float("inf"))
+    try:
+        for _ in range(1 if QUICK else 2):
+            for name, attention in strategies.items():
+                configure_unpad(encoder, attention is not None)
+                layers.varlen_attention = attention or varlen_attention
+                started = time.perf_counter()
+                for input_ids, mask in batches[: 2 if QUICK else 8]:
+                    encoder(input_ids, mask).last_hidden_state.sum().backward()
+                best[name] = min(best[name], time.perf_counter() - started)
+    finally:
+        layers.varlen_attention = varlen_attention
+    print("[bench] CPU attention over packed reviews, forward + backward: "
+          + ", ".join(f"{name} {seconds:.2f} s" for name, seconds in best.items()))  # fmt: skip
+    if not QUICK:
+        assert best["padded to the longest"] < best["padded path"]
