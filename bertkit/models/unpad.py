@@ -89,10 +89,17 @@ def _flash_varlen_usable(q: torch.Tensor, dropout_p: float) -> bool:
 
 
 def varlen_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packing: Packing, dropout_p: float = 0.0
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    packing: Packing,
+    dropout_p: float = 0.0,
+    window: tuple[int, int] = (-1, -1),
 ) -> torch.Tensor:
     """Softmax attention of packed (N, heads, head_dim) queries, keys and values, each token attending to the
-    tokens of its own segment only; returns (N, heads, head_dim).
+    tokens of its own segment only; returns (N, heads, head_dim). `window` (left, right), torch's varlen
+    convention: a query at i sees keys i - left .. i + right only (-1: no limit), ModernBERT's local layers
+    (a 128-token window is (64, 64)).
 
     CUDA in fp16/bf16 without dropout: torch's varlen flash kernel over cu_seqlens. Elsewhere: the segments
     padded to the longest one, (S, heads, max_seqlen, head_dim), through SDPA with a key mask. Measured on CPU
@@ -105,7 +112,7 @@ def varlen_attention(
         from torch.nn.attention.varlen import varlen_attn
 
         cu = packing.cu_seqlens
-        out = varlen_attn(q, k, v, cu, cu, packing.max_seqlen, packing.max_seqlen)
+        out = varlen_attn(q, k, v, cu, cu, packing.max_seqlen, packing.max_seqlen, window_size=window)
         assert isinstance(out, torch.Tensor)
         return out
     segments = len(packing.cu_seqlens) - 1
@@ -115,11 +122,28 @@ def varlen_attention(
         slots = x.new_zeros(segments * packing.max_seqlen, heads, head_dim).index_copy(0, packing.slots, x)
         return slots.view(segments, packing.max_seqlen, heads, head_dim).transpose(1, 2)
 
-    context = F.scaled_dot_product_attention(
-        padded(q), padded(k), padded(v), attn_mask=packing.key_mask, dropout_p=dropout_p
-    )
+    mask = packing.key_mask
+    if window != (-1, -1):
+        # The diagonal keeps a padding slot far past its segment's end from having no key at all: torch 2.13's
+        # CPU kernels return 0 for such a row, but a kernel that returns NaN would put NaN into the backward.
+        # A real query always sees itself anyway.
+        eye = torch.eye(packing.max_seqlen, dtype=torch.bool, device=q.device)
+        mask = (mask & band_mask(packing.max_seqlen, window, q.device)) | eye
+    context = F.scaled_dot_product_attention(padded(q), padded(k), padded(v), attn_mask=mask, dropout_p=dropout_p)
     context = context.transpose(1, 2).reshape(segments * packing.max_seqlen, heads, head_dim)
     return context.index_select(0, packing.slots)
+
+
+def band_mask(length: int, window: tuple[int, int], device: torch.device | str) -> torch.Tensor:
+    """(length, length) bool: True where key j is within `window` (left, right) of query i (-1: no limit)."""
+    offset = torch.arange(length, device=device)[None, :] - torch.arange(length, device=device)[:, None]
+    left, right = window
+    allowed = torch.ones(length, length, dtype=torch.bool, device=device)
+    if left >= 0:
+        allowed &= offset >= -left
+    if right >= 0:
+        allowed &= offset <= right
+    return allowed
 
 
 def document_positions(attention_mask: torch.Tensor, document_ids: torch.Tensor) -> torch.Tensor:

@@ -246,3 +246,26 @@ def test_task_heads_read_the_same_outputs_unpadded() -> None:
             if value.shape[:2] == real.shape:
                 mine, value = mine[real], value[real]
             torch.testing.assert_close(mine, value, atol=1e-5, rtol=0, msg=f"{name}: {key}")
+
+
+@pytest.mark.parametrize("window", [(-1, -1), (2, 2), (3, 0)])
+def test_varlen_attention_matches_per_sequence_attention(window: tuple[int, int]) -> None:
+    """The reusable kernel on its own (a new family calls it directly), with ModernBERT-style local windows:
+    each sequence attended alone, with an explicit band mask, gives the same rows."""
+    from bertkit.models.unpad import band_mask, varlen_attention
+
+    g = torch.Generator().manual_seed(0)
+    lengths = [5, 1, 9, 3]
+    mask = (torch.arange(9)[None, :] < torch.tensor(lengths)[:, None]).long()
+    packing = pack(mask)
+    q, k, v = (torch.randn(sum(lengths), 2, 4, generator=g).requires_grad_() for _ in range(3))
+    out = varlen_attention(q, k, v, packing, window=window)
+    out.sum().backward()
+    assert all(torch.isfinite(x.grad).all() for x in (q, k, v))
+    start = 0
+    for length in lengths:
+        part = slice(start, start + length)
+        args = (x[part].transpose(0, 1) for x in (q, k, v))
+        reference = torch.nn.functional.scaled_dot_product_attention(*args, attn_mask=band_mask(length, window, "cpu"))
+        torch.testing.assert_close(out[part].detach(), reference.transpose(0, 1).detach(), atol=1e-6, rtol=0)
+        start += length
