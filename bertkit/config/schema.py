@@ -444,6 +444,10 @@ class EngineConfig(StrictModel):
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     threads: int = Field(0, ge=0, description="torch CPU threads; 0 keeps torch's default")
     max_bad_steps: int = Field(5, gt=0, description="stop after this many NaN/inf steps in a row")
+    # Several processes: how long a rank waits for the others in any collective (joining included) before
+    # it stops with an error. A rank that died or hangs stops its peers after this instead of torch's 30 min;
+    # keep it above the slowest checkpoint write (rank 0 writes while the others wait).
+    timeout: float = Field(600.0, gt=0, description="seconds a rank waits for the others before stopping")
     # Peak device throughput for MFU, in TFLOP/s; None uses the built-in table (see bertkit/engine/flops.py).
     peak_tflops: float | None = Field(None, gt=0)
     # Off by default: TensorBoard's writer costs seconds per run, which tiny CPU runs notice.

@@ -28,7 +28,7 @@ from bertkit.engine.loop import TrainResult, train
 from bertkit.errors import BertkitError
 from bertkit.modeldir import save_model_dir
 from bertkit.pipelines.pretrain import CheckedBatches, mlm_masking_spec
-from bertkit.pipelines.rundir import prepare_run_dir, write_summary
+from bertkit.pipelines.rundir import join_job, prepare_run_dir, write_summary
 from bertkit.tokenizers.base import load_tokenizer
 
 # `--student tinybert` is TinyBERT-4, the shape the paper's headline numbers are for.
@@ -149,6 +149,12 @@ def distill_general(
 ) -> dict[str, Any]:
     if recipe.data.train is None:
         raise BertkitError("no training corpus: pass --corpus DIR (built with the teacher's tokenizer)")
+    join_job(
+        recipe,
+        {"output": output, "teacher": teacher_spec, "student": student_name, "vocab_set": vocab_set,
+         "overwrite": overwrite, "resume": resume},
+        {"corpus": recipe.data.train, "teacher": Path(teacher_spec)},
+    )  # fmt: skip
     teacher = Teacher.load(teacher_spec)
     teacher_parameters = sum(p.numel() for p in teacher.encoder.parameters())  # before an engine shards it
     corpus = Corpus(recipe.data.train)

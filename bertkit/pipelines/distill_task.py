@@ -47,7 +47,7 @@ from bertkit.errors import BertkitError
 from bertkit.fsutil import save_safetensors_atomic, write_json_atomic
 from bertkit.modeldir import encoder_weights, load_model_dir, save_model_dir
 from bertkit.pipelines.distill_task_data import TaskSetup, prepare_task
-from bertkit.pipelines.rundir import prepare_run_dir, write_summary
+from bertkit.pipelines.rundir import join_job, prepare_run_dir, write_summary
 
 PHASES = ("intermediate", "prediction")
 PHASE_DONE = "phase.json"  # a finished phase: its summary; the intermediate phase also leaves its student
@@ -113,6 +113,13 @@ def distill_task(
     quiet: bool = False,
 ) -> dict[str, Any]:
     started = time.perf_counter()
+    join_job(
+        recipe,
+        {"output": output, "teacher": teacher_spec, "student": student_dir, "train": train_file, "eval": eval_file,
+         "overwrite": overwrite, "resume": resume},
+        {"teacher": Path(teacher_spec), "student": student_dir, "training file": train_file,
+         "evaluation file": eval_file},
+    )  # fmt: skip
     teacher = Teacher.load(teacher_spec)
     if teacher.architecture not in KINDS or (teacher.architecture == "sequence-classification" and not teacher.labels):
         what = f" (a {teacher.huggingface} checkpoint)" if teacher.huggingface else ""
