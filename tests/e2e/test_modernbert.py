@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from cli_helpers import run_json
+from cli_helpers import run_error, run_json
 
 FAST = ["--set", "engine.threads=1", "--set", "train.eval_batches=2"]
 
@@ -100,3 +100,22 @@ def test_finetune_predict_embed_and_export(modernbert_run: tuple[Path, dict], se
     # bertkit predict's scores for the same reviews (its own tokenisation: the same WordPiece vocabulary).
     ours = torch.tensor([[row["probabilities"][name] for name in ("negative", "positive")] for row in rows[:4]])
     assert (probs - ours).abs().max().item() <= 1e-4
+
+
+def test_distill_from_the_modernbert_run(modernbert_run: tuple[Path, dict], corpus_dir: Path, tmp_path: Path) -> None:
+    """A ModernBERT teacher distilled into a ModernBERT student through the CLI (TinyBERT's hidden-state losses
+    onto the teacher's global layers 1 and 4), and the attention loss on its sliding-window layers refused in one
+    line before anything is written."""
+    run, _ = modernbert_run
+    common = ["--teacher", str(run), "--student", "modernbert-tiny", "--method", "tinybert", "--corpus",
+              str(corpus_dir), "--set", "model.num_layers=2", "--set", "model.hidden_size=64",
+              "--set", "model.intermediate_size=96", *FAST]  # fmt: skip
+    error = run_error("distill", *common, "-o", str(tmp_path / "refused"))
+    assert "sliding-window layer" in error and "distill.alpha_attention=0" in error
+    assert not (tmp_path / "refused").exists()
+    fixes = ["--set", "distill.alpha_attention=0", "--set", "distill.layer_map=[1,4]"]
+    out = run_json("distill", *common, "-o", str(tmp_path / "ok"), *fixes, "--set", "train.steps=6",
+                   "--set", "train.log_every=3")  # fmt: skip
+    assert out["steps"] == 6 and out["layer_map"] == [1, 4]
+    meta = json.loads((tmp_path / "ok" / "model" / "bertkit_model.json").read_text())
+    assert meta["model"]["family"] == "modernbert" and meta["model"]["num_layers"] == 2
