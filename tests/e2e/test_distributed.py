@@ -474,7 +474,8 @@ FAMILY_ENGINES = {
 def test_new_families_on_two_processes_make_the_same_steps(
     request: pytest.FixtureRequest, family_single, tmp_path: Path, case: str
 ) -> None:
-    """bigbird-tiny, xlnet-tiny and modernbert-tiny in 2 processes: the loss curve and weights of one process, accumulation 1."""
+    """bigbird-tiny, xlnet-tiny and modernbert-tiny in 2 processes: the loss curve and weights of one process,
+    accumulation 1."""
     recipe, corpus_fixture, engine = FAMILY_ENGINES[case]
     corpus = request.getfixturevalue(corpus_fixture)
     reference = family_single(recipe, corpus)
