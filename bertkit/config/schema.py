@@ -15,7 +15,7 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
-Family = Literal["bert", "roberta", "albert", "electra", "spanbert", "distilbert", "bigbird", "xlnet"]
+Family = Literal["bert", "roberta", "albert", "electra", "spanbert", "distilbert", "bigbird", "xlnet", "modernbert"]
 Attention = Literal["full", "block_sparse"]
 Sharing = Literal["none", "all-shared", "shared-ffn", "shared-attention"]
 
@@ -64,6 +64,13 @@ class ModelConfig(StrictModel):
     attention: Attention = "full"
     block_size: int = 64
     num_random_blocks: int = 3
+    # ModernBERT only (None for the other families; a modernbert model fills in the paper's values): rotary
+    # position bases for global and sliding-window layers, the window (a token sees local_attention / 2 tokens
+    # on each side), and how often a layer attends globally (layer i is global when i % n == 0).
+    global_rope_theta: float | None = Field(None, gt=0)
+    local_rope_theta: float | None = Field(None, gt=0)
+    local_attention: int | None = Field(None, gt=0)
+    global_attn_every_n_layers: int | None = Field(None, gt=0)
 
     @property
     def embedding_dim(self) -> int:
@@ -91,6 +98,7 @@ class ModelConfig(StrictModel):
         self._check_block_sparse()
         if self.family == "xlnet":
             self._check_xlnet()
+        self._check_modernbert()
         if self.pad_token_id >= self.vocab_size:
             raise ValueError(f"pad_token_id {self.pad_token_id} is outside the vocabulary of {self.vocab_size}")
         return self
@@ -110,6 +118,54 @@ class ModelConfig(StrictModel):
         for name, (bad, fix) in unsupported.items():
             if bad:
                 raise ValueError(f"model.{name}={getattr(self, name)} does not apply to model.family=xlnet; {fix}")
+
+    def _check_modernbert(self) -> None:
+        """ModernBERT (bertkit/models/modernbert.py) has rotary positions (no position or segment tables), a
+        pre-norm stack without biases and no pooler, so the other families' options that contradict it are
+        refused, each with the setting that fixes it. Its own fields are refused on the other families."""
+        own = ("global_rope_theta", "local_rope_theta", "local_attention", "global_attn_every_n_layers")
+        if self.family != "modernbert":
+            for name in own:
+                if getattr(self, name) is not None:
+                    raise ValueError(
+                        f"model.{name} is ModernBERT's; set model.family=modernbert or remove model.{name}"
+                    )
+            return
+        unsupported = {
+            "embedding_size": (self.embedding_size is not None, "remove it (embeddings are hidden_size wide)"),
+            "norm": (self.norm != "pre", "set model.norm=pre (ModernBERT is pre-LayerNorm)"),
+            "pooler": (self.pooler, "set model.pooler=false (classifiers put their own head on [CLS] or the mean)"),
+            "type_vocab_size": (self.type_vocab_size != 0, "set model.type_vocab_size=0 (no segment embeddings)"),
+            "position_offset": (self.position_offset != 0, "set model.position_offset=0 (positions are rotary)"),
+            "attention": (self.attention != "full", "set model.attention=full (local layers use a sliding window)"),
+            "hidden_act": (self.hidden_act == "relu", "set model.hidden_act=gelu (GeGLU)"),
+        }
+        for name, (bad, fix) in unsupported.items():
+            if bad:
+                raise ValueError(f"model.{name}={getattr(self, name)} does not apply to model.family=modernbert; {fix}")
+        if self.hidden_size // self.num_heads % 2:
+            raise ValueError(
+                f"rotary positions rotate pairs of dimensions, but hidden_size / num_heads = "
+                f"{self.hidden_size // self.num_heads} is odd; pick a head count that leaves an even head size"
+            )
+        # The paper's values where the recipe leaves them out; set through __dict__ (validate_assignment would
+        # re-run this validator), so the resolved config written into each run says them explicitly.
+        defaults = {"global_rope_theta": 160_000.0, "local_rope_theta": 10_000.0, "local_attention": 128,
+                    "global_attn_every_n_layers": 3}  # fmt: skip
+        for name, value in defaults.items():
+            if getattr(self, name) is None:
+                self.__dict__[name] = value
+        if self.local_attention is not None and self.local_attention % 2:
+            raise ValueError(
+                f"model.local_attention={self.local_attention}: the window spans local_attention / 2 tokens on each "
+                f"side, so it must be even; use {self.local_attention + 1} (ModernBERT's is 128)"
+            )
+
+    def is_global_layer(self, index: int) -> bool:
+        """Whether 0-based layer `index` attends to every token (ModernBERT: every n-th layer from 0; every
+        layer of the other families)."""
+        every = self.global_attn_every_n_layers
+        return self.family != "modernbert" or every is None or index % every == 0
 
     @property
     def full_attention_limit(self) -> int:

@@ -33,7 +33,7 @@ from torch import nn
 from bertkit.config.recipe import DistillRecipe
 from bertkit.config.schema import PhaseConfig, parse_budget
 from bertkit.distill.cache import TeacherLogitsCache, compute_teacher_logits, teacher_fingerprint
-from bertkit.distill.layer_map import resolve_layer_map
+from bertkit.distill.layer_map import check_windowed_attention, resolve_layer_map
 from bertkit.distill.objective import INTERMEDIATE, DistillationObjective, term_weights
 from bertkit.distill.prediction import PredictionObjective
 from bertkit.distill.student import DistillStudent, check_compatible, load_projections
@@ -171,6 +171,8 @@ def distill_task(
         student_cfg.num_layers,
         teacher.config.num_layers,
     )
+    if steps["intermediate"]:
+        check_windowed_attention(student_cfg, teacher.config, {"attention": cfg.alpha_attention}, layer_map)
     recipe = recipe.model_copy(update={"model": student_cfg})  # recipe.yaml records the student's shape
     resumed = prepare_run_dir(output, recipe, overwrite, resume, resumable=_resumable)
 
