@@ -64,6 +64,11 @@ class WithTeacherLogits:
     def state(self) -> Any:
         return self.batches.state
 
+    @property
+    def sampler(self) -> Any:
+        # The loop shards this over the ranks (each takes its share of every global batch) and saves its position.
+        return self.batches.sampler
+
     def load_state(self, state: dict[str, int]) -> None:
         self.batches.load_state(state)
 

