@@ -318,7 +318,10 @@ def check_model_objective(model: ModelConfig, objective: ObjectiveConfig) -> Non
 
 class OptimConfig(StrictModel):
     # adamw: BERT/RoBERTa. lamb: layer-wise trust ratio (You et al. 2019, used by ALBERT) for large batches.
-    name: Literal["adamw", "lamb"] = "adamw"
+    # stableadamw: AdamW whose step is clipped per tensor (Wortsman et al. 2023), as ModernBERT trains; from
+    # torch-optimi (the `stableadamw` extra). weight_decay means the same for all three: decoupled and multiplied
+    # by the scheduled rate (PyTorch's AdamW), so a run switches optimizer without rescaling it.
+    name: Literal["adamw", "lamb", "stableadamw"] = "adamw"
     lr: float = Field(1e-4, gt=0)
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = Field(1e-6, gt=0)
@@ -337,16 +340,24 @@ class ScheduleConfig(StrictModel):
     # warmup_ratio): a share scales with the data, so a small fine-tuning set is never all warm-up. One of the two.
     warmup_steps: int = Field(0, ge=0)
     warmup_fraction: float = Field(0.0, ge=0.0, lt=1.0, description="share of the steps spent warming up")
-    # wsd = warmup-stable-decay: constant peak after warmup, then a linear decay over the last
-    # `decay_fraction` of the steps (so a run can be extended from a stable-phase checkpoint).
+    # wsd = warmup-stable-decay: constant peak after warmup, then a decay over the last `decay_fraction` of the
+    # steps (so a run can be extended from a stable-phase checkpoint), shaped by `decay_shape`: linear, or
+    # 1-sqrt (ModernBERT's, after Hägele et al. 2024), which stays higher longer and drops at the very end.
     decay: Literal["linear", "cosine", "constant", "wsd"] = "linear"
     min_lr_ratio: float = Field(0.0, ge=0.0, le=1.0)
     decay_fraction: float = Field(0.2, gt=0.0, le=1.0, description="wsd only: share of steps spent decaying")
+    decay_shape: Literal["linear", "1-sqrt"] = Field("linear", description="wsd only: shape of the final decay")
 
     @model_validator(mode="after")
     def _steps_or_fraction(self) -> ScheduleConfig:
         if self.warmup_steps and self.warmup_fraction:
             raise ValueError(WARMUP_STEPS_OR_FRACTION)
+        if self.decay_shape != "linear" and self.decay != "wsd":
+            # Silently ignoring it would train with another schedule than the one asked for.
+            raise ValueError(
+                f"schedule.decay_shape={self.decay_shape} shapes the final decay of schedule.decay=wsd only "
+                f"(this recipe has decay={self.decay}); add --set schedule.decay=wsd or drop decay_shape"
+            )
         return self
 
     def warmup_for(self, total_steps: int) -> int:
@@ -527,6 +538,13 @@ def check_engine_optimizer(engine: EngineConfig, optim: OptimConfig) -> None:
         raise ValueError(
             "optim.name=lamb is not supported with engine.backend=deepspeed (ZeRO flattens the tensors whose "
             "norms LAMB needs); use optim.name=adamw, or engine.backend=ddp/fsdp for LAMB"
+        )
+    if engine.backend == "deepspeed" and optim.name == "stableadamw":
+        # The same for StableAdamW's clipping, by the RMS of g^2/v over each tensor: ZeRO would hand it one flat
+        # partition per parameter group and rank, so the clip would mix tensors and differ between world sizes.
+        raise ValueError(
+            "optim.name=stableadamw is not supported with engine.backend=deepspeed (ZeRO flattens the tensors it "
+            "clips one by one); use optim.name=adamw, or engine.backend=ddp/fsdp for StableAdamW"
         )
 
 

@@ -465,8 +465,10 @@ FAMILY_ENGINES = {
     "bigbird-fsdp": ("bigbird-tiny", "bigbird_corpus", ["fsdp"]),
     "xlnet-ddp": ("xlnet-tiny", "xlnet_corpus", ["ddp"]),
     "xlnet-zero3": ("xlnet-tiny", "xlnet_corpus", ["deepspeed", "--set", "engine.deepspeed.zero_stage=3"]),
-    # ModernBERT's sliding-window masks and rotary tables, built per forward, replicated by DDP.
+    # ModernBERT's sliding-window masks and rotary tables, built per forward, replicated by DDP; its StableAdamW
+    # under FSDP2, whose per-tensor clip must see each whole tensor (the RMS over DTensor shards), not a shard.
     "modernbert-ddp": ("modernbert-tiny", "corpus_dir", ["ddp"]),
+    "modernbert-fsdp": ("modernbert-tiny", "corpus_dir", ["fsdp"]),
 }
 
 
