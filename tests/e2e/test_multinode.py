@@ -341,27 +341,29 @@ def test_a_rank_that_dies_or_hangs_stops_its_peer(corpus_dir: Path, tmp_path: Pa
                                                                 "train.checkpoint_every": 0})  # fmt: skip
     port = free_port()
     agents = [start(agent_command(2, port, f"test-{port}", *args)) for _ in range(2)]
-    metrics = tmp_path / "run" / "metrics.jsonl"
-    deadline = time.monotonic() + 300
-    while not (metrics.exists() and metrics.read_text().count("\n") >= 3):
-        assert time.monotonic() < deadline and all(a.poll() is None for a in agents)
-        time.sleep(0.1)
-    found = subprocess.run(["pgrep", "-f", "--", f"-o {tmp_path / 'run'}"], capture_output=True, text=True)
-    workers = found.stdout.split()
-    workers = [int(pid) for pid in workers if int(pid) not in {a.pid for a in agents}]
-    assert len(workers) == 2
-    victim = max(workers)
-    os.kill(victim, signal.SIGKILL if how == "killed" else signal.SIGSTOP)
-    stopped = time.monotonic()
+    workers: list[int] = []
     try:
+        metrics = tmp_path / "run" / "metrics.jsonl"
+        deadline = time.monotonic() + 300
+        while not (metrics.exists() and metrics.read_text().count("\n") >= 3):
+            assert time.monotonic() < deadline and all(a.poll() is None for a in agents)
+            time.sleep(0.1)
+        found = subprocess.run(["pgrep", "-f", "--", f"-o {tmp_path / 'run'}"], capture_output=True, text=True)
+        workers = [int(pid) for pid in found.stdout.split() if int(pid) not in {a.pid for a in agents}]
+        assert len(workers) == 2
+        victim = max(workers)
+        os.kill(victim, signal.SIGKILL if how == "killed" else signal.SIGSTOP)
+        stopped = time.monotonic()
         survivor = [w for w in workers if w != victim][0]
         while _alive(survivor):
             assert time.monotonic() - stopped < timeout + 60, "the surviving rank did not stop"
             time.sleep(0.2)
         waited = time.monotonic() - stopped
     finally:
-        if how == "hung" and _alive(victim):
-            os.kill(victim, signal.SIGKILL)
+        # Whatever happened, nothing of this 100,000-step job outlives the test.
+        for pid in [*workers, *(a.pid for a in agents if a.poll() is None)]:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
     results = finish(agents, timeout=120)
     lines = [line for r in results for line in error_lines(r)]
     assert len(lines) == 1 and "lost contact with the rest of the job" in lines[0], [r.stderr[-2000:] for r in results]
