@@ -112,7 +112,7 @@ def load_model_dir(path: Path) -> tuple[Path, dict[str, Any], ModelConfig, dict[
         if hf.task is not None:
             # A classifier whose head bertkit reads is described as `bertkit finetune` describes its own (a
             # [CLS] classifier, classes in id2label order), so it predicts, exports and teaches like one.
-            meta.update(architecture=hf.task, huggingface=hf.architecture, labels=hf.labels, task={"pool": "cls"})
+            meta.update(architecture=hf.task, huggingface=hf.architecture, labels=hf.labels, task={"pool": hf.pool})
     tokenizer = load_tokenizer(model_dir)
     if tokenizer.vocab_size != cfg.vocab_size:
         raise BertkitError(

@@ -63,6 +63,14 @@ def guarded(func: F) -> F:
             fail(f"{err.strerror or err}{f': {err.filename}' if getattr(err, 'filename', None) else ''}")
         except MemoryError:
             fail("out of memory; lower the batch size or sequence length")
+        except RuntimeError as err:
+            if "torch" not in sys.modules:
+                raise
+            from bertkit.engine.dist import peer_failure
+
+            if (message := peer_failure(err)) is None:
+                raise
+            fail(message)
 
     return wrapper  # type: ignore[return-value]
 

@@ -15,7 +15,7 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
-Family = Literal["bert", "roberta", "albert", "electra", "spanbert", "distilbert", "bigbird", "xlnet"]
+Family = Literal["bert", "roberta", "albert", "electra", "spanbert", "distilbert", "bigbird", "xlnet", "modernbert"]
 Attention = Literal["full", "block_sparse"]
 Sharing = Literal["none", "all-shared", "shared-ffn", "shared-attention"]
 
@@ -64,6 +64,13 @@ class ModelConfig(StrictModel):
     attention: Attention = "full"
     block_size: int = 64
     num_random_blocks: int = 3
+    # ModernBERT only (None for the other families; a modernbert model fills in the paper's values): rotary
+    # position bases for global and sliding-window layers, the window (a token sees local_attention / 2 tokens
+    # on each side), and how often a layer attends globally (layer i is global when i % n == 0).
+    global_rope_theta: float | None = Field(None, gt=0)
+    local_rope_theta: float | None = Field(None, gt=0)
+    local_attention: int | None = Field(None, gt=0)
+    global_attn_every_n_layers: int | None = Field(None, gt=0)
 
     @property
     def embedding_dim(self) -> int:
@@ -91,6 +98,7 @@ class ModelConfig(StrictModel):
         self._check_block_sparse()
         if self.family == "xlnet":
             self._check_xlnet()
+        self._check_modernbert()
         if self.pad_token_id >= self.vocab_size:
             raise ValueError(f"pad_token_id {self.pad_token_id} is outside the vocabulary of {self.vocab_size}")
         return self
@@ -110,6 +118,54 @@ class ModelConfig(StrictModel):
         for name, (bad, fix) in unsupported.items():
             if bad:
                 raise ValueError(f"model.{name}={getattr(self, name)} does not apply to model.family=xlnet; {fix}")
+
+    def _check_modernbert(self) -> None:
+        """ModernBERT (bertkit/models/modernbert.py) has rotary positions (no position or segment tables), a
+        pre-norm stack without biases and no pooler, so the other families' options that contradict it are
+        refused, each with the setting that fixes it. Its own fields are refused on the other families."""
+        own = ("global_rope_theta", "local_rope_theta", "local_attention", "global_attn_every_n_layers")
+        if self.family != "modernbert":
+            for name in own:
+                if getattr(self, name) is not None:
+                    raise ValueError(
+                        f"model.{name} is ModernBERT's; set model.family=modernbert or remove model.{name}"
+                    )
+            return
+        unsupported = {
+            "embedding_size": (self.embedding_size is not None, "remove it (embeddings are hidden_size wide)"),
+            "norm": (self.norm != "pre", "set model.norm=pre (ModernBERT is pre-LayerNorm)"),
+            "pooler": (self.pooler, "set model.pooler=false (classifiers put their own head on [CLS] or the mean)"),
+            "type_vocab_size": (self.type_vocab_size != 0, "set model.type_vocab_size=0 (no segment embeddings)"),
+            "position_offset": (self.position_offset != 0, "set model.position_offset=0 (positions are rotary)"),
+            "attention": (self.attention != "full", "set model.attention=full (local layers use a sliding window)"),
+            "hidden_act": (self.hidden_act == "relu", "set model.hidden_act=gelu (GeGLU)"),
+        }
+        for name, (bad, fix) in unsupported.items():
+            if bad:
+                raise ValueError(f"model.{name}={getattr(self, name)} does not apply to model.family=modernbert; {fix}")
+        if self.hidden_size // self.num_heads % 2:
+            raise ValueError(
+                f"rotary positions rotate pairs of dimensions, but hidden_size / num_heads = "
+                f"{self.hidden_size // self.num_heads} is odd; pick a head count that leaves an even head size"
+            )
+        # The paper's values where the recipe leaves them out; set through __dict__ (validate_assignment would
+        # re-run this validator), so the resolved config written into each run says them explicitly.
+        defaults = {"global_rope_theta": 160_000.0, "local_rope_theta": 10_000.0, "local_attention": 128,
+                    "global_attn_every_n_layers": 3}  # fmt: skip
+        for name, value in defaults.items():
+            if getattr(self, name) is None:
+                self.__dict__[name] = value
+        if self.local_attention is not None and self.local_attention % 2:
+            raise ValueError(
+                f"model.local_attention={self.local_attention}: the window spans local_attention / 2 tokens on each "
+                f"side, so it must be even; use {self.local_attention + 1} (ModernBERT's is 128)"
+            )
+
+    def is_global_layer(self, index: int) -> bool:
+        """Whether 0-based layer `index` attends to every token (ModernBERT: every n-th layer from 0; every
+        layer of the other families)."""
+        every = self.global_attn_every_n_layers
+        return self.family != "modernbert" or every is None or index % every == 0
 
     @property
     def full_attention_limit(self) -> int:
@@ -262,7 +318,10 @@ def check_model_objective(model: ModelConfig, objective: ObjectiveConfig) -> Non
 
 class OptimConfig(StrictModel):
     # adamw: BERT/RoBERTa. lamb: layer-wise trust ratio (You et al. 2019, used by ALBERT) for large batches.
-    name: Literal["adamw", "lamb"] = "adamw"
+    # stableadamw: AdamW whose step is clipped per tensor (Wortsman et al. 2023), as ModernBERT trains; from
+    # torch-optimi (the `stableadamw` extra). weight_decay means the same for all three: decoupled and multiplied
+    # by the scheduled rate (PyTorch's AdamW), so a run switches optimizer without rescaling it.
+    name: Literal["adamw", "lamb", "stableadamw"] = "adamw"
     lr: float = Field(1e-4, gt=0)
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = Field(1e-6, gt=0)
@@ -281,16 +340,24 @@ class ScheduleConfig(StrictModel):
     # warmup_ratio): a share scales with the data, so a small fine-tuning set is never all warm-up. One of the two.
     warmup_steps: int = Field(0, ge=0)
     warmup_fraction: float = Field(0.0, ge=0.0, lt=1.0, description="share of the steps spent warming up")
-    # wsd = warmup-stable-decay: constant peak after warmup, then a linear decay over the last
-    # `decay_fraction` of the steps (so a run can be extended from a stable-phase checkpoint).
+    # wsd = warmup-stable-decay: constant peak after warmup, then a decay over the last `decay_fraction` of the
+    # steps (so a run can be extended from a stable-phase checkpoint), shaped by `decay_shape`: linear, or
+    # 1-sqrt (ModernBERT's, after Hägele et al. 2024), which stays higher longer and drops at the very end.
     decay: Literal["linear", "cosine", "constant", "wsd"] = "linear"
     min_lr_ratio: float = Field(0.0, ge=0.0, le=1.0)
     decay_fraction: float = Field(0.2, gt=0.0, le=1.0, description="wsd only: share of steps spent decaying")
+    decay_shape: Literal["linear", "1-sqrt"] = Field("linear", description="wsd only: shape of the final decay")
 
     @model_validator(mode="after")
     def _steps_or_fraction(self) -> ScheduleConfig:
         if self.warmup_steps and self.warmup_fraction:
             raise ValueError(WARMUP_STEPS_OR_FRACTION)
+        if self.decay_shape != "linear" and self.decay != "wsd":
+            # Silently ignoring it would train with another schedule than the one asked for.
+            raise ValueError(
+                f"schedule.decay_shape={self.decay_shape} shapes the final decay of schedule.decay=wsd only "
+                f"(this recipe has decay={self.decay}); add --set schedule.decay=wsd or drop decay_shape"
+            )
         return self
 
     def warmup_for(self, total_steps: int) -> int:
@@ -444,6 +511,10 @@ class EngineConfig(StrictModel):
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     threads: int = Field(0, ge=0, description="torch CPU threads; 0 keeps torch's default")
     max_bad_steps: int = Field(5, gt=0, description="stop after this many NaN/inf steps in a row")
+    # Several processes: how long a rank waits for the others in any collective (joining included) before
+    # it stops with an error. A rank that died or hangs stops its peers after this instead of torch's 30 min;
+    # keep it above the slowest checkpoint write (rank 0 writes while the others wait).
+    timeout: float = Field(600.0, gt=0, description="seconds a rank waits for the others before stopping")
     # Peak device throughput for MFU, in TFLOP/s; None uses the built-in table (see bertkit/engine/flops.py).
     peak_tflops: float | None = Field(None, gt=0)
     # Off by default: TensorBoard's writer costs seconds per run, which tiny CPU runs notice.
@@ -489,6 +560,13 @@ def check_engine_optimizer(engine: EngineConfig, optim: OptimConfig) -> None:
         raise ValueError(
             "optim.name=lamb is not supported with engine.backend=deepspeed (ZeRO flattens the tensors whose "
             "norms LAMB needs); use optim.name=adamw, or engine.backend=ddp/fsdp for LAMB"
+        )
+    if engine.backend == "deepspeed" and optim.name == "stableadamw":
+        # The same for StableAdamW's clipping, by the RMS of g^2/v over each tensor: ZeRO would hand it one flat
+        # partition per parameter group and rank, so the clip would mix tensors and differ between world sizes.
+        raise ValueError(
+            "optim.name=stableadamw is not supported with engine.backend=deepspeed (ZeRO flattens the tensors it "
+            "clips one by one); use optim.name=adamw, or engine.backend=ddp/fsdp for StableAdamW"
         )
 
 

@@ -9,8 +9,9 @@ Two numberings, kept apart on purpose:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+from bertkit.config.schema import ModelConfig
 from bertkit.errors import BertkitError
 
 
@@ -77,3 +78,30 @@ def distilbert_init_layers(student_layers: int, teacher_layers: int) -> list[int
     span = teacher_layers - 1
     # Integer arithmetic: floor(i·span/(L_S−1) + 1/2), with no floating-point ties to get wrong.
     return [(2 * i * span + student_layers - 1) // (2 * (student_layers - 1)) for i in range(student_layers)]
+
+
+def check_windowed_attention(
+    student: ModelConfig, teacher: ModelConfig, weights: Mapping[str, float], layer_map: Sequence[int] | None
+) -> None:
+    """Refuse an attention loss that would read a ModernBERT sliding-window layer.
+
+    TinyBERT's score MSE compares QK^T over every pair of tokens, and MiniLM's attention KL a softmax over every
+    key; in a sliding-window layer the model never uses the pairs outside its window, so either loss would push
+    the student to match numbers that mean nothing to the teacher (or constrain ones the student never reads).
+    Rather than re-define the losses on the window, they are allowed on global layers only. MiniLM's value
+    relation reads no attention pattern and is always allowed. `weights`: term -> alpha, as the objective's."""
+    compared: list[tuple[str, str, ModelConfig, int]] = []
+    if weights.get("attention", 0) > 0:
+        compared += [("attention", "student", student, i) for i in range(student.num_layers)]
+        compared += [("attention", "teacher", teacher, g - 1) for g in layer_map or ()]
+    if weights.get("attention_kl", 0) > 0:
+        compared += [("attention_kl", "student", student, student.num_layers - 1)]
+        compared += [("attention_kl", "teacher", teacher, teacher.num_layers - 1)]
+    for term, who, cfg, index in compared:
+        if not cfg.is_global_layer(index):
+            raise BertkitError(
+                f"distill.alpha_{term} compares attention over every pair of tokens, but the {who}'s layer "
+                f"{index + 1} is a ModernBERT sliding-window layer (each token sees {cfg.local_attention} around it), "
+                f"whose scores outside the window mean nothing; set --set distill.alpha_{term}=0, or compare global "
+                f"layers only (every {cfg.global_attn_every_n_layers}th from layer 1)"
+            )

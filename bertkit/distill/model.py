@@ -13,10 +13,8 @@ import torch
 from torch import nn
 
 from bertkit.config.schema import ModelConfig
-from bertkit.models.bert import BertEncoder
-from bertkit.models.heads import MLMHead
 from bertkit.models.layers import init_weights
-from bertkit.models.pretraining import MLM_HEAD_ACT, gather_rows
+from bertkit.models.pretraining import build_encoder, build_mlm_head, build_task_head, gather_rows
 from bertkit.tasks.classification import mean_pool
 
 
@@ -51,8 +49,10 @@ class EncoderWithHeads(nn.Module):
     ) -> None:
         super().__init__()
         self.config, self.pool = cfg, pool
-        self.encoder = BertEncoder(cfg)
-        self.mlm_head = MLMHead(cfg, MLM_HEAD_ACT.get(cfg.family)) if mlm_head else None
+        self.encoder = build_encoder(cfg)
+        self.mlm_head = build_mlm_head(cfg) if mlm_head else None
+        # ModernBERT's classifier `head` (dense, activation, norm), as SequenceClassifier's; None otherwise.
+        self.head = build_task_head(cfg) if num_labels else None
         # Before the classifier, as SequenceClassifier (task.classifier_dropout); the encoder's rate by default.
         self.dropout = nn.Dropout(cfg.hidden_dropout if classifier_dropout is None else classifier_dropout)
         self.classifier = nn.Linear(cfg.hidden_size, num_labels) if num_labels else None
@@ -94,6 +94,8 @@ class EncoderWithHeads(nn.Module):
                 pooled = mean_pool(hidden, attention_mask)
             else:
                 pooled = out.pooled if out.pooled is not None else hidden[:, 0]
+            if self.head is not None:
+                pooled = self.head(pooled)
             logits = self.classifier(self.dropout(pooled))
         states = list(out.hidden_states)
         return DistillOutput(

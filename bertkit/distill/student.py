@@ -91,6 +91,8 @@ class DistillStudent(EncoderWithHeads):
         if self.mlm_head is not None:
             kept.mlm_head = self.mlm_head
         if self.classifier is not None:
+            if self.head is not None:
+                kept.head = self.head
             kept.classifier = self.classifier
         return kept
 

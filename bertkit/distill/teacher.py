@@ -51,7 +51,7 @@ HUB_FILES = [
 ]
 _TRUE = {"1", "ON", "YES", "TRUE"}
 # The heads of fine-tuned taggers (`classifier.*` on every token) and QA models (`qa_outputs.*`).
-TASK_HEAD_KEYS = ("classifier.", "qa_outputs.")
+TASK_HEAD_KEYS = ("classifier.", "qa_outputs.", "head.")  # `head.`: ModernBERT's dense-act-norm before them
 TOKEN_HEADS = ("token-classification", "question-answering")
 
 
@@ -218,6 +218,9 @@ class Teacher(EncoderWithHeads):
         # The encoder is this teacher's own, already loaded: only the head's weights go in (all of them).
         state = {k.removeprefix(f"{head}."): v for k, v in self.head_state.items() if k.startswith(f"{head}.")}
         load_state(getattr(model, head), state, self.source)
+        if getattr(model, "head", None) is not None:
+            own = {k.removeprefix("head."): v for k, v in self.head_state.items() if k.startswith("head.")}
+            load_state(model.head, own, self.source)
         return FrozenHead(model, self.config)
 
     @property

@@ -8,7 +8,9 @@ so `--engine ddp` also works in a plain process (useful to resume a multi-proces
 from __future__ import annotations
 
 import os
+import re
 import socket
+from datetime import timedelta
 from typing import Any
 
 import torch
@@ -49,8 +51,10 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def init_process_group(device: torch.device) -> None:
-    """Join the launcher's process group (gloo on CPU, NCCL on CUDA); a group of one without a launcher."""
+def init_process_group(device: torch.device, timeout: float | None = None) -> None:
+    """Join the launcher's process group (gloo on CPU, NCCL on CUDA); a group of one without a launcher.
+    `timeout` (seconds, engine.timeout) bounds every collective: a rank whose peer died or hangs stops
+    after it instead of waiting for torch's default of 30 minutes."""
     if is_initialized():
         return
     if "WORLD_SIZE" not in os.environ:
@@ -59,7 +63,11 @@ def init_process_group(device: torch.device) -> None:
             | ({} if "MASTER_PORT" in os.environ else {"MASTER_PORT": str(_free_port())})
         )
     backend = "nccl" if device.type == "cuda" else "gloo"
-    torch.distributed.init_process_group(backend=backend, device_id=device if device.type == "cuda" else None)
+    torch.distributed.init_process_group(
+        backend=backend,
+        device_id=device if device.type == "cuda" else None,
+        timeout=timedelta(seconds=timeout) if timeout else None,
+    )
 
 
 def destroy_process_group() -> None:
@@ -108,6 +116,28 @@ def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
     out = tensor.detach().clone().to(_collective_device())
     torch.distributed.all_reduce(out)
     return out.to(tensor.device)
+
+
+# What gloo, NCCL and the rendezvous store say when a peer is gone (its process died, its node rebooted, the
+# network failed) or stopped answering for engine.timeout seconds.
+_PEER_FAILURES = ("connection closed", "connection reset", "timed out", "timeout", "failed to recv", "broken pipe")
+
+
+def peer_failure(err: BaseException) -> str | None:
+    """One line for an error that says another rank of the job is gone, or None for any other error."""
+    if not isinstance(err, RuntimeError) or not torch.distributed.is_available():
+        return None
+    text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    several = is_initialized() and torch.distributed.get_world_size() > 1
+    if not isinstance(err, torch.distributed.DistError) and not (
+        several and any(s in text.lower() for s in _PEER_FAILURES)
+    ):
+        return None
+    text = re.sub(r"^\[[^\]]*\.(cc|cpp|h):\d+\]\s*", "", text)  # gloo's "[.../pair.cc:553] " source location
+    return (
+        f"rank {rank()} lost contact with the rest of the job ({text.rstrip('.')}): another rank died, or did not "
+        "answer within engine.timeout; that rank's own log says why"
+    )
 
 
 def barrier() -> None:

@@ -1,4 +1,4 @@
-"""Optimizers (AdamW, LAMB) and learning-rate schedules (linear/cosine decay, warmup-stable-decay)."""
+"""Optimizers (AdamW, LAMB, StableAdamW) and learning-rate schedules (linear/cosine decay, warmup-stable-decay)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,9 @@ import torch
 from torch import nn
 
 from bertkit.config.schema import OptimConfig, ScheduleConfig
+from bertkit.errors import BertkitError
+
+STABLEADAMW_INSTALL = 'optim.name=stableadamw needs torch-optimi: pip install "bertkit[stableadamw]"'
 
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -76,12 +79,45 @@ class Lamb(torch.optim.Optimizer):
         return loss
 
 
+def stable_adamw(groups: list[dict], cfg: OptimConfig) -> torch.optim.Optimizer:
+    """StableAdamW (Wortsman et al. 2023, "Stable and low-precision training for large-scale vision-language
+    models", Algorithm 2), from torch-optimi, the implementation ModernBERT trained with: AdamW with Adafactor's
+    bias correction folded into the betas, whose step size for each tensor is divided by
+    max(1, RMS(g^2 / max(v, eps^2))), so a tensor whose gradient outgrows its second-moment estimate cannot jump.
+
+    Weight decay is optimi's default (decouple_lr=False), the paper's: theta -= lr_t * wd * theta with the clipped,
+    scheduled rate lr_t, as PyTorch's AdamW, so `optim.weight_decay` means the same for every bertkit optimizer.
+    ModernBERT's "fully decoupled" 1e-5 (decouple_lr=True: wd * lr_t / peak lr) is the same update written with
+    wd = 1e-5 / peak lr, which is what its recipes set.
+
+    optimi's loop over tensors is used, never its Triton kernels: those sum each tensor's RMS with atomic adds
+    (in any order, so not bitwise reproducible, and a resumed run would drift) and the choice would be saved with
+    the checkpoint's parameter groups (a GPU checkpoint could not resume on CPU). The loop reads each RMS back to
+    the host, one small sync per tensor, small beside a step's forward and backward."""
+    try:
+        from optimi import StableAdamW
+    except ImportError:
+        raise BertkitError(STABLEADAMW_INSTALL) from None
+    return StableAdamW(
+        groups,
+        lr=cfg.lr,
+        betas=cfg.betas,
+        eps=cfg.eps,
+        weight_decay=cfg.weight_decay,
+        decouple_lr=False,
+        foreach=False,
+        triton=False,
+    )
+
+
 def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:
     groups = parameter_groups(model, cfg.weight_decay)
     if cfg.name == "lamb":
         return Lamb(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps)
     for group in groups:
         group.pop("adapt")
+    if cfg.name == "stableadamw":
+        return stable_adamw(groups, cfg)
     # PyTorch's fused kernel updates each tensor in one pass where the default (foreach) makes a pass per
     # operation: on a 2-core CPU, about 7x faster for a small BERT with its 30k x H embedding table, whose update
     # was a tenth of its distillation step (tests/bench/test_optimizer_bench.py). It takes CPU and CUDA
@@ -92,7 +128,7 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer
 
 def lr_multiplier(step: int, total_steps: int, cfg: ScheduleConfig) -> float:
     """Linear warmup to the peak, then linear/cosine decay to `min_lr_ratio`, constant, or
-    warmup-stable-decay (constant, then linear decay over the last `decay_fraction` of the steps)."""
+    warmup-stable-decay (constant, then a linear or 1-sqrt decay over the last `decay_fraction` of the steps)."""
     warmup = cfg.warmup_for(total_steps)
     if warmup and step < warmup:
         return (step + 1) / warmup
@@ -104,7 +140,9 @@ def lr_multiplier(step: int, total_steps: int, cfg: ScheduleConfig) -> float:
         if step < decay_start:
             return 1.0
         progress = min(1.0, (step - decay_start) / max(1, total_steps - decay_start))
-        return cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * (1.0 - progress)
+        # ModernBERT's OneMinusSqrtScheduler: alpha_f + (1 - alpha_f) * (1 - sqrt((t - t_start) / t_decay)).
+        shape = 1.0 - (math.sqrt(progress) if cfg.decay_shape == "1-sqrt" else progress)
+        return cfg.min_lr_ratio + (1.0 - cfg.min_lr_ratio) * shape
     span = max(1, total_steps - warmup)
     progress = min(1.0, (step - warmup) / span)
     shape = 1.0 - progress if cfg.decay == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))

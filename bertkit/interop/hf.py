@@ -1,6 +1,6 @@
 """Hugging Face interchange: read HF checkpoints into bertkit's models and write bertkit models as HF
 checkpoints (config.json + model.safetensors + tokenizer files), through one explicit key map per family
-(hf_bert, hf_albert, hf_electra, hf_distilbert, hf_bigbird, hf_xlnet). Every HF tensor is either mapped,
+(hf_bert, hf_albert, hf_electra, hf_distilbert, hf_bigbird, hf_xlnet, hf_modernbert). Every HF tensor is either mapped,
 knowingly ignored (buffers and tied copies), or an error. `transformers` itself is never imported here.
 """
 
@@ -18,7 +18,7 @@ import torch
 from bertkit.config.schema import ModelConfig, ObjectiveConfig
 from bertkit.engine.checkpoint import read_weights
 from bertkit.errors import BertkitError
-from bertkit.interop import hf_albert, hf_bert, hf_bigbird, hf_distilbert, hf_electra, hf_xlnet
+from bertkit.interop import hf_albert, hf_bert, hf_bigbird, hf_distilbert, hf_electra, hf_modernbert, hf_xlnet
 from bertkit.interop.keymap import Entry, linear, to_hf, to_ours
 
 HFHead = Literal["pretraining", "mlm", "base", "generator", "classifier"]
@@ -33,19 +33,21 @@ _MODEL_TYPES: dict[str, tuple[ModuleType, str, str]] = {
     "distilbert": (hf_distilbert, "distilbert.", "DistilBert"),
     "big_bird": (hf_bigbird, "bert.", "BigBird"),
     "xlnet": (hf_xlnet, "transformer.", "XLNet"),
+    "modernbert": (hf_modernbert, "model.", "ModernBert"),
 }
 _FAMILY_TO_TYPE = {"bert": "bert", "spanbert": "bert", "roberta": "roberta", "albert": "albert",
                    "electra": "electra", "distilbert": "distilbert", "bigbird": "big_bird",
-                   "xlnet": "xlnet"}  # fmt: skip
+                   "xlnet": "xlnet", "modernbert": "modernbert"}  # fmt: skip
 # The pair head (on the pooled output) that each HF family's ForPreTraining class carries.
 _PAIR_HEAD = {"bert": "nsp", "big_bird": "nsp", "albert": "sop"}
 # Buffers and tied copies of the word embeddings / output biases that HF may or may not store.
 _IGNORED = re.compile(
     r"(^|\.)embeddings\.(position_ids|token_type_ids)$"
-    r"|^cls\.predictions\.decoder\.|^lm_head\.decoder\.|^predictions\.decoder\.|^vocab_projector\.weight$|^lm_loss\.weight$"
+    r"|^cls\.predictions\.decoder\.|^lm_head\.decoder\.|^predictions\.decoder\.|^vocab_projector\.weight$|^lm_loss\.weight$|^decoder\.weight$"
 )
 # Heads of task models that bertkit's pretraining model has no place for (fine-tuned checkpoints).
-_TASK_HEADS = re.compile(r"^(classifier|qa_outputs|pre_classifier|sequence_summary|logits_proj)\.")
+# ModernBERT's task classes put a `head` (dense, activation, norm) before their classifier.
+_TASK_HEADS = re.compile(r"^(classifier|qa_outputs|pre_classifier|sequence_summary|logits_proj|head)\.")
 
 
 def hf_model_type(cfg: ModelConfig) -> str:
@@ -74,13 +76,16 @@ def _entries(cfg: ModelConfig, prefix: str, pooler: bool, heads: set[str]) -> li
 # The *ForSequenceClassification classes whose head is bertkit's sequence classifier (dense + tanh on [CLS],
 # dropout, one linear layer), so both directions give the same logits. BERT and ALBERT keep that dense in
 # their pooler; RoBERTa's classification head holds it (`classifier.dense`), which is bertkit's pooler.
-SEQUENCE_HEAD_TYPES = ("bert", "albert", "roberta")
+# ModernBERT's classifier is bertkit's modernbert task head (dense, activation, norm on [CLS] or the mean).
+SEQUENCE_HEAD_TYPES = ("bert", "albert", "roberta", "modernbert")
 
 
 def _sequence_head_entries(model_type: str) -> list[Entry]:
     """The classifier past the encoder (and, for RoBERTa, the pooler), for a type in SEQUENCE_HEAD_TYPES."""
     if model_type == "roberta":
         return linear("encoder.pooler.dense", "classifier.dense") + linear("classifier", "classifier.out_proj")
+    if model_type == "modernbert":
+        return hf_modernbert.task_head_entries("classifier")
     return linear("classifier", "classifier")
 
 
@@ -108,6 +113,8 @@ class HFModel:
     # model of that kind has (sequence-classification, -multi-label, -regression) and its classes, in id order.
     task: str | None = None
     labels: list[str] = field(default_factory=list)
+    # What that classifier reads: [CLS] ("cls") or the mean over the tokens (ModernBERT's classifier_pooling).
+    pool: str = "cls"
 
 
 def from_hf_state(hf_config: dict[str, Any], state: dict[str, torch.Tensor], source: str) -> HFModel:
@@ -117,7 +124,10 @@ def from_hf_state(hf_config: dict[str, Any], state: dict[str, torch.Tensor], sou
     architecture = str((hf_config.get("architectures") or [model_type])[0])
     # Task models store the encoder under `bert.` (etc.); base models store it at the root.
     has_prefix = any(key.startswith(prefix) for key in state)
-    entries = _entries(cfg, prefix if has_prefix else "", cfg.pooler, {"mlm", "nsp", "sop", "rtd", "plm"})
+    heads = {"mlm", "nsp", "sop", "rtd", "plm"}
+    if model_type == "modernbert" and "decoder.bias" not in state:
+        heads.discard("mlm")  # no MLM decoder: its `head` is a task classifier's, not the MLM head's
+    entries = _entries(cfg, prefix if has_prefix else "", cfg.pooler, heads)
     # A sequence classifier's head is read where bertkit has the same one; other families' heads (DistilBERT's
     # pre_classifier + ReLU, ELECTRA's gelu head, ...) stay behind with the other task heads: the encoder alone.
     classifier = (
@@ -153,7 +163,10 @@ def from_hf_state(hf_config: dict[str, Any], state: dict[str, torch.Tensor], sou
     if not classifier:
         return HFModel(cfg, objective, weights, architecture)
     task, labels = _sequence_task(hf_config, weights, cfg, source)
-    return HFModel(cfg, objective, weights, architecture, task, labels)
+    pool = str(hf_config.get("classifier_pooling", "cls")) if model_type == "modernbert" else "cls"
+    if pool not in ("cls", "mean"):
+        raise BertkitError(f"{source}/config.json: classifier_pooling '{pool}' is not cls or mean")
+    return HFModel(cfg, objective, weights, architecture, task, labels, pool)
 
 
 def _sequence_task(
@@ -161,8 +174,9 @@ def _sequence_task(
 ) -> tuple[str, list[str]]:
     """(bertkit architecture, class names in id order) of a sequence classifier, from its config.json
     (problem_type, id2label) checked against its classifier's shape."""
-    if "classifier.weight" not in weights or "encoder.pooler.dense.weight" not in weights:
-        missing = "classifier.weight" if "classifier.weight" not in weights else "the pooler's dense layer"
+    before = "head.dense.weight" if cfg.family == "modernbert" else "encoder.pooler.dense.weight"
+    if "classifier.weight" not in weights or before not in weights:
+        missing = "classifier.weight" if "classifier.weight" not in weights else f"the dense layer {before}"
         raise BertkitError(f"{source} is a sequence classifier without {missing}; is model.safetensors complete?")
     rows, width = weights["classifier.weight"].shape
     if width != cfg.hidden_size:
@@ -323,7 +337,12 @@ def to_hf_task_checkpoint(
     module, prefix, cls = _module(model_type)
     name = f"{cls}{TASK_CLASSES[architecture]}"
     entries = module.encoder_entries(cfg, prefix, False)
-    if architecture == "question-answering":
+    if model_type == "modernbert":
+        # Every ModernBert*For* class: `head` (dense, activation, norm), dropout, `classifier`, as bertkit's
+        # modernbert task models; the sequence classifier pools [CLS] or the mean (classifier_pooling).
+        last = "qa_outputs" if architecture == "question-answering" else "classifier"
+        entries += hf_modernbert.task_head_entries(last)
+    elif architecture == "question-answering":
         # *ForQuestionAnswering: qa_outputs (hidden -> start, end) on every token, no pooler. BigBird's and
         # XLNet's QA classes put their own layers there, which bertkit's one linear head lacks.
         if model_type in ("big_bird", "xlnet"):
@@ -356,11 +375,14 @@ def to_hf_task_checkpoint(
     if missing:
         raise BertkitError(f"this model has no tensor {missing[0]} needed for {name}; is the model directory complete?")
     regression = architecture == "sequence-regression"
+    base_config = config_to_hf(cfg)
+    if model_type == "modernbert":
+        base_config["classifier_pooling"] = pool
     if architecture == "question-answering":
-        return {**config_to_hf(cfg), "architectures": [name], "tie_word_embeddings": True}, to_hf(entries, weights)
+        return {**base_config, "architectures": [name], "tie_word_embeddings": True}, to_hf(entries, weights)
     names = ["LABEL_0"] if regression else list(labels)
     config = {
-        **config_to_hf(cfg),
+        **base_config,
         "architectures": [name],
         "tie_word_embeddings": True,
         "id2label": {str(i): label for i, label in enumerate(names)},

@@ -31,8 +31,8 @@ class PretrainingModel(nn.Module):
         super().__init__()
         objective = objective or ObjectiveConfig()
         self.config, self.objective_config = cfg, objective
-        self.encoder = BertEncoder(cfg)
-        self.mlm_head = MLMHead(cfg, MLM_HEAD_ACT.get(cfg.family)) if objective.mlm else None
+        self.encoder = build_encoder(cfg)
+        self.mlm_head = build_mlm_head(cfg) if objective.mlm else None
         self.nsp_head = PairHead(cfg) if objective.nsp else None
         self.sop_head = PairHead(cfg) if objective.sop else None
         self.sbo_head = SBOHead(cfg, objective.sbo_max_span) if objective.sbo else None
@@ -95,7 +95,31 @@ def build_encoder(cfg: ModelConfig) -> nn.Module:
         from bertkit.models.xlnet import XLNetEncoder
 
         return XLNetEncoder(cfg)
+    if cfg.family == "modernbert":
+        from bertkit.models.modernbert import ModernBertEncoder
+
+        return ModernBertEncoder(cfg)
     return BertEncoder(cfg)
+
+
+def build_mlm_head(cfg: ModelConfig) -> nn.Module:
+    """The family's MLM head; each takes (hidden rows, tied decoder weight)."""
+    if cfg.family == "modernbert":
+        from bertkit.models.modernbert import ModernBertMLMHead
+
+        return ModernBertMLMHead(cfg)
+    return MLMHead(cfg, MLM_HEAD_ACT.get(cfg.family))
+
+
+def build_task_head(cfg: ModelConfig) -> nn.Module | None:
+    """What a family puts between the encoder and a task's classifier beyond dropout: ModernBERT's `head`
+    (dense, activation, norm), on the pooled state for sequences and on every token for taggers and QA, as in
+    transformers' ModernBert*For* classes; None for the others (their classifiers read the encoder directly)."""
+    if cfg.family == "modernbert":
+        from bertkit.models.modernbert import ModernBertPredictionHead
+
+        return ModernBertPredictionHead(cfg)
+    return None
 
 
 def default_objective(cfg: ModelConfig) -> ObjectiveConfig:

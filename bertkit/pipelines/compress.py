@@ -73,9 +73,16 @@ def compress(
 ) -> dict[str, Any]:
     from bertkit.config.recipe import load_recipe
     from bertkit.distill.teacher import Teacher
+    from bertkit.engine.dist import env_world_size
     from bertkit.pipelines.finetune import read_task_file
 
     opts = opts or CompressOptions()
+    if env_world_size() > 1:
+        # Every rank would augment, distil and benchmark on its own into one directory.
+        raise BertkitError(
+            "compress runs on one machine, in one process; under torchrun or the deepspeed launcher run its stages "
+            "instead: `bertkit augment`, `bertkit distill --stage task --engine ddp|fsdp|deepspeed`, `bertkit finetune`"
+        )
     started = time.perf_counter()
     teacher = Teacher.load(teacher_spec)
     if teacher.architecture in ("token-classification", "question-answering"):

@@ -19,7 +19,7 @@ from bertkit.config.schema import DistillMethod, ModelConfig
 from bertkit.corpus.build import TOKENIZER_SUBDIR
 from bertkit.corpus.loader import MLMBatches, split_indices
 from bertkit.corpus.shards import Corpus
-from bertkit.distill.layer_map import distilbert_init_layers, resolve_layer_map
+from bertkit.distill.layer_map import check_windowed_attention, distilbert_init_layers, resolve_layer_map
 from bertkit.distill.objective import GENERAL_TERMS, DistillationObjective, term_weights
 from bertkit.distill.student import DistillStudent, check_compatible, init_from_teacher, save_projections
 from bertkit.distill.teacher import Teacher
@@ -28,7 +28,7 @@ from bertkit.engine.loop import TrainResult, train
 from bertkit.errors import BertkitError
 from bertkit.modeldir import save_model_dir
 from bertkit.pipelines.pretrain import CheckedBatches, mlm_masking_spec
-from bertkit.pipelines.rundir import prepare_run_dir, write_summary
+from bertkit.pipelines.rundir import join_job, prepare_run_dir, write_summary
 from bertkit.tokenizers.base import load_tokenizer
 
 # `--student tinybert` is TinyBERT-4, the shape the paper's headline numbers are for.
@@ -43,11 +43,9 @@ def student_config(recipe_model: ModelConfig, teacher: ModelConfig, vocab_set: b
             f"the student's vocabulary is {recipe_model.vocab_size} tokens but the teacher's {teacher.vocab_size}; "
             f"the student reads the teacher's tokenizer: drop --set model.vocab_size or set it to {teacher.vocab_size}"
         )
-    update: dict[str, Any] = {
-        "vocab_size": teacher.vocab_size,
-        "pad_token_id": teacher.pad_token_id,
-        "position_offset": teacher.position_offset,
-    }
+    update: dict[str, Any] = {"vocab_size": teacher.vocab_size, "pad_token_id": teacher.pad_token_id}
+    if recipe_model.family != "modernbert":  # rotary positions have no table to offset
+        update["position_offset"] = teacher.position_offset
     if teacher.family == "roberta" and recipe_model.family in ("bert", "distilbert"):
         update["family"] = "roberta"  # DistilRoBERTa: RoBERTa's positions and LM head, the student's depth
         update["type_vocab_size"] = teacher.type_vocab_size
@@ -149,6 +147,12 @@ def distill_general(
 ) -> dict[str, Any]:
     if recipe.data.train is None:
         raise BertkitError("no training corpus: pass --corpus DIR (built with the teacher's tokenizer)")
+    join_job(
+        recipe,
+        {"output": output, "teacher": teacher_spec, "student": student_name, "vocab_set": vocab_set,
+         "overwrite": overwrite, "resume": resume},
+        {"corpus": recipe.data.train, "teacher": Path(teacher_spec)},
+    )  # fmt: skip
     teacher = Teacher.load(teacher_spec)
     teacher_parameters = sum(p.numel() for p in teacher.encoder.parameters())  # before an engine shards it
     corpus = Corpus(recipe.data.train)
@@ -197,6 +201,7 @@ def distill_general(
 
     torch.manual_seed(recipe.train.seed)  # reproducible initial weights (and the same on every rank)
     weights = term_weights(recipe.distill, GENERAL_TERMS[method])
+    check_windowed_attention(student_cfg, teacher.config, weights, layer_map)
     student = DistillStudent(
         student_cfg,
         teacher_hidden_size=teacher.config.hidden_size if method == "tinybert" else None,

@@ -33,7 +33,7 @@ from torch import nn
 from bertkit.config.recipe import DistillRecipe
 from bertkit.config.schema import PhaseConfig, parse_budget
 from bertkit.distill.cache import TeacherLogitsCache, compute_teacher_logits, teacher_fingerprint
-from bertkit.distill.layer_map import resolve_layer_map
+from bertkit.distill.layer_map import check_windowed_attention, resolve_layer_map
 from bertkit.distill.objective import INTERMEDIATE, DistillationObjective, term_weights
 from bertkit.distill.prediction import PredictionObjective
 from bertkit.distill.student import DistillStudent, check_compatible, load_projections
@@ -47,7 +47,7 @@ from bertkit.errors import BertkitError
 from bertkit.fsutil import save_safetensors_atomic, write_json_atomic
 from bertkit.modeldir import encoder_weights, load_model_dir, save_model_dir
 from bertkit.pipelines.distill_task_data import TaskSetup, prepare_task
-from bertkit.pipelines.rundir import prepare_run_dir, write_summary
+from bertkit.pipelines.rundir import join_job, prepare_run_dir, write_summary
 
 PHASES = ("intermediate", "prediction")
 PHASE_DONE = "phase.json"  # a finished phase: its summary; the intermediate phase also leaves its student
@@ -63,6 +63,11 @@ class WithTeacherLogits:
     @property
     def state(self) -> Any:
         return self.batches.state
+
+    @property
+    def sampler(self) -> Any:
+        # The loop shards this over the ranks (each takes its share of every global batch) and saves its position.
+        return self.batches.sampler
 
     def load_state(self, state: dict[str, int]) -> None:
         self.batches.load_state(state)
@@ -113,6 +118,13 @@ def distill_task(
     quiet: bool = False,
 ) -> dict[str, Any]:
     started = time.perf_counter()
+    join_job(
+        recipe,
+        {"output": output, "teacher": teacher_spec, "student": student_dir, "train": train_file, "eval": eval_file,
+         "overwrite": overwrite, "resume": resume},
+        {"teacher": Path(teacher_spec), "student": student_dir, "training file": train_file,
+         "evaluation file": eval_file},
+    )  # fmt: skip
     teacher = Teacher.load(teacher_spec)
     if teacher.architecture not in KINDS or (teacher.architecture == "sequence-classification" and not teacher.labels):
         what = f" (a {teacher.huggingface} checkpoint)" if teacher.huggingface else ""
@@ -164,6 +176,8 @@ def distill_task(
         student_cfg.num_layers,
         teacher.config.num_layers,
     )
+    if steps["intermediate"]:
+        check_windowed_attention(student_cfg, teacher.config, {"attention": cfg.alpha_attention}, layer_map)
     recipe = recipe.model_copy(update={"model": student_cfg})  # recipe.yaml records the student's shape
     resumed = prepare_run_dir(output, recipe, overwrite, resume, resumable=_resumable)
 

@@ -30,7 +30,7 @@ from bertkit.distill.student import DistillStudent
 from bertkit.distill.task_kinds import KINDS
 from bertkit.distill.teacher import Teacher
 from bertkit.errors import BertkitError
-from bertkit.models.bert import BertEncoder
+from bertkit.models.pretraining import build_encoder
 from bertkit.pipelines.finetune_common import read_task_file, subset
 from bertkit.tasks.classification import ClassificationBatches, encode_examples, evaluate_classifier, label_indices
 
@@ -200,7 +200,7 @@ def _tokens(teacher: Teacher, recipe: DistillRecipe, student_cfg: ModelConfig, t
         lengths=[len(row) for row in train.input_ids],
         fingerprint=examples_fingerprint(train.input_ids, None),
         batches=lambda micro, seed: TokenBatches(train, micro, pad, seed),
-        student=lambda: TokenClassifier(BertEncoder(student_cfg), len(tags), recipe.task.classifier_dropout),
+        student=lambda: TokenClassifier(build_encoder(student_cfg), len(tags), recipe.task.classifier_dropout),
         evaluate=evaluate,
         train_count=len(train_data),
         eval_count=len(eval_data),
@@ -250,7 +250,7 @@ def _spans(teacher: Teacher, recipe: DistillRecipe, student_cfg: ModelConfig, tr
         lengths=[len(row) for row in train.input_ids],
         fingerprint=examples_fingerprint(train.input_ids, train.token_types),
         batches=lambda micro, seed: QABatches(train, micro, pad, seed, use_types),
-        student=lambda: QuestionAnswerer(BertEncoder(student_cfg)),
+        student=lambda: QuestionAnswerer(build_encoder(student_cfg)),
         evaluate=evaluate,
         train_count=len(train_examples),
         eval_count=len(eval_examples),

@@ -36,7 +36,7 @@ from bertkit.pipelines.finetune_common import (
 )
 from bertkit.pipelines.finetune_qa import finetune_qa
 from bertkit.pipelines.finetune_tokens import finetune_tokens
-from bertkit.pipelines.rundir import prepare_run_dir, write_summary
+from bertkit.pipelines.rundir import join_job, prepare_run_dir, write_summary
 from bertkit.tasks.classification import (
     ClassificationBatches,
     SequenceClassifier,
@@ -71,6 +71,12 @@ def finetune(
     quiet: bool = False,
 ) -> dict[str, Any]:
     task = recipe.task
+    join_job(
+        recipe,
+        {"output": output, "model": model_path, "train": train_file, "eval": eval_file, "overwrite": overwrite,
+         "resume": resume},
+        {"model": model_path, "training file": train_file, "evaluation file": eval_file},
+    )  # fmt: skip
     if task.kind == "token-classification":
         return finetune_tokens(recipe, model_path, train_file, output, eval_file, overwrite, resume, quiet)
     if task.kind == "question-answering":

@@ -18,7 +18,7 @@ from bertkit.engine.dist import is_main
 from bertkit.engine.loop import train
 from bertkit.errors import BertkitError
 from bertkit.modeldir import encoder_weights, load_model_dir, save_model_dir
-from bertkit.models.bert import BertEncoder
+from bertkit.models.pretraining import build_encoder
 from bertkit.pipelines.finetune_common import BestModel, plan_epochs, skipped_summary, training_summary
 from bertkit.pipelines.rundir import prepare_run_dir, write_summary
 from bertkit.tasks.qa import (
@@ -69,7 +69,7 @@ def finetune_qa(
     resumed = prepare_run_dir(output, recipe, overwrite, resume)
 
     torch.manual_seed(recipe.train.seed)
-    model = QuestionAnswerer(BertEncoder(model_cfg))
+    model = QuestionAnswerer(build_encoder(model_cfg))
     load_state(model.encoder, encoder_weights(weights), str(model_dir))
     micro = train_cfg.batch_size // train_cfg.grad_accum
     source = QABatches(train_features, micro, tokenizer.pad_id, train_cfg.seed, use_types)

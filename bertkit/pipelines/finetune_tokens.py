@@ -17,7 +17,7 @@ from bertkit.engine.dist import is_main
 from bertkit.engine.loop import train
 from bertkit.errors import BertkitError
 from bertkit.modeldir import encoder_weights, load_model_dir, save_model_dir
-from bertkit.models.bert import BertEncoder
+from bertkit.models.pretraining import build_encoder
 from bertkit.pipelines.finetune_common import BestModel, plan_epochs, training_summary
 from bertkit.pipelines.rundir import prepare_run_dir, write_summary
 from bertkit.tasks.token_classification import (
@@ -81,7 +81,7 @@ def finetune_tokens(
     resumed = prepare_run_dir(output, recipe, overwrite, resume)
 
     torch.manual_seed(recipe.train.seed)
-    model = TokenClassifier(BertEncoder(model_cfg), len(names), task.classifier_dropout)
+    model = TokenClassifier(build_encoder(model_cfg), len(names), task.classifier_dropout)
     load_state(model.encoder, encoder_weights(weights), str(model_dir))
     if task.mode == "feature":
         model.encoder.requires_grad_(False)

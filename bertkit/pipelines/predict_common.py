@@ -48,7 +48,7 @@ def build_task_model(architecture: str, meta: dict[str, Any], cfg: ModelConfig, 
                      source: str) -> nn.Module:  # fmt: skip
     """The fine-tuned model of a task architecture with its weights loaded, in eval mode (dropout off)."""
     from bertkit.engine.checkpoint import load_state
-    from bertkit.models.bert import BertEncoder
+    from bertkit.models.pretraining import build_encoder
     from bertkit.tasks.classification import SequenceClassifier
     from bertkit.tasks.qa import QuestionAnswerer
     from bertkit.tasks.token_classification import TokenClassifier
@@ -56,12 +56,12 @@ def build_task_model(architecture: str, meta: dict[str, Any], cfg: ModelConfig, 
     labels = list(meta.get("labels") or [])
     task = meta.get("task") or {}
     if architecture == "question-answering":
-        model: nn.Module = QuestionAnswerer(BertEncoder(cfg))
+        model: nn.Module = QuestionAnswerer(build_encoder(cfg))
     elif architecture == "token-classification":
-        model = TokenClassifier(BertEncoder(cfg), len(labels), 0.0)
+        model = TokenClassifier(build_encoder(cfg), len(labels), 0.0)
     else:
         outputs = 1 if architecture == "sequence-regression" else len(labels)
-        model = SequenceClassifier(BertEncoder(cfg), outputs, 0.0, task.get("pool", "cls"))
+        model = SequenceClassifier(build_encoder(cfg), outputs, 0.0, task.get("pool", "cls"))
     load_state(model, weights, source)
     return model.eval()
 

@@ -29,7 +29,7 @@ from bertkit.modeldir import load_model_dir, save_model_dir
 from bertkit.models.pretraining import build_pretraining_model
 from bertkit.objectives import build_objective
 from bertkit.objectives.base import Objective
-from bertkit.pipelines.rundir import prepare_run_dir, write_summary
+from bertkit.pipelines.rundir import join_job, prepare_run_dir, write_summary
 from bertkit.tokenizers.base import Tokenizer, load_tokenizer
 
 # What a corpus must be built with for an objective's batch fields to exist: (manifest option, values, flag).
@@ -297,6 +297,11 @@ def pretrain(
 ) -> dict[str, Any]:
     if recipe.data.train is None:
         raise BertkitError("no training corpus: pass --corpus DIR (or --set data.train=DIR)")
+    join_job(
+        recipe,
+        {"output": output, "init_from": init_from, "overwrite": overwrite, "resume": resume},
+        {"corpus": recipe.data.train, "eval corpus": recipe.data.eval, "--init-from model": init_from},
+    )
     corpus = Corpus(recipe.data.train)
     check_corpus_fits(recipe.objective, corpus.manifest, recipe.data.train)
     tokenizer = load_tokenizer(recipe.data.train / TOKENIZER_SUBDIR)

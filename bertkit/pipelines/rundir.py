@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,22 @@ def resume_mode(resume: bool | str | None, overwrite: bool) -> str | None:
     return mode
 
 
+def join_job(recipe: Any, arguments: Mapping[str, Any], inputs: Mapping[str, Path | str | None]) -> None:
+    """Under a distributed engine, before anything is read or written: join the process group and check that
+    every rank runs the same job: bertkit version, resolved recipe, `arguments` (the command line's other
+    values) and the contents of `inputs` (corpus, model, teacher, data files), bertkit/engine/preflight.py.
+    A job whose nodes disagree stops on every rank with one line instead of training a divergent model."""
+    engine = getattr(recipe, "engine", None)
+    if engine is None or engine.backend == "single":
+        return
+    from bertkit.engine import dist
+    from bertkit.engine.device import resolve_device
+    from bertkit.engine.preflight import check_same_job
+
+    dist.init_process_group(resolve_device(engine), engine.timeout)
+    check_same_job(recipe, arguments, inputs)
+
+
 def prepare_run_dir(
     output: Path,
     recipe: Any,
@@ -53,8 +69,9 @@ def prepare_run_dir(
         return _prepare_run_dir(output, recipe, overwrite, mode, resumable)
     from bertkit.engine import dist
     from bertkit.engine.device import resolve_device
+    from bertkit.engine.preflight import check_run_dir_shared
 
-    dist.init_process_group(resolve_device(engine))
+    dist.init_process_group(resolve_device(engine), engine.timeout)
     outcome: tuple[bool, str | None] = (False, None)
     if dist.is_main():
         try:
@@ -64,6 +81,7 @@ def prepare_run_dir(
     resumed, error = dist.broadcast_object(outcome)
     if error:
         raise BertkitError(error)
+    check_run_dir_shared(output)
     return resumed
 
 

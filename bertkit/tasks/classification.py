@@ -14,6 +14,7 @@ from bertkit.corpus.loader import EpochSampler, LoaderState, pad_batch
 from bertkit.errors import BertkitError
 from bertkit.models.bert import BertEncoder
 from bertkit.models.layers import init_weights
+from bertkit.models.pretraining import build_task_head
 from bertkit.objectives.base import Counts, Metrics, Objective, correct, sequences, share
 from bertkit.tokenizers.base import Tokenizer
 
@@ -124,6 +125,8 @@ class SequenceClassifier(nn.Module):
         if pool not in ("cls", "mean"):
             raise ValueError(f"pool must be cls or mean, not {pool!r}")
         self.encoder, self.pool = encoder, pool
+        # ModernBERT's dense-activation-norm `head` on the pooled state (None for the other families).
+        self.head = build_task_head(encoder.config)
         self.dropout = nn.Dropout(dropout)
         self.classifier = nn.Linear(encoder.config.hidden_size, num_labels)
         init_weights(self.classifier)
@@ -139,6 +142,8 @@ class SequenceClassifier(nn.Module):
             pooled = mean_pool(out.last_hidden_state, attention_mask)
         else:
             pooled = out.pooled if out.pooled is not None else out.last_hidden_state[:, 0]
+        if self.head is not None:
+            pooled = self.head(pooled)
         return {"logits": self.classifier(self.dropout(pooled))}
 
 

@@ -43,6 +43,7 @@ from bertkit.corpus.loader import EpochSampler, LoaderState, pad_batch
 from bertkit.errors import BertkitError
 from bertkit.models.bert import BertEncoder
 from bertkit.models.layers import init_weights
+from bertkit.models.pretraining import build_task_head
 from bertkit.objectives.base import Counts, Metrics, Objective, share
 from bertkit.tokenizers.base import Tokenizer
 
@@ -409,6 +410,7 @@ class QuestionAnswerer(nn.Module):
         self.encoder = encoder
         if encoder.pooler is not None:
             encoder.pooler.requires_grad_(False)
+        self.head = build_task_head(encoder.config)  # ModernBERT's, on every token; None for the others
         self.qa_outputs = nn.Linear(encoder.config.hidden_size, 2)
         init_weights(self.qa_outputs)
 
@@ -418,7 +420,8 @@ class QuestionAnswerer(nn.Module):
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
     ) -> dict[str, torch.Tensor]:
-        logits = self.qa_outputs(self.encoder(input_ids, attention_mask, token_type_ids).last_hidden_state)
+        hidden = self.encoder(input_ids, attention_mask, token_type_ids).last_hidden_state
+        logits = self.qa_outputs(hidden if self.head is None else self.head(hidden))
         start, end = logits.float().unbind(-1)
         return {"start_logits": start, "end_logits": end}
 

@@ -30,6 +30,7 @@ from bertkit.corpus.loader import EpochSampler, LoaderState, pad_batch
 from bertkit.errors import BertkitError
 from bertkit.models.bert import BertEncoder
 from bertkit.models.layers import init_weights
+from bertkit.models.pretraining import build_task_head
 from bertkit.objectives.base import Counts, Metrics, Objective, share
 from bertkit.tokenizers.base import Tokenizer
 
@@ -453,6 +454,7 @@ class TokenClassifier(nn.Module):
         self.encoder = encoder
         if encoder.pooler is not None:
             encoder.pooler.requires_grad_(False)
+        self.head = build_task_head(encoder.config)  # ModernBERT's, on every token; None for the others
         self.dropout = nn.Dropout(dropout)
         self.classifier = nn.Linear(encoder.config.hidden_size, num_labels)
         init_weights(self.classifier)
@@ -463,8 +465,10 @@ class TokenClassifier(nn.Module):
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
     ) -> dict[str, torch.Tensor]:
-        out = self.encoder(input_ids, attention_mask, token_type_ids)
-        return {"logits": self.classifier(self.dropout(out.last_hidden_state))}
+        hidden = self.encoder(input_ids, attention_mask, token_type_ids).last_hidden_state
+        if self.head is not None:
+            hidden = self.head(hidden)
+        return {"logits": self.classifier(self.dropout(hidden))}
 
 
 class TokenClassificationObjective(Objective):

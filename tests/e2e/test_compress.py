@@ -87,6 +87,16 @@ def test_compress_bad_input(teacher: Path, pretrained_run: Path, split: dict[str
     assert "already exists" in line and (out / "keep.txt").read_text() == "mine"
 
 
+def test_compress_refuses_a_launcher(teacher: Path, split: dict[str, Path], tmp_path: Path, monkeypatch) -> None:
+    """Under torchrun (WORLD_SIZE 2) every rank would run the whole pipeline into one directory."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    out = tmp_path / "out"
+    line = run_error("compress", "--teacher", str(teacher), "--train", str(split["train"]), "--eval",
+                     str(split["eval"]), "-o", str(out))  # fmt: skip
+    assert "compress runs on one machine" in line and "distill --stage task --engine" in line
+    assert not out.exists()
+
+
 def test_compress_a_general_student_without_augmentation_or_baseline(
     teacher: Path, corpus_dir: Path, split: dict[str, Path], tmp_path: Path
 ) -> None:

@@ -472,6 +472,10 @@ FAMILY_ENGINES = {
     "bigbird-fsdp": ("bigbird-tiny", "bigbird_corpus", ["fsdp"]),
     "xlnet-ddp": ("xlnet-tiny", "xlnet_corpus", ["ddp"]),
     "xlnet-zero3": ("xlnet-tiny", "xlnet_corpus", ["deepspeed", "--set", "engine.deepspeed.zero_stage=3"]),
+    # ModernBERT's sliding-window masks and rotary tables, built per forward, replicated by DDP; its StableAdamW
+    # under FSDP2, whose per-tensor clip must see each whole tensor (the RMS over DTensor shards), not a shard.
+    "modernbert-ddp": ("modernbert-tiny", "corpus_dir", ["ddp"]),
+    "modernbert-fsdp": ("modernbert-tiny", "corpus_dir", ["fsdp"]),
 }
 
 
@@ -479,7 +483,8 @@ FAMILY_ENGINES = {
 def test_new_families_on_two_processes_make_the_same_steps(
     request: pytest.FixtureRequest, family_single, tmp_path: Path, case: str
 ) -> None:
-    """bigbird-tiny and xlnet-tiny in 2 processes: the loss curve and weights of one process, accumulation 1."""
+    """bigbird-tiny, xlnet-tiny and modernbert-tiny in 2 processes: the loss curve and weights of one process,
+    accumulation 1."""
     recipe, corpus_fixture, engine = FAMILY_ENGINES[case]
     corpus = request.getfixturevalue(corpus_fixture)
     reference = family_single(recipe, corpus)

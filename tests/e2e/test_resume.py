@@ -1,5 +1,6 @@
 """Exact resume: a run killed with SIGKILL (and another stopped with SIGTERM) and resumed gives the same
-loss curve and bitwise the same final weights as an uninterrupted run (fp32, CPU, dropout on)."""
+loss curve and bitwise the same final weights as an uninterrupted run (fp32, CPU, dropout on); the same for
+modernbert-tiny with its StableAdamW and 1-sqrt decay."""
 
 from __future__ import annotations
 
@@ -11,14 +12,15 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
 from safetensors.torch import load_file
 
 STEPS = 24
 
 
-def command(corpus: Path, output: Path, *extra: str) -> list[str]:
+def command(corpus: Path, output: Path, *extra: str, recipe: str = "bert-tiny", steps: int = STEPS) -> list[str]:
     sets = {
-        "train.steps": STEPS,
+        "train.steps": steps,
         "train.batch_size": 8,
         "train.grad_accum": 2,
         "train.log_every": 1,
@@ -28,7 +30,7 @@ def command(corpus: Path, output: Path, *extra: str) -> list[str]:
         "engine.threads": 1,
         "engine.tensorboard": "false",  # its import alone costs seconds per process
     }
-    args = [sys.executable, "-m", "bertkit", "pretrain", "-r", "bert-tiny", "-c", str(corpus), "-o", str(output)]
+    args = [sys.executable, "-m", "bertkit", "pretrain", "-r", recipe, "-c", str(corpus), "-o", str(output)]
     for key, value in sets.items():
         args += ["--set", f"{key}={value}"]
     return [*args, "--quiet", "--json", *extra]
@@ -45,6 +47,13 @@ def run_until(args: list[str], marker: Path, sig: signal.Signals) -> subprocess.
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=120)
     return subprocess.CompletedProcess(args, proc.returncode, out, err)
+
+
+def assert_same_weights_bitwise(run: Path, reference: Path) -> None:
+    final = load_file(str(run / "model" / "model.safetensors"))
+    expected = load_file(str(reference / "model" / "model.safetensors"))
+    assert final.keys() == expected.keys()
+    assert all(final[k].equal(expected[k]) for k in expected)
 
 
 def curve(run_dir: Path) -> list[tuple]:
@@ -72,8 +81,35 @@ def test_sigkill_and_sigterm_then_resume_is_bitwise_exact(corpus_dir: Path, tmp_
     assert summary["steps"] == STEPS and summary["resumed_from"] >= 16
 
     assert curve(interrupted) == curve(reference)
-    final = load_file(str(interrupted / "model" / "model.safetensors"))
-    expected = load_file(str(reference / "model" / "model.safetensors"))
-    assert final.keys() == expected.keys()
-    assert all(final[k].equal(expected[k]) for k in expected)
+    assert_same_weights_bitwise(interrupted, reference)
     assert os.listdir(interrupted / "checkpoints") == os.listdir(reference / "checkpoints")
+
+
+def test_modernbert_tiny_killed_after_a_checkpoint_resumes_exactly(corpus_dir: Path, tmp_path: Path) -> None:
+    """modernbert-tiny as shipped: StableAdamW, whose step count lives in its parameter groups rather than in the
+    per-parameter state, and the 1-sqrt decay of warmup-stable-decay (warm-up and decay both inside the 8 steps,
+    so the resumed half runs on the decaying rate). Killed after its step-4 checkpoint, resumed: the same
+    metrics.jsonl curve and bitwise the same weights as the run that was never interrupted."""
+    steps = 8
+    schedule = ["--set", "schedule.warmup_steps=2", "--set", "schedule.decay_fraction=0.5"]
+    args = {"recipe": "modernbert-tiny", "steps": steps}
+    reference, interrupted = tmp_path / "reference", tmp_path / "interrupted"
+    # The uninterrupted run alongside the one that is killed: two processes on two cores.
+    uninterrupted = subprocess.Popen(command(corpus_dir, reference, *schedule, **args), stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)  # fmt: skip
+    killed = run_until(command(corpus_dir, interrupted, *schedule, **args), interrupted / "checkpoints" / "step-4",
+                       signal.SIGKILL)  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL
+    _, err = uninterrupted.communicate(timeout=300)
+    assert uninterrupted.returncode == 0, err[-3000:]
+
+    resumed = subprocess.run(command(corpus_dir, interrupted, *schedule, "--resume", **args), capture_output=True,
+                             text=True)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    summary = json.loads(resumed.stdout.strip().splitlines()[-1])
+    assert summary["family"] == "modernbert" and summary["steps"] == steps and summary["resumed_from"] >= 4
+    recipe = yaml.safe_load((interrupted / "recipe.yaml").read_text())
+    assert recipe["optim"]["name"] == "stableadamw" and recipe["schedule"]["decay_shape"] == "1-sqrt"
+
+    assert curve(interrupted) == curve(reference)
+    assert_same_weights_bitwise(interrupted, reference)

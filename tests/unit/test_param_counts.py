@@ -34,6 +34,8 @@ PAPER = {
     "bigbird-roberta-base": 127.5e6,
     "xlnet-base": 110e6,
     "xlnet-large": 340e6,
+    "modernbert-base": 149e6,
+    "modernbert-large": 395e6,
 }
 # Where the paper's figure is not the count of the released architecture, the released checkpoint (rebuilt
 # by transformers from its published config) is the reference, and the gap is stated here:

@@ -135,7 +135,7 @@ class DistributedBackend(Backend):
 
     def __init__(self, cfg: EngineConfig, device: torch.device) -> None:
         super().__init__(cfg, device)
-        dist.init_process_group(device)
+        dist.init_process_group(device, cfg.timeout)
         self.rank, self.world_size = dist.rank(), dist.world_size()
 
     def replicated_copy(self, model: nn.Module) -> nn.Module:

@@ -1,0 +1,291 @@
+"""ModernBERT (Warner et al. 2024), in the order data flows through it. Forward pass only.
+
+Token embeddings (no position or segment tables) -> LayerNorm -> dropout; then pre-norm layers whose attention
+rotates queries and keys (RoPE, one base for global layers and another for local ones), every n-th layer global
+and the others limited to a sliding window of `local_attention` tokens (|i - j| <= local_attention / 2, as
+transformers' mask); GeGLU feed-forward; a final norm. No linear layer and no norm has a bias.
+
+Submodules carry the names of bertkit's BERT encoder (`embeddings.word_embeddings`, `layers.{i}.attention.qkv`,
+`attn_norm`, `ffn.up`, `ffn_norm`, `final_norm`), so distillation's layer copying and freezing, which read those
+names, work unchanged; hf_modernbert.py maps them onto transformers' `tok_embeddings`, `attn.Wqkv`, `mlp.Wi`...
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertkit.config.schema import ModelConfig
+from bertkit.models.bert import EncoderOutput
+from bertkit.models.layers import ACTIVATIONS, AttentionOutput
+
+Rope = tuple[torch.Tensor, torch.Tensor]  # (cos, sin), each (B or 1, T, head_dim), float32
+
+
+def _norm(cfg: ModelConfig) -> nn.LayerNorm:
+    return nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, bias=False)
+
+
+class ModernBertEmbeddings(nn.Module):
+    """Token embeddings, LayerNorm, dropout: positions enter later, as rotations inside the attention."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.word_embeddings = nn.Embedding(cfg.vocab_size, cfg.hidden_size, padding_idx=cfg.pad_token_id)
+        self.norm = _norm(cfg)
+        self.dropout = nn.Dropout(cfg.hidden_dropout)
+
+    def forward(self, input_ids: torch.Tensor, *_: torch.Tensor | None) -> torch.Tensor:
+        # Extra arguments (token types, positions) are what BertEncoder's embeddings take; ModernBERT has neither.
+        return self.dropout(self.norm(self.word_embeddings(input_ids)))
+
+
+def rotary_tables(position_ids: torch.Tensor, head_dim: int, theta: float) -> Rope:
+    """cos and sin of RoPE for `position_ids` (B or 1, T), in float32 whatever the model's dtype: the angles of
+    positions in the thousands lose their low bits in half precision. Computed per forward (a few thousand
+    numbers), not kept in a buffer, so that a model built on the meta device or cast to bf16 stays exact."""
+    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=position_ids.device, dtype=torch.float32) / head_dim)
+    angles = position_ids[..., None].float() * inv_freq
+    angles = torch.cat((angles, angles), dim=-1)  # the two halves rotate together (rotate_half's layout)
+    return angles.cos(), angles.sin()
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat((-second, first), dim=-1)
+
+
+def apply_rotary(x: torch.Tensor, rope: Rope) -> torch.Tensor:
+    """Rotate (B, heads, T, head_dim) queries or keys by their positions, in float32, back to x's dtype."""
+    cos, sin = (table.unsqueeze(1) for table in rope)  # broadcast over heads
+    rotated = x.float() * cos + _rotate_half(x.float()) * sin
+    return rotated.to(x.dtype)
+
+
+class ModernBertAttention(nn.Module):
+    """Fused QKV without bias, RoPE on queries and keys, SDPA (or the explicit path when the scores are asked
+    for), output projection without bias and its dropout."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.num_heads = cfg.num_heads
+        self.head_dim = cfg.hidden_size // cfg.num_heads
+        self.qkv = nn.Linear(cfg.hidden_size, 3 * cfg.hidden_size, bias=False)
+        self.out = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=False)
+        self.dropout_p = cfg.attention_dropout
+        # transformers applies attention_dropout to the probabilities and again after the output projection.
+        self.out_dropout = nn.Dropout(cfg.attention_dropout)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None,
+        rope: Rope,
+        need_weights: bool = False,
+        scores_only: bool = False,
+    ) -> AttentionOutput:
+        """`mask`: boolean, True where a query may attend to a key, broadcastable to (B, heads, T, T). The
+        scores returned are QK^T/sqrt(d) of the rotated queries and keys, before masking (as BERT's)."""
+        batch, length, _ = x.shape
+        q, k, v = self.qkv(x).view(batch, length, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k = apply_rotary(q, rope), apply_rotary(k, rope)
+        if scores_only:
+            return AttentionOutput(None, None, (q @ k.transpose(-1, -2)) / math.sqrt(self.head_dim), v)
+        dropout_p = self.dropout_p if self.training else 0.0
+        probs = scores = values = None
+        if not need_weights:
+            context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+        else:
+            scores = (q @ k.transpose(-1, -2)) / math.sqrt(self.head_dim)
+            masked = scores if mask is None else scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+            probs = masked.softmax(dim=-1)
+            context = F.dropout(probs, dropout_p, self.training) @ v
+            values = v
+        context = context.transpose(1, 2).reshape(batch, length, -1)
+        return AttentionOutput(self.out_dropout(self.out(context)), probs, scores, values)
+
+
+class GeGLU(nn.Module):
+    """up: H -> 2I, split into (input, gate) in that order; act(input) * gate; dropout; down: I -> H."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.up = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
+        self.down = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.act = ACTIVATIONS[cfg.hidden_act]
+        self.dropout = nn.Dropout(cfg.hidden_dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        value, gate = self.up(x).chunk(2, dim=-1)
+        return self.down(self.dropout(self.act(value) * gate))
+
+
+class ModernBertLayer(nn.Module):
+    """Pre-norm layer: x + attn(norm(x)), then x + ffn(norm(x)). Layer 0 has no attention norm: the
+    embeddings were just normalised (transformers' nn.Identity, so its checkpoints have no such tensor)."""
+
+    pre_norm = True  # read by distillation's freezing of what MiniLM's losses never reach
+
+    def __init__(self, cfg: ModelConfig, index: int) -> None:
+        super().__init__()
+        self.is_global = cfg.is_global_layer(index)
+        self.attn_norm: nn.Module = nn.Identity() if index == 0 else _norm(cfg)
+        self.attention = ModernBertAttention(cfg)
+        self.ffn_norm = _norm(cfg)
+        self.ffn = GeGLU(cfg)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None,
+        rope: Rope,
+        need_weights: bool = False,
+        attention_only: bool = False,
+    ) -> tuple[torch.Tensor, AttentionOutput]:
+        """`attention_only`: the scores and values alone, with the input returned unchanged (MiniLM)."""
+        if attention_only:
+            return x, self.attention(self.attn_norm(x), mask, rope, True, scores_only=True)
+        attn = self.attention(self.attn_norm(x), mask, rope, need_weights)
+        x = x + attn.hidden
+        return x + self.ffn(self.ffn_norm(x)), attn
+
+
+def sliding_window_mask(
+    length: int, half_window: int, key_mask: torch.Tensor | None, device: torch.device
+) -> torch.Tensor:
+    """(B or 1, 1, T, T) boolean: |i - j| <= half_window, and the key is not padding. The diagonal is always
+    allowed, so that a padding query far from every real token still has a key to attend to: a row with no key
+    at all would make a NaN that the next layer's attention would spread to every token (0 * NaN). Only
+    padding rows change, whose outputs nothing reads."""
+    positions = torch.arange(length, device=device)
+    window = (positions[:, None] - positions[None, :]).abs() <= half_window
+    if key_mask is None:
+        return window[None, None]
+    eye = torch.eye(length, dtype=torch.bool, device=device)
+    return (window & key_mask[:, None, None, :]) | eye
+
+
+class ModernBertEncoder(nn.Module):
+    """The encoder with BertEncoder's interface and output (EncoderOutput), so every pipeline that builds an
+    encoder by family (pretraining, fine-tuning, embedding, prediction, distillation) takes it as it is."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.config = cfg
+        self.embeddings = ModernBertEmbeddings(cfg)
+        self.layers = nn.ModuleList(ModernBertLayer(cfg, i) for i in range(cfg.num_layers))
+        self.final_norm = _norm(cfg)
+        self.pooler = None  # ModernBERT has none; classifiers put their own head on [CLS] or the mean
+        init_modernbert(self, cfg)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        output_hidden_states: bool = False,
+        output_attentions: bool | Collection[int] = False,
+        embedded: torch.Tensor | None = None,
+        stop_at_last_attention: bool = False,
+    ) -> EncoderOutput:
+        """As BertEncoder.forward (see there for `output_attentions` and `stop_at_last_attention`).
+        `token_type_ids` is accepted and ignored: ModernBERT has no segments. `position_ids` default to
+        0..T-1 for every row, as transformers numbers them."""
+        if stop_at_last_attention and output_hidden_states:
+            raise ValueError("stop_at_last_attention leaves the last layer's output uncomputed; no hidden states")
+        if embedded is None:
+            if input_ids is None:
+                raise ValueError("pass input_ids or embedded")
+            embedded = self.embeddings(input_ids)
+        x = embedded
+        batch, length, _ = x.shape
+        cfg = self.config
+        if position_ids is None:
+            position_ids = torch.arange(length, device=x.device)[None]
+        head_dim = cfg.hidden_size // cfg.num_heads
+        assert cfg.global_rope_theta and cfg.local_rope_theta and cfg.local_attention  # filled in by the config
+        ropes = {True: rotary_tables(position_ids, head_dim, cfg.global_rope_theta)}
+        key_mask = attention_mask.bool() if attention_mask is not None else None
+        masks: dict[bool, torch.Tensor | None] = {True: key_mask[:, None, None, :] if key_mask is not None else None}
+        if not all(layer.is_global for layer in self.layers):
+            ropes[False] = rotary_tables(position_ids, head_dim, cfg.local_rope_theta)
+            masks[False] = sliding_window_mask(length, cfg.local_attention // 2, key_mask, x.device)
+        layers = cfg.num_layers
+        if isinstance(output_attentions, bool):
+            wanted = set(range(layers)) if output_attentions else set()
+        else:
+            wanted = {i % layers for i in output_attentions}
+        if stop_at_last_attention:
+            wanted.add(layers - 1)
+        hidden_states: list[torch.Tensor] = [x] if output_hidden_states else []
+        attentions: list[torch.Tensor] = []
+        attention_scores: list[torch.Tensor] = []
+        values: list[torch.Tensor] = []
+        for i, layer in enumerate(self.layers):
+            stop = stop_at_last_attention and i == layers - 1
+            kind = layer.is_global
+            x, attn = layer(x, masks[kind], ropes[kind], need_weights=i in wanted, attention_only=stop)
+            if output_hidden_states:
+                hidden_states.append(x)
+            if wanted:
+                attentions.append(attn.probs)
+                attention_scores.append(attn.scores)
+                values.append(attn.values)
+        if stop_at_last_attention:
+            return EncoderOutput(x, None, hidden_states, attentions, attention_scores, values)
+        return EncoderOutput(self.final_norm(x), None, hidden_states, attentions, attention_scores, values)
+
+    @property
+    def word_embeddings(self) -> torch.Tensor:
+        return self.embeddings.word_embeddings.weight
+
+
+class ModernBertPredictionHead(nn.Module):
+    """dense (no bias) -> activation -> LayerNorm (no bias): what transformers' ModernBERT puts before its MLM
+    decoder and before every task classifier (`head`)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=False)
+        self.act = ACTIVATIONS[cfg.hidden_act]
+        self.norm = _norm(cfg)
+        init_modernbert(self, cfg)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.act(self.dense(hidden)))
+
+
+class ModernBertMLMHead(ModernBertPredictionHead):
+    """The prediction head, then a decoder whose weight *is* the word-embedding matrix (passed in at call time,
+    as MLMHead's) plus its own bias."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__(cfg)
+        self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
+
+    def forward(self, hidden: torch.Tensor, decoder_weight: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        return F.linear(super().forward(hidden), decoder_weight, self.bias)
+
+
+def _trunc_normal(weight: torch.Tensor, std: float) -> None:
+    # ModernBERT's initialisation: a normal truncated at 2 standard deviations (initializer_cutoff_factor).
+    nn.init.trunc_normal_(weight, std=std, a=-2 * std, b=2 * std)
+
+
+def init_modernbert(module: nn.Module, cfg: ModelConfig, std: float = 0.02) -> None:
+    """transformers' ModernBERT initialisation: embeddings and input projections (QKV, GeGLU's up) at `std`,
+    the projections that write into the residual stream (attention out, GeGLU's down, the heads' dense) at
+    std / sqrt(2 * layers), so the residual's variance does not grow with depth; norms at identity."""
+    out_std = std / math.sqrt(2.0 * cfg.num_layers)
+    for name, sub in module.named_modules():
+        if isinstance(sub, nn.Embedding):
+            _trunc_normal(sub.weight, std)
+        elif isinstance(sub, nn.Linear):
+            _trunc_normal(sub.weight, std if name.endswith(("qkv", "up")) else out_std)
+        elif isinstance(sub, nn.LayerNorm):
+            nn.init.ones_(sub.weight)
