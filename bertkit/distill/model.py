@@ -82,7 +82,8 @@ class EncoderWithHeads(nn.Module):
             output_hidden_states=output_hidden_states,
             output_attentions=output_attentions,
             stop_at_last_attention=stop_at_last_attention,
-            document_ids=document_ids,
+            # Only for a corpus of packed documents: an encoder without document support never sees the argument.
+            **({"document_ids": document_ids} if document_ids is not None else {}),
         )
         hidden = out.last_hidden_state
         mlm_logits = logits = None

@@ -28,6 +28,10 @@ def configure_unpad(model: nn.Module, mode: bool | Literal["auto"]) -> int:
                     "layout); set engine.unpad=auto or false"
                 )
     supported = [encoder for encoder in encoders if encoder.supports_unpad]
+    if mode is True and not supported:
+        raise BertkitError(
+            "engine.unpad=true: this model has no encoder that can run unpadded; set engine.unpad=auto or false"
+        )
     for encoder in supported:
         encoder.unpad = mode
     return len(supported)

@@ -54,7 +54,9 @@ class PretrainingModel(nn.Module):
         mlm_labels: torch.Tensor | None = None,  # accepted so every family takes the same batch; unused here
         document_ids: torch.Tensor | None = None,
     ) -> dict[str, torch.Tensor]:
-        encoded = self.encoder(input_ids, attention_mask, token_type_ids, document_ids=document_ids)
+        # Only a corpus of packed documents has them; an encoder without document support never sees the argument.
+        documents = {"document_ids": document_ids} if document_ids is not None else {}
+        encoded = self.encoder(input_ids, attention_mask, token_type_ids, **documents)
         hidden = encoded.last_hidden_state
         decoder = self.encoder.word_embeddings
         out: dict[str, torch.Tensor] = {"last_hidden_state": hidden}
