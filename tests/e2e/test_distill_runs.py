@@ -66,6 +66,7 @@ def falls(summary: dict, term: str, ratio: float = 0.95) -> bool:
     return summary[f"{term}_loss_last"] < ratio * summary[f"{term}_loss_first"]
 
 
+@pytest.mark.slow  # 35 s: the default suite's time limit; the narrower-student test below covers every term
 def test_distilled_student_moves_toward_the_real_teacher(
     minilm_dir: Path, minilm_corpus: Path, held_out: Path, tmp_path: Path
 ) -> None:

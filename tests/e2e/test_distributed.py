@@ -144,7 +144,9 @@ SPLITS = {
 
 
 @pytest.mark.parametrize(
-    "split", [pytest.param(s, marks=pytest.mark.slow) if s.endswith("-unpad") else s for s in SPLITS]
+    # The unpadded engines, and ZeRO-2 with accumulation, run with the slow checks (the default suite's time limit).
+    "split",
+    [pytest.param(s, marks=pytest.mark.slow) if s.endswith("-unpad") or s == "zero2-2-accum-2" else s for s in SPLITS],
 )
 def test_every_split_of_the_batch_makes_the_same_steps(
     corpus_dir: Path, single_run: Path, tmp_path: Path, split: str
@@ -479,7 +481,13 @@ FAMILY_ENGINES = {
 }
 
 
-@pytest.mark.parametrize("case", FAMILY_ENGINES)
+# The default suite keeps one engine per family (its time limit); the others run with the slow checks.
+SLOW_FAMILY_ENGINES = {"xlnet-zero3", "modernbert-ddp"}
+
+
+@pytest.mark.parametrize(
+    "case", [pytest.param(c, marks=pytest.mark.slow) if c in SLOW_FAMILY_ENGINES else c for c in FAMILY_ENGINES]
+)
 def test_new_families_on_two_processes_make_the_same_steps(
     request: pytest.FixtureRequest, family_single, tmp_path: Path, case: str
 ) -> None:
