@@ -544,8 +544,6 @@ def unpad_unsupported(model: ModelConfig) -> str | None:
         return "model.family=xlnet (relative two-stream attention over the padded layout)"
     if model.attention == "block_sparse":
         return "model.attention=block_sparse (BigBird's blocks tile the padded sequence)"
-    if model.family == "modernbert":
-        return "model.family=modernbert (its encoder has no unpadded path yet)"
     return None
 
 

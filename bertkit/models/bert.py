@@ -15,7 +15,7 @@ from torch import nn
 
 from bertkit.config.schema import ModelConfig
 from bertkit.models.layers import Embeddings, EncoderLayer, init_weights
-from bertkit.models.unpad import Packing, document_mask, document_positions, pack, repad, unpad
+from bertkit.models.unpad import Packing, document_mask, document_positions, pack, repad, should_pack, unpad
 
 
 class EncoderOutput(NamedTuple):
@@ -166,14 +166,10 @@ class BertEncoder(nn.Module):
     def _packing(
         self, attention_mask: torch.Tensor | None, document_ids: torch.Tensor | None, weights_wanted: bool
     ) -> Packing | None:
-        """The packing to run on, or None for the padded path: unpadding off or unsupported, no mask, or attention
-        weights asked for (distillation reads (B, heads, T, T) probabilities and scores, which only the padded
-        path computes). `auto` unpads only a batch with padding, or with documents (varlen attention is what
-        keeps them apart cheaply)."""
-        if self.unpad is False or attention_mask is None or weights_wanted or not self.supports_unpad:
+        """The packing to run on, or None for the padded path (unpadding off or unsupported, or see should_pack)."""
+        if not self.supports_unpad or not should_pack(self.unpad, attention_mask, document_ids, weights_wanted):
             return None
-        if self.unpad == "auto" and document_ids is None and bool(attention_mask.bool().all()):
-            return None
+        assert attention_mask is not None
         return pack(attention_mask, document_ids)
 
     def _embed_packed(

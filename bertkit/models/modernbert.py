@@ -5,6 +5,10 @@ rotates queries and keys (RoPE, one base for global layers and another for local
 and the others limited to a sliding window of `local_attention` tokens (|i - j| <= local_attention / 2, as
 transformers' mask); GeGLU feed-forward; a final norm. No linear layer and no norm has a bias.
 
+Unpadding (engine.unpad, as the paper trains): everything but attention runs on the batch's packed real tokens,
+rotations by each token's position within its sequence or document, attention through varlen_attention with each
+layer's window (bertkit/models/unpad.py).
+
 Submodules carry the names of bertkit's BERT encoder (`embeddings.word_embeddings`, `layers.{i}.attention.qkv`,
 `attn_norm`, `ffn.up`, `ffn_norm`, `final_norm`), so distillation's layer copying and freezing, which read those
 names, work unchanged; hf_modernbert.py maps them onto transformers' `tok_embeddings`, `attn.Wqkv`, `mlp.Wi`...
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -22,8 +27,19 @@ from torch import nn
 from bertkit.config.schema import ModelConfig
 from bertkit.models.bert import EncoderOutput
 from bertkit.models.layers import ACTIVATIONS, AttentionOutput
+from bertkit.models.unpad import (
+    Packing,
+    document_mask,
+    document_positions,
+    pack,
+    repad,
+    should_pack,
+    unpad,
+    varlen_attention,
+)
 
-Rope = tuple[torch.Tensor, torch.Tensor]  # (cos, sin), each (B or 1, T, head_dim), float32
+# (cos, sin), float32: each (B or 1, T, head_dim) on the padded path, (N, head_dim) on the packed one.
+Rope = tuple[torch.Tensor, torch.Tensor]
 
 
 def _norm(cfg: ModelConfig) -> nn.LayerNorm:
@@ -45,9 +61,9 @@ class ModernBertEmbeddings(nn.Module):
 
 
 def rotary_tables(position_ids: torch.Tensor, head_dim: int, theta: float) -> Rope:
-    """cos and sin of RoPE for `position_ids` (B or 1, T), in float32 whatever the model's dtype: the angles of
-    positions in the thousands lose their low bits in half precision. Computed per forward (a few thousand
-    numbers), not kept in a buffer, so that a model built on the meta device or cast to bf16 stays exact."""
+    """cos and sin of RoPE for `position_ids` (B or 1, T), or (N,) packed, in float32 whatever the model's dtype:
+    the angles of positions in the thousands lose their low bits in half precision. Computed per forward (a few
+    thousand numbers), not kept in a buffer, so that a model built on the meta device or cast to bf16 stays exact."""
     inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=position_ids.device, dtype=torch.float32) / head_dim)
     angles = position_ids[..., None].float() * inv_freq
     angles = torch.cat((angles, angles), dim=-1)  # the two halves rotate together (rotate_half's layout)
@@ -60,8 +76,9 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def apply_rotary(x: torch.Tensor, rope: Rope) -> torch.Tensor:
-    """Rotate (B, heads, T, head_dim) queries or keys by their positions, in float32, back to x's dtype."""
-    cos, sin = (table.unsqueeze(1) for table in rope)  # broadcast over heads
+    """Rotate (B, heads, T, head_dim) queries or keys, or packed (N, heads, head_dim) ones, by their positions,
+    in float32, back to x's dtype. The heads axis is 1 in both layouts, where the tables get a broadcast axis."""
+    cos, sin = (table.unsqueeze(1) for table in rope)
     rotated = x.float() * cos + _rotate_half(x.float()) * sin
     return rotated.to(x.dtype)
 
@@ -70,10 +87,13 @@ class ModernBertAttention(nn.Module):
     """Fused QKV without bias, RoPE on queries and keys, SDPA (or the explicit path when the scores are asked
     for), output projection without bias and its dropout."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, window: tuple[int, int] = (-1, -1)) -> None:
         super().__init__()
         self.num_heads = cfg.num_heads
         self.head_dim = cfg.hidden_size // cfg.num_heads
+        # (left, right) for varlen_attention on the packed path: (-1, -1) for a global layer. The padded path
+        # gets the same band from the encoder's mask instead.
+        self.window = window
         self.qkv = nn.Linear(cfg.hidden_size, 3 * cfg.hidden_size, bias=False)
         self.out = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=False)
         self.dropout_p = cfg.attention_dropout
@@ -83,13 +103,19 @@ class ModernBertAttention(nn.Module):
     def forward(
         self,
         x: torch.Tensor,
-        mask: torch.Tensor | None,
+        mask: torch.Tensor | Packing | None,
         rope: Rope,
         need_weights: bool = False,
         scores_only: bool = False,
     ) -> AttentionOutput:
         """`mask`: boolean, True where a query may attend to a key, broadcastable to (B, heads, T, T). The
-        scores returned are QK^T/sqrt(d) of the rotated queries and keys, before masking (as BERT's)."""
+        scores returned are QK^T/sqrt(d) of the rotated queries and keys, before masking (as BERT's).
+
+        With a `Packing` for a mask, `x` is the batch's packed (N, hidden) real tokens and `rope` their tables
+        (N, head_dim); attention stays within each segment and this layer's window. The encoder never asks that
+        path for weights or scores."""
+        if isinstance(mask, Packing):
+            return AttentionOutput(self._packed(x, mask, rope))
         batch, length, _ = x.shape
         q, k, v = self.qkv(x).view(batch, length, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k = apply_rotary(q, rope), apply_rotary(k, rope)
@@ -107,6 +133,14 @@ class ModernBertAttention(nn.Module):
             values = v
         context = context.transpose(1, 2).reshape(batch, length, -1)
         return AttentionOutput(self.out_dropout(self.out(context)), probs, scores, values)
+
+    def _packed(self, x: torch.Tensor, packing: Packing, rope: Rope) -> torch.Tensor:
+        tokens = x.shape[0]
+        q, k, v = self.qkv(x).view(tokens, 3, self.num_heads, self.head_dim).unbind(1)
+        q, k = apply_rotary(q, rope), apply_rotary(k, rope)
+        dropout_p = self.dropout_p if self.training else 0.0
+        context = varlen_attention(q, k, v, packing, dropout_p, window=self.window)
+        return self.out_dropout(self.out(context.reshape(tokens, -1)))
 
 
 class GeGLU(nn.Module):
@@ -134,14 +168,16 @@ class ModernBertLayer(nn.Module):
         super().__init__()
         self.is_global = cfg.is_global_layer(index)
         self.attn_norm: nn.Module = nn.Identity() if index == 0 else _norm(cfg)
-        self.attention = ModernBertAttention(cfg)
+        assert cfg.local_attention  # filled in by the config
+        half = cfg.local_attention // 2
+        self.attention = ModernBertAttention(cfg, (-1, -1) if self.is_global else (half, half))
         self.ffn_norm = _norm(cfg)
         self.ffn = GeGLU(cfg)
 
     def forward(
         self,
         x: torch.Tensor,
-        mask: torch.Tensor | None,
+        mask: torch.Tensor | Packing | None,
         rope: Rope,
         need_weights: bool = False,
         attention_only: bool = False,
@@ -180,7 +216,12 @@ class ModernBertEncoder(nn.Module):
         self.layers = nn.ModuleList(ModernBertLayer(cfg, i) for i in range(cfg.num_layers))
         self.final_norm = _norm(cfg)
         self.pooler = None  # ModernBERT has none; classifiers put their own head on [CLS] or the mean
+        # engine.unpad: "auto", True or False (bertkit/engine/unpad.py sets it), as BertEncoder's.
+        self.unpad: bool | Literal["auto"] = "auto"
         init_modernbert(self, cfg)
+
+    # Every layer is per-token apart from attention, and varlen attention takes the sliding window.
+    supports_unpad = True
 
     def forward(
         self,
@@ -192,29 +233,18 @@ class ModernBertEncoder(nn.Module):
         output_attentions: bool | Collection[int] = False,
         embedded: torch.Tensor | None = None,
         stop_at_last_attention: bool = False,
+        document_ids: torch.Tensor | None = None,
     ) -> EncoderOutput:
-        """As BertEncoder.forward (see there for `output_attentions` and `stop_at_last_attention`).
-        `token_type_ids` is accepted and ignored: ModernBERT has no segments. `position_ids` default to
-        0..T-1 for every row, as transformers numbers them."""
+        """As BertEncoder.forward (see there for `output_attentions`, `stop_at_last_attention`, `document_ids` and
+        unpadding). `token_type_ids` is accepted and ignored: ModernBERT has no segments. `position_ids` default
+        to 0..T-1 for every row, as transformers numbers them, or restart at every document.
+
+        Unpadded, embeddings, norms, projections and GeGLU run on the (N, hidden) real tokens; each token's
+        rotation uses its position within its sequence or document, and attention goes through varlen_attention
+        with the layer's window (none for global layers)."""
         if stop_at_last_attention and output_hidden_states:
             raise ValueError("stop_at_last_attention leaves the last layer's output uncomputed; no hidden states")
-        if embedded is None:
-            if input_ids is None:
-                raise ValueError("pass input_ids or embedded")
-            embedded = self.embeddings(input_ids)
-        x = embedded
-        batch, length, _ = x.shape
         cfg = self.config
-        if position_ids is None:
-            position_ids = torch.arange(length, device=x.device)[None]
-        head_dim = cfg.hidden_size // cfg.num_heads
-        assert cfg.global_rope_theta and cfg.local_rope_theta and cfg.local_attention  # filled in by the config
-        ropes = {True: rotary_tables(position_ids, head_dim, cfg.global_rope_theta)}
-        key_mask = attention_mask.bool() if attention_mask is not None else None
-        masks: dict[bool, torch.Tensor | None] = {True: key_mask[:, None, None, :] if key_mask is not None else None}
-        if not all(layer.is_global for layer in self.layers):
-            ropes[False] = rotary_tables(position_ids, head_dim, cfg.local_rope_theta)
-            masks[False] = sliding_window_mask(length, cfg.local_attention // 2, key_mask, x.device)
         layers = cfg.num_layers
         if isinstance(output_attentions, bool):
             wanted = set(range(layers)) if output_attentions else set()
@@ -222,7 +252,45 @@ class ModernBertEncoder(nn.Module):
             wanted = {i % layers for i in output_attentions}
         if stop_at_last_attention:
             wanted.add(layers - 1)
-        hidden_states: list[torch.Tensor] = [x] if output_hidden_states else []
+        if document_ids is not None and attention_mask is None:
+            attention_mask = torch.ones_like(document_ids)
+        packing = (
+            pack(attention_mask, document_ids)
+            if attention_mask is not None and should_pack(self.unpad, attention_mask, document_ids, bool(wanted))
+            else None
+        )
+        if embedded is None:
+            if input_ids is None:
+                raise ValueError("pass input_ids or embedded")
+            # Packed: the (N,) real token ids, so the lookup and norm never touch padding.
+            embedded = self.embeddings(unpad(input_ids, packing) if packing is not None else input_ids)
+        elif packing is not None:
+            embedded = unpad(embedded, packing)
+        x = embedded
+        head_dim = cfg.hidden_size // cfg.num_heads
+        assert cfg.global_rope_theta and cfg.local_rope_theta and cfg.local_attention  # filled in by the config
+        has_local = not all(layer.is_global for layer in self.layers)
+        masks: dict[bool, torch.Tensor | Packing | None]
+        if packing is not None:
+            if position_ids is None:
+                positions = packing.positions  # restart at every sequence and document
+            else:
+                positions = unpad(position_ids.expand(packing.batch, packing.length), packing)
+            masks = {True: packing, False: packing}  # each layer's attention holds its own window
+        else:
+            length = x.shape[1]
+            if position_ids is None:
+                if document_ids is not None and attention_mask is not None:
+                    position_ids = document_positions(attention_mask, document_ids)
+                else:
+                    position_ids = torch.arange(length, device=x.device)[None]
+            positions = position_ids
+            masks = self._padded_masks(attention_mask, document_ids, length, has_local, x.device)
+        ropes = {True: rotary_tables(positions, head_dim, cfg.global_rope_theta)}
+        if has_local:
+            ropes[False] = rotary_tables(positions, head_dim, cfg.local_rope_theta)
+        padded = (lambda h: repad(h, packing)) if packing is not None else (lambda h: h)
+        hidden_states: list[torch.Tensor] = [padded(x)] if output_hidden_states else []
         attentions: list[torch.Tensor] = []
         attention_scores: list[torch.Tensor] = []
         values: list[torch.Tensor] = []
@@ -231,14 +299,38 @@ class ModernBertEncoder(nn.Module):
             kind = layer.is_global
             x, attn = layer(x, masks[kind], ropes[kind], need_weights=i in wanted, attention_only=stop)
             if output_hidden_states:
-                hidden_states.append(x)
+                hidden_states.append(padded(x))
             if wanted:
                 attentions.append(attn.probs)
                 attention_scores.append(attn.scores)
                 values.append(attn.values)
-        if stop_at_last_attention:
+        if stop_at_last_attention:  # only on the padded path (it asks for scores)
             return EncoderOutput(x, None, hidden_states, attentions, attention_scores, values)
-        return EncoderOutput(self.final_norm(x), None, hidden_states, attentions, attention_scores, values)
+        return EncoderOutput(padded(self.final_norm(x)), None, hidden_states, attentions, attention_scores, values)
+
+    def _padded_masks(
+        self,
+        attention_mask: torch.Tensor | None,
+        document_ids: torch.Tensor | None,
+        length: int,
+        has_local: bool,
+        device: torch.device,
+    ) -> dict[bool, torch.Tensor | Packing | None]:
+        """The padded path's boolean masks, for global (True) and sliding-window (False) layers: the keys that are
+        real tokens, or with documents each query's own document's; local layers add the band |i - j| <= w/2."""
+        assert self.config.local_attention
+        half = self.config.local_attention // 2
+        if document_ids is not None and attention_mask is not None:
+            within = document_mask(attention_mask, document_ids)  # (B, 1, T, T), the diagonal always allowed
+            masks: dict[bool, torch.Tensor | Packing | None] = {True: within}
+            if has_local:
+                masks[False] = within & sliding_window_mask(length, half, None, device)
+            return masks
+        key_mask = attention_mask.bool() if attention_mask is not None else None
+        masks = {True: key_mask[:, None, None, :] if key_mask is not None else None}
+        if has_local:
+            masks[False] = sliding_window_mask(length, half, key_mask, device)
+        return masks
 
     @property
     def word_embeddings(self) -> torch.Tensor:

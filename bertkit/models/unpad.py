@@ -12,7 +12,7 @@ Any family whose layers are per-token apart from attention can reuse this module
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -63,6 +63,21 @@ def pack(attention_mask: torch.Tensor, document_ids: torch.Tensor | None = None)
     key_mask = (torch.arange(max_seqlen, device=indices.device) < seqlens[:, None])[:, None, None, :]
     assert segments == len(cu_seqlens) - 1
     return Packing(indices, cu_seqlens, max_seqlen, positions, batch, length, slots, key_mask)
+
+
+def should_pack(
+    mode: bool | Literal["auto"],
+    attention_mask: torch.Tensor | None,
+    document_ids: torch.Tensor | None,
+    weights_wanted: bool,
+) -> bool:
+    """Whether an encoder set to `mode` (engine.unpad) runs this batch packed. Never without a mask or when
+    attention weights are asked for (distillation reads (B, heads, T, T) probabilities and scores, which only
+    the padded path computes); `auto` packs only a batch with padding, or with documents (varlen attention is
+    what keeps them apart cheaply). Shared by every family with a packed path, so they decide alike."""
+    if mode is False or attention_mask is None or weights_wanted:
+        return False
+    return not (mode == "auto" and document_ids is None and bool(attention_mask.bool().all()))
 
 
 def unpad(x: torch.Tensor, packing: Packing) -> torch.Tensor:

@@ -11,6 +11,10 @@ only `engine.unpad` differs (false vs true). They alternate in the same process,
 round of each is reported: the machine is shared, and a round slowed by a neighbour says nothing about the code.
 Tokens are the real (non-padding) tokens trained on, the same for both. Printed as `[bench]` lines; asserted:
 unpadded >= 1.5x padded (the issue's target). Set BERTKIT_BENCH_QUICK=1 for a smoke run (figures mean nothing).
+
+The ModernBERT benchmark does the same for a small random ModernBERT classifier, with transformers' own
+ModernBertForSequenceClassification (the same config and weights, exported by bertkit's interop) as a third
+runner in the same rounds; transformers' figure is reported, not asserted.
 """
 
 from __future__ import annotations
@@ -148,3 +152,149 @@ def test_cpu_attention_strategies(minilm_dir: Path, reviews: tuple[list[str], np
           + ", ".join(f"{name} {seconds:.2f} s" for name, seconds in best.items()))  # fmt: skip
     if not QUICK:
         assert best["padded to the longest"] < best["padded path"]
+
+
+# ModernBERT: a small classifier (random weights, MiniLM's WordPiece vocabulary for the reviews) fine-tuned three
+# ways on the same batches. Small enough for 2 CPU cores: 6 layers, hidden 256, 4 heads, GeGLU 384, global
+# attention every 3rd layer and a 64-token window (32 each side) in the others.
+MODERN_SHAPE = dict(hidden_size=256, num_layers=6, num_heads=4, intermediate_size=384, local_attention=64,
+                    global_attn_every_n_layers=3, max_position_embeddings=512, hidden_dropout=0.0,
+                    attention_dropout=0.0)  # fmt: skip
+
+
+class Window:
+    """A batch source timing exactly STEPS optimizer steps: the clock starts when batch WARMUP is fetched and stops
+    when batch WARMUP + STEPS is (a step fetches its batch first, so that is when the previous step's update has
+    finished). Real tokens of the batches in between are counted. The run does one step more than it times, so
+    nothing after the last timed step (bertkit's final checkpoint) is counted for one side only."""
+
+    def __init__(self, source, warmup: int, steps: int) -> None:
+        self.source, self.warmup, self.steps = source, warmup, steps
+        self.served, self.tokens, self.start, self.seconds = 0, 0, 0.0, 0.0
+        self.sampler = source.sampler
+
+    @property
+    def state(self):
+        return self.source.state
+
+    def load_state(self, state):
+        self.source.load_state(state)
+
+    def next_batch(self):
+        if self.served == self.warmup:
+            self.start = time.perf_counter()
+        elif self.served == self.warmup + self.steps:
+            self.seconds = time.perf_counter() - self.start
+        batch = self.source.next_batch()
+        if self.warmup <= self.served < self.warmup + self.steps:
+            self.tokens += int(batch["attention_mask"].sum())
+        self.served += 1
+        return batch
+
+    @property
+    def tokens_per_s(self) -> float:
+        assert self.seconds > 0, "the run ended before its last timed step"
+        return self.tokens / self.seconds
+
+
+@pytest.fixture(scope="module")
+def modern_setup(minilm_dir: Path, reviews: tuple[list[str], np.ndarray], tmp_path_factory: pytest.TempPathFactory):
+    """(bertkit config, examples, pad id, a folder with the same model in transformers' format)."""
+    transformers = pytest.importorskip("transformers")
+    from bertkit.config.recipe import load_recipe
+    from bertkit.config.schema import ModelConfig
+    from bertkit.interop.hf import to_hf_task_checkpoint, write_hf_dir
+    from bertkit.modeldir import load_model_dir
+    from bertkit.tasks.classification import encode_examples
+
+    _, _, _, _, tokenizer = load_model_dir(minilm_dir)
+    base = load_recipe("modernbert-tiny").model  # type: ignore[union-attr]
+    cfg = ModelConfig.model_validate(
+        {**base.model_dump(), **MODERN_SHAPE, "vocab_size": tokenizer.vocab_size, "pad_token_id": tokenizer.pad_id}
+    )
+    texts, labels = reviews
+    examples = encode_examples(texts, None, labels, tokenizer, MAX_LEN)
+    model = _modern_classifier(cfg)
+    hf_dir = tmp_path_factory.mktemp("modernbert-hf")
+    write_hf_dir(hf_dir, *to_hf_task_checkpoint(cfg, model.state_dict(), "sequence-classification",
+                                                ["negative", "positive"]))  # fmt: skip
+    # The same model on both sides: the logits of one batch of reviews agree before any timing.
+    from bertkit.tasks.classification import ClassificationBatches
+
+    batch = ClassificationBatches(examples, BATCH, tokenizer.pad_id, seed=0, use_token_types=False).next_batch()
+    hf = _hf_classifier(transformers, hf_dir).eval()
+    with torch.no_grad():
+        theirs = hf(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        mine = model.eval()(batch["input_ids"], batch["attention_mask"])["logits"]
+    assert (theirs - mine).abs().max().item() <= 1e-4
+    return cfg, examples, tokenizer.pad_id, hf_dir
+
+
+def _modern_classifier(cfg):
+    from bertkit.models.modernbert import ModernBertEncoder
+    from bertkit.tasks.classification import SequenceClassifier
+
+    torch.manual_seed(0)
+    return SequenceClassifier(ModernBertEncoder(cfg), 2, 0.0)
+
+
+def _hf_classifier(transformers, hf_dir: Path):
+    # transformers' SDPA attention (its default on CPU): the padded batch with a 4D (sliding-window) mask.
+    return transformers.ModernBertForSequenceClassification.from_pretrained(
+        hf_dir, attn_implementation="sdpa", dtype=torch.float32
+    )
+
+
+def run_modern(setup, variant: str, tmp: Path) -> float:
+    """Real tokens/s of STEPS fine-tuning steps after WARMUP ones: bertkit's loop with engine.unpad=false or
+    true, or a plain PyTorch loop over transformers' model (AdamW with bertkit's defaults and the same clipping:
+    what a user's own loop does, with less bookkeeping than bertkit's)."""
+    from bertkit.engine.loop import train
+    from bertkit.tasks.classification import ClassificationBatches, classification_objective
+
+    cfg, examples, pad_id, hf_dir = setup
+    source = Window(ClassificationBatches(examples, BATCH, pad_id, seed=0, use_token_types=False), WARMUP, STEPS)
+    optim = OptimConfig(lr=2e-5)
+    if variant == "transformers":
+        import transformers
+
+        model = _hf_classifier(transformers, hf_dir).train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=optim.lr, betas=optim.betas, eps=optim.eps,
+                                      weight_decay=optim.weight_decay)  # fmt: skip
+        for _ in range(WARMUP + STEPS + 1):
+            batch = source.next_batch()
+            loss = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                         labels=batch["labels"]).loss  # fmt: skip
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), optim.grad_clip)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        return source.tokens_per_s
+    model = _modern_classifier(cfg)
+    train_cfg = TrainConfig(steps=WARMUP + STEPS + 1, batch_size=BATCH, log_every=WARMUP + STEPS + 1)
+    engine = EngineConfig(device="cpu", unpad=variant == "unpadded")
+    train(model, classification_objective, source, tmp, train_cfg, optim, ScheduleConfig(), engine, quiet=True)
+    return source.tokens_per_s
+
+
+def test_modernbert_unpadded_finetuning_tokens_per_second(modern_setup, tmp_path: Path) -> None:
+    """bertkit's ModernBERT padded and unpadded, and transformers' ModernBertForSequenceClassification with the
+    same config and weights, fine-tuned on the same review batches; interleaved rounds, best of each. Asserted:
+    unpadded >= 1.5x padded; transformers' figure is reported, not asserted."""
+    variants = ("padded", "unpadded", "transformers")
+    best = dict.fromkeys(variants, 0.0)
+    for round_ in range(ROUNDS):
+        for variant in variants:
+            tokens_per_s = run_modern(modern_setup, variant, tmp_path / f"modern-{round_}-{variant}")
+            best[variant] = max(best[variant], tokens_per_s)
+            print(f"[bench] modernbert round {round_}: {variant} {tokens_per_s:,.0f} real tok/s")
+    ratio = best["unpadded"] / best["padded"]
+    load = os.getloadavg()[0]
+    print(
+        f"[bench] fine-tuning a ModernBERT classifier (6 layers, hidden 256, window 64) on Rotten Tomatoes reviews "
+        f"(batch {BATCH}, {torch.get_num_threads()} threads, load {load:.2f}): bertkit padded {best['padded']:,.0f} "
+        f"real tok/s, unpadded {best['unpadded']:,.0f} ({ratio:.2f}x), transformers {best['transformers']:,.0f} "
+        f"({best['unpadded'] / best['transformers']:.2f}x for unpadded)"
+    )
+    if not QUICK:
+        assert ratio >= TARGET, f"unpadded is {ratio:.2f}x padded, below the {TARGET}x target"

@@ -2,7 +2,8 @@
 session corpus: 64-token sequences from bertkit's own WordPiece tokenizer, so both its global layers and its
 16-token sliding windows run), the loss falling; its export loading into transformers' ModernBertForMaskedLM with
 no missing keys and computing what bertkit computes; fine-tuning on real Rotten Tomatoes reviews, the classifier
-exporting to ModernBertForSequenceClassification with the same logits; predict and embed on the result."""
+exporting to ModernBertForSequenceClassification with the same logits; predict and embed on the result, all three
+unpadded (engine.unpad=auto: review batches have padding)."""
 
 from __future__ import annotations
 
@@ -67,13 +68,20 @@ def test_pretrained_export_runs_in_transformers(modernbert_run: tuple[Path, dict
 
 
 def test_finetune_predict_embed_and_export(modernbert_run: tuple[Path, dict], sentiment_csv: Path,
-                                           tmp_path: Path) -> None:  # fmt: skip
+                                           tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    from bertkit.models import modernbert as modernbert_module
+
+    packs: list[int] = []
+    real_pack = modernbert_module.pack
+    monkeypatch.setattr(modernbert_module, "pack", lambda *a: packs.append(1) or real_pack(*a))
     run, _ = modernbert_run
     ft = tmp_path / "ft"
     out = run_json("finetune", "--model", str(run), "--train", str(sentiment_csv), "--recipe", "finetune-tiny",
                    "--output", str(ft), "--set", "train.steps=20", "--set", "train.log_every=10",
                    "--set", "engine.threads=1")  # fmt: skip
     assert out["labels"] == ["negative", "positive"] and 0.0 <= out["eval"]["accuracy"] <= 1.0
+    assert len(packs) >= 20  # every training batch (and the evaluation's) ran packed
+    counted = len(packs)
     with open(sentiment_csv, encoding="utf-8", newline="") as handle:
         reviews = [row["text"] for row in csv.DictReader(handle)][:20]
     texts = tmp_path / "texts.txt"
@@ -82,9 +90,12 @@ def test_finetune_predict_embed_and_export(modernbert_run: tuple[Path, dict], se
     summary = run_json("predict", "--model", str(ft), "--input", str(texts), "--output", str(predictions))
     rows = [json.loads(line) for line in predictions.read_text().splitlines()]
     assert summary["rows"] == len(rows) == 20 and {row["label"] for row in rows} <= {"negative", "positive"}
+    assert len(packs) > counted
+    counted = len(packs)
     emb = run_json("embed", "--model", str(ft), "--input", str(texts), "--output", str(tmp_path / "emb.npy"))
     vectors = np.load(tmp_path / "emb.npy")
     assert emb["rows"] == 20 and vectors.shape == (20, 128) and np.isfinite(vectors).all()
+    assert len(packs) > counted
 
     transformers = pytest.importorskip("transformers")
     exported = run_json("export", str(ft), "--to", "hf", "--output", str(tmp_path / "hf"))

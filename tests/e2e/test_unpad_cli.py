@@ -10,13 +10,14 @@ import torch
 from cli_helpers import run_error, run_json
 
 from bertkit.models import bert as bert_module
+from bertkit.models import modernbert as modernbert_module
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture
 def packed_batches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The number of real tokens of every batch the encoder ran unpadded."""
+    """The number of real tokens of every batch the encoder ran unpadded (BERT-family or ModernBERT)."""
     seen: list[int] = []
     real_pack = bert_module.pack
 
@@ -26,6 +27,7 @@ def packed_batches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         return packing
 
     monkeypatch.setattr(bert_module, "pack", counting)
+    monkeypatch.setattr(modernbert_module, "pack", counting)
     return seen
 
 
@@ -69,9 +71,11 @@ def packed_corpus(tmp_path_factory: pytest.TempPathFactory, text_file: Path, tok
     return out
 
 
-def test_packed_documents_do_not_see_each_other(packed_corpus: Path) -> None:
+@pytest.mark.parametrize("recipe", ["bert-tiny", "modernbert-tiny"])
+def test_packed_documents_do_not_see_each_other(packed_corpus: Path, recipe: str) -> None:
     """A real batch of packed rows: rewriting one document's tokens leaves every other document's outputs
-    unchanged (1e-6), on the unpadded (varlen) path and on the padded one (block-diagonal mask); both agree."""
+    unchanged (1e-6), on the unpadded (varlen) path and on the padded one (block-diagonal mask); both agree.
+    ModernBERT's 16-token windows are shorter than its 64-token rows: windows and documents at once."""
     import numpy as np
 
     from bertkit.config.recipe import load_recipe
@@ -80,7 +84,7 @@ def test_packed_documents_do_not_see_each_other(packed_corpus: Path) -> None:
     from bertkit.corpus.masking import MaskingSpec
     from bertkit.corpus.shards import Corpus
     from bertkit.engine.unpad import configure_unpad
-    from bertkit.models.bert import BertEncoder
+    from bertkit.models.pretraining import build_encoder
     from bertkit.tokenizers.base import load_tokenizer
 
     corpus, tok = Corpus(packed_corpus), load_tokenizer(packed_corpus / TOKENIZER_SUBDIR)
@@ -93,9 +97,9 @@ def test_packed_documents_do_not_see_each_other(packed_corpus: Path) -> None:
     docs = batch["document_ids"]
     row = int(docs.max(1).values.argmax())  # the row with the most documents
     assert docs[row].max() >= 2 and (docs == 0).equal(batch["attention_mask"] == 0)
-    cfg = load_recipe("bert-tiny").model.model_copy(update={"vocab_size": tok.vocab_size})  # type: ignore[union-attr]
+    cfg = load_recipe(recipe).model.model_copy(update={"vocab_size": tok.vocab_size})  # type: ignore[union-attr]
     torch.manual_seed(0)
-    encoder = BertEncoder(cfg).eval()
+    encoder = build_encoder(cfg).eval()
     changed = batch["input_ids"].clone()
     first = docs[row] == 1
     changed[row, first] = torch.randint(
@@ -121,5 +125,15 @@ def test_pretrain_on_packed_documents(tmp_path: Path, packed_corpus: Path, packe
     )  # fmt: skip
     assert out["steps"] == 3 and out["loss_last"] > 0
     assert packed_batches  # engine.unpad=auto: rows of packed documents always take the varlen path
+    # ModernBERT pretrains on them too (its packing, as its paper trains), padded or not.
+    for unpad in ("auto", "false"):
+        before = len(packed_batches)
+        out = run_json(
+            "pretrain", "--recipe", "modernbert-tiny", "--corpus", str(packed_corpus), "-o", str(tmp_path / unpad),
+            "--set", "train.steps=2", "--set", "train.batch_size=8", "--set", "engine.threads=1",
+            "--set", "train.eval_batches=1", "--set", f"engine.unpad={unpad}",
+        )  # fmt: skip
+        assert out["steps"] == 2 and out["loss_last"] > 0
+        assert (len(packed_batches) > before) == (unpad == "auto")
     error = run_error("pretrain", "--recipe", "bigbird-tiny", "--corpus", str(packed_corpus), "-o", str(tmp_path / "b"))
     assert "packed-documents" in error and "block_sparse" in error

@@ -3,7 +3,8 @@ with a sliding window (local_attention 8) much shorter than the sequences (40 to
 global attention every other layer, loaded into bertkit gives the same hidden states and MLM logits (<= 1e-4);
 HF -> bertkit -> HF reproduces every tensor exactly; bertkit's export loads in transformers with no missing or
 unexpected keys; and the task heads (sequence classification with [CLS] or mean pooling, token classification,
-question answering) give the same logits in both directions."""
+question answering) give the same logits in both directions. Both of bertkit's paths are compared: padded, and
+unpadded (engine.unpad: the real tokens packed, varlen attention with each layer's window), at the real tokens."""
 
 from __future__ import annotations
 
@@ -16,10 +17,12 @@ from safetensors.torch import load_file
 
 transformers = pytest.importorskip("transformers")
 
+from bertkit.engine.unpad import configure_unpad  # noqa: E402
 from bertkit.errors import BertkitError  # noqa: E402
 from bertkit.interop import hf_modernbert  # noqa: E402
 from bertkit.interop.hf import load_hf_dir, to_hf_checkpoint, to_hf_task_checkpoint, write_hf_dir  # noqa: E402
 from bertkit.interop.keymap import to_ours  # noqa: E402
+from bertkit.models import modernbert as modernbert_module  # noqa: E402
 from bertkit.models.pretraining import build_encoder, build_pretraining_model  # noqa: E402
 from bertkit.tasks.classification import SequenceClassifier  # noqa: E402
 from bertkit.tasks.qa import QuestionAnswerer  # noqa: E402
@@ -70,8 +73,12 @@ def hf_mlm(tmp_path_factory: pytest.TempPathFactory):
     return model, folder
 
 
-def test_hidden_states_and_mlm_logits_match(hf_mlm) -> None:
+@pytest.mark.parametrize("unpad", [False, True])
+def test_hidden_states_and_mlm_logits_match(hf_mlm, unpad: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     hf, folder = hf_mlm
+    packs: list[int] = []
+    real_pack = modernbert_module.pack
+    monkeypatch.setattr(modernbert_module, "pack", lambda *a: packs.append(1) or real_pack(*a))
     loaded = load_hf_dir(folder)
     cfg = loaded.config
     assert (cfg.family, cfg.local_attention, cfg.global_attn_every_n_layers) == ("modernbert", 8, 2)
@@ -79,6 +86,7 @@ def test_hidden_states_and_mlm_logits_match(hf_mlm) -> None:
     assert [cfg.is_global_layer(i) for i in range(5)] == [True, False, True, False, True]
     ours = build_pretraining_model(cfg, loaded.objective).eval()
     ours.load_state_dict(loaded.weights, strict=True)
+    configure_unpad(ours, unpad)
     batch = _inputs()
     valid = batch["attention_mask"]
     with torch.no_grad():
@@ -96,26 +104,31 @@ def test_hidden_states_and_mlm_logits_match(hf_mlm) -> None:
     logits = out["mlm_logits"].view(expected.logits.shape)
     assert (expected.logits - logits)[valid].abs().max().item() <= TOL
     assert torch.isfinite(encoded.last_hidden_state).all()  # padding rows too: no NaN anywhere
+    assert bool(packs) == unpad, "engine.unpad chose the wrong path"
     # The window matters: with it widened past the sequence, bertkit's outputs move (the test can fail).
     wide = build_pretraining_model(cfg.model_copy(update={"local_attention": 2 * SEQ}), loaded.objective).eval()
     wide.load_state_dict(loaded.weights)
+    configure_unpad(wide, unpad)
     with torch.no_grad():
         widened = wide(batch["input_ids"], batch["attention_mask"])["mlm_logits"].view(expected.logits.shape)
     assert (expected.logits - widened)[valid].abs().max().item() > 1e-2
 
 
 def test_explicit_attention_path_equals_sdpa(hf_mlm) -> None:
-    """The path distillation takes (scores and probabilities) computes what SDPA does, window included."""
+    """The path distillation takes (scores and probabilities) computes what SDPA does, window included, and what
+    the packed path does."""
     _, folder = hf_mlm
     loaded = load_hf_dir(folder)
     encoder = build_encoder(loaded.config).eval()
     encoder.load_state_dict({k.removeprefix("encoder."): v for k, v in loaded.weights.items() if "encoder." in k})
     batch = _inputs()
-    with torch.no_grad():
-        fast = encoder(batch["input_ids"], batch["attention_mask"])
-        slow = encoder(batch["input_ids"], batch["attention_mask"], output_attentions=True)
     valid = batch["attention_mask"]
-    assert (fast.last_hidden_state - slow.last_hidden_state)[valid].abs().max().item() <= 1e-5
+    with torch.no_grad():
+        slow = encoder(batch["input_ids"], batch["attention_mask"], output_attentions=True)
+        for unpad in (False, True):
+            configure_unpad(encoder, unpad)
+            fast = encoder(batch["input_ids"], batch["attention_mask"])
+            assert (fast.last_hidden_state - slow.last_hidden_state)[valid].abs().max().item() <= 1e-5
     probs = slow.attentions[1]  # a sliding layer: no weight outside |i - j| <= 4 for real queries
     far = (torch.arange(SEQ)[:, None] - torch.arange(SEQ)[None, :]).abs() > 4
     assert probs[0][:, far].abs().max().item() == 0.0 and len(slow.attention_scores) == 5

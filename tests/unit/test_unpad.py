@@ -1,5 +1,6 @@
 """Unpadding (bertkit/models/unpad.py): the packed path gives the padded path's outputs and gradients for every
-family that takes it, keeps packed documents apart, and engine.unpad=true is refused where it cannot apply."""
+family that takes it (ModernBERT's sliding windows and rotary positions included), keeps packed documents apart,
+and engine.unpad=true is refused where it cannot apply."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from bertkit.config.schema import EngineConfig, ModelConfig, ObjectiveConfig
 from bertkit.engine.unpad import configure_unpad
 from bertkit.errors import BertkitError
 from bertkit.models import bert as bert_module
+from bertkit.models import modernbert as modernbert_module
 from bertkit.models.bert import BertEncoder
+from bertkit.models.modernbert import ModernBertEncoder
 from bertkit.models.pretraining import build_encoder, build_pretraining_model, default_objective
 from bertkit.models.unpad import document_positions, pack, repad, unpad
 
@@ -41,7 +44,19 @@ FAMILIES = {
     "albert": _family_cfg("albert-tiny", num_layers=3),
     "albert-shared-ffn": _family_cfg("albert-tiny", num_layers=3, sharing="shared-ffn"),
     "electra": _family_cfg("electra-tiny"),
+    # Layers 0 and 3 global, 1 and 2 an 8-token window (4 each side): LENGTHS' longer rows reach past it. Thetas
+    # apart from the defaults and each other, so that a swapped or unrestarted rotation would show.
+    "modernbert": _family_cfg("modernbert-tiny", local_attention=8, global_rope_theta=500.0, local_rope_theta=50.0),
 }
+
+
+def _count_packs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Records every batch an encoder packs (the packed path was taken), whichever family's module packs it."""
+    packs: list[int] = []
+    for module in (bert_module, modernbert_module):
+        real_pack = module.pack
+        monkeypatch.setattr(module, "pack", lambda *a, _real=real_pack: packs.append(1) or _real(*a))
+    return packs
 
 
 def _batch(lengths: list[int] = LENGTHS, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -54,14 +69,14 @@ def _batch(lengths: list[int] = LENGTHS, seed: int = 0) -> dict[str, torch.Tenso
     return {"input_ids": ids * mask, "attention_mask": mask, "token_type_ids": types * mask}
 
 
-def _encoder(cfg: ModelConfig) -> BertEncoder:
+def _encoder(cfg: ModelConfig) -> BertEncoder | ModernBertEncoder:
     torch.manual_seed(0)
     encoder = build_encoder(cfg)
-    assert isinstance(encoder, BertEncoder)
+    assert isinstance(encoder, BertEncoder | ModernBertEncoder)
     return encoder.eval()
 
 
-def _run(encoder: BertEncoder, mode: bool | str, batch: dict[str, torch.Tensor], **kwargs: object):
+def _run(encoder: BertEncoder | ModernBertEncoder, mode: bool | str, batch: dict[str, torch.Tensor], **kwargs: object):
     configure_unpad(encoder, mode)  # type: ignore[arg-type]
     type_vocab = encoder.config.type_vocab_size
     types = batch["token_type_ids"] % type_vocab if type_vocab else None  # RoBERTa has one type, DistilBERT none
@@ -73,9 +88,7 @@ def test_unpadded_outputs_equal_padded(family: str, monkeypatch: pytest.MonkeyPa
     encoder, batch = _encoder(FAMILIES[family]), _batch()
     real = batch["attention_mask"].bool()
     padded = _run(encoder, False, batch, output_hidden_states=True)
-    packs: list[int] = []
-    real_pack = bert_module.pack
-    monkeypatch.setattr(bert_module, "pack", lambda *a: packs.append(1) or real_pack(*a))
+    packs = _count_packs(monkeypatch)
     unpadded = _run(encoder, True, batch, output_hidden_states=True)
     assert packs, "the packed path was not taken"
     torch.testing.assert_close(unpadded.last_hidden_state[real], padded.last_hidden_state[real], atol=1e-5, rtol=0)
@@ -112,11 +125,12 @@ def test_attention_weights_fall_back_to_the_padded_path() -> None:
     assert minilm.attention_scores[-1] is not None
 
 
-@pytest.mark.parametrize("family", ["bert", "roberta", "albert", "electra", "distilbert"])
+@pytest.mark.parametrize("family", ["bert", "roberta", "albert", "electra", "distilbert", "modernbert"])
 def test_one_training_step_gives_the_same_weights(family: str) -> None:
     """Pretraining (MLM, and ELECTRA's generator + discriminator) one SGD step from the same weights and the
-    same masks: the gradients and the weights after the step agree. (SGD, not Adam: Adam's first step moves
-    every weight by +-lr whatever its gradient's size, so a 1e-12 rounding difference around 0 flips a sign.)"""
+    same masks: the MLM logits, the gradients and the weights after the step agree. (SGD, not Adam: Adam's first
+    step moves every weight by +-lr whatever its gradient's size, so a 1e-12 rounding difference around 0 flips a
+    sign.)"""
     cfg = FAMILIES[family]
     objective = default_objective(cfg) if family == "electra" else ObjectiveConfig()
     torch.manual_seed(0)
@@ -130,12 +144,13 @@ def test_one_training_step_gives_the_same_weights(family: str) -> None:
     flat = batch["attention_mask"].reshape(-1).nonzero().squeeze(1)
     positions = flat[::3]  # every third real token is a target
     labels = batch["input_ids"].reshape(-1)[positions]
-    grads = {}
+    grads, logits = {}, {}
     for mode, model in models.items():
         configure_unpad(model, mode)
         optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
         torch.manual_seed(1)  # ELECTRA samples its replacements: the same draws on both paths
         out = model(**batch, mlm_positions=positions, mlm_labels=labels)
+        logits[mode] = out["mlm_logits"].detach()
         loss = torch.nn.functional.cross_entropy(out["mlm_logits"], labels)
         if "rtd_logits" in out:
             real = batch["attention_mask"].bool()
@@ -145,6 +160,7 @@ def test_one_training_step_gives_the_same_weights(family: str) -> None:
         loss.backward()
         grads[mode] = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
         optimizer.step()
+    torch.testing.assert_close(logits[True], logits[False], atol=1e-5, rtol=0)
     assert grads[True].keys() == grads[False].keys()
     for name in grads[False]:
         torch.testing.assert_close(grads[True][name], grads[False][name], atol=1e-6, rtol=1e-4, msg=name)
@@ -178,9 +194,12 @@ def _documents_batch(seed: int) -> dict[str, torch.Tensor]:
     return batch
 
 
+@pytest.mark.parametrize("family", ["roberta", "modernbert"])
 @pytest.mark.parametrize("mode", [True, False])
-def test_attention_does_not_cross_documents(mode: bool) -> None:
-    encoder = _encoder(FAMILIES["roberta"])
+def test_attention_does_not_cross_documents(mode: bool, family: str) -> None:
+    """ModernBERT's documents (12 and 20 tokens) are longer than its 8-token window: its local layers keep
+    to the window and the document at once, its rotations restart at each document."""
+    encoder = _encoder(FAMILIES[family])
     batch, changed = _documents_batch(0), _documents_batch(1)
     before = _run(encoder, mode, batch, document_ids=batch["document_ids"]).last_hidden_state
     after = _run(encoder, mode, changed, document_ids=changed["document_ids"]).last_hidden_state
@@ -195,8 +214,9 @@ def test_attention_does_not_cross_documents(mode: bool) -> None:
     torch.testing.assert_close(before[0, 7:19], single[0], atol=1e-5, rtol=0)
 
 
-def test_documents_packed_equal_padded() -> None:
-    encoder, batch = _encoder(FAMILIES["bert"]), _documents_batch(0)
+@pytest.mark.parametrize("family", ["bert", "modernbert"])
+def test_documents_packed_equal_padded(family: str) -> None:
+    encoder, batch = _encoder(FAMILIES[family]), _documents_batch(0)
     real = batch["attention_mask"].bool()
     packed = _run(encoder, True, batch, document_ids=batch["document_ids"])
     padded = _run(encoder, False, batch, document_ids=batch["document_ids"])
@@ -207,7 +227,6 @@ def test_unpad_true_is_refused_where_it_cannot_apply() -> None:
     refused = (
         ("xlnet-tiny", "model.family=xlnet"),
         ("bigbird-tiny", "model.attention=block_sparse"),
-        ("modernbert-tiny", "model.family=modernbert"),  # until its encoder takes the packed path
     )
     for recipe, fragment in refused:
         with pytest.raises(BertkitError) as err:
@@ -220,16 +239,15 @@ def test_unpad_true_is_refused_where_it_cannot_apply() -> None:
     with pytest.raises(BertkitError, match=r"engine.unpad=true: .*xlnet.*set engine.unpad=auto or false"):
         configure_unpad(xlnet, True)
     assert configure_unpad(xlnet, "auto") == 0
-    modernbert = build_pretraining_model(load_recipe("modernbert-tiny").model)  # type: ignore[union-attr]
-    with pytest.raises(BertkitError, match="no encoder that can run unpadded"):
-        configure_unpad(modernbert, True)
-    configure_unpad(modernbert, "auto")
-    batch = _batch()
-    modernbert(batch["input_ids"], batch["attention_mask"])  # no document_ids argument reaches its encoder
+    # ModernBERT takes the packed path: engine.unpad=true is accepted, in the recipe and on the model.
+    load_recipe("modernbert-tiny", ["engine.unpad=true"])
+    modernbert = build_pretraining_model(FAMILIES["modernbert"])
+    assert configure_unpad(modernbert, True) == 1 and modernbert.encoder.unpad is True
     assert EngineConfig(unpad="auto").unpad == "auto" and EngineConfig(unpad=False).unpad is False
 
 
-def test_task_heads_read_the_same_outputs_unpadded() -> None:
+@pytest.mark.parametrize("family", ["bert", "modernbert"])
+def test_task_heads_read_the_same_outputs_unpadded(family: str) -> None:
     """Fine-tuning and inference heads: the classifier (pooled [CLS], mean pooling), token classification and
     QA (every token), and embed's pooled layer give the padded path's outputs at the real tokens."""
     from bertkit.pipelines.embed import PooledEncoder
@@ -237,7 +255,9 @@ def test_task_heads_read_the_same_outputs_unpadded() -> None:
     from bertkit.tasks.qa import QuestionAnswerer
     from bertkit.tasks.token_classification import TokenClassifier
 
-    encoder, batch = _encoder(FAMILIES["bert"]), _batch()
+    encoder, batch = _encoder(FAMILIES[family]), _batch()
+    if not encoder.config.type_vocab_size:
+        batch["token_type_ids"] = None  # type: ignore[assignment]  (ModernBERT has no segments)
     real = batch["attention_mask"].bool()
     torch.manual_seed(0)
     heads = {
