@@ -2,8 +2,8 @@
 session corpus: 64-token sequences from bertkit's own WordPiece tokenizer, so both its global layers and its
 16-token sliding windows run), the loss falling; its export loading into transformers' ModernBertForMaskedLM with
 no missing keys and computing what bertkit computes; fine-tuning on real Rotten Tomatoes reviews, the classifier
-exporting to ModernBertForSequenceClassification with the same logits; predict and embed on the result, all three
-unpadded (engine.unpad=auto: review batches have padding)."""
+exporting to ModernBertForSequenceClassification with the same logits and to ONNX with the same predictions;
+predict and embed on the result, all three unpadded (engine.unpad=auto: review batches have padding)."""
 
 from __future__ import annotations
 
@@ -111,6 +111,18 @@ def test_finetune_predict_embed_and_export(modernbert_run: tuple[Path, dict], se
     # bertkit predict's scores for the same reviews (its own tokenisation: the same WordPiece vocabulary).
     ours = torch.tensor([[row["probabilities"][name] for name in ("negative", "positive")] for row in rows[:4]])
     assert (probs - ours).abs().max().item() <= 1e-4
+
+    # The ONNX export (the serving path) gives predict the same scores, windows and rotary positions included:
+    # these reviews run past the 16-token window.
+    pytest.importorskip("onnxruntime")
+    onnx_dir = tmp_path / "onnx"
+    run_json("export", str(ft), "--to", "onnx", "--output", str(onnx_dir))
+    served = tmp_path / "served.jsonl"
+    run_json("predict", "--model", str(onnx_dir), "--input", str(texts), "--output", str(served))
+    again = [json.loads(line) for line in served.read_text().splitlines()]
+    assert [row["label"] for row in again] == [row["label"] for row in rows]
+    for a, b in zip(again, rows, strict=True):
+        assert all(abs(a["probabilities"][k] - b["probabilities"][k]) <= 1e-4 for k in b["probabilities"])
 
 
 def test_distill_from_the_modernbert_run(modernbert_run: tuple[Path, dict], corpus_dir: Path, tmp_path: Path) -> None:
