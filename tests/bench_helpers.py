@@ -25,10 +25,14 @@ def mlm_batches(corpus_dir: Path, batch_size: int):
 
 class Timed:
     """A batch source that starts the clock after the warm-up batches (first calls allocate and pick
-    kernels) and counts the non-padding tokens served after them."""
+    kernels) and counts the non-padding tokens served after them. With `steps`, it times exactly that many
+    optimizer steps: the clock stops (`seconds`) when batch warm-up + steps is fetched (a step fetches its
+    batch first, so that is when the previous step's update has finished), and only the batches in between
+    are counted, so nothing after the last timed step (a final checkpoint) is counted for one side only."""
 
-    def __init__(self, source, warmup_batches: int) -> None:
-        self.source, self.warmup, self.served, self.tokens, self.start = source, warmup_batches, 0, 0, 0.0
+    def __init__(self, source, warmup_batches: int, steps: int | None = None) -> None:
+        self.source, self.warmup, self.steps, self.served, self.tokens = source, warmup_batches, steps, 0, 0
+        self.start = self.seconds = 0.0
         self.sampler = source.sampler
 
     @property
@@ -39,10 +43,13 @@ class Timed:
         self.source.load_state(state)
 
     def next_batch(self):
+        end = None if self.steps is None else self.warmup + self.steps
         if self.served == self.warmup:
             self.start = time.perf_counter()
+        elif self.served == end:
+            self.seconds = time.perf_counter() - self.start
         batch = self.source.next_batch()
-        if self.served >= self.warmup:
+        if self.served >= self.warmup and (end is None or self.served < end):
             self.tokens += int(batch["attention_mask"].sum())
         self.served += 1
         return batch

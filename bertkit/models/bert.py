@@ -31,6 +31,23 @@ class EncoderOutput(NamedTuple):
     values: list[torch.Tensor]
 
 
+def attention_layers(
+    output_attentions: bool | Collection[int], layers: int, stop_at_last_attention: bool, output_hidden_states: bool
+) -> set[int]:
+    """The 0-based layers whose attention probabilities, scores and values an encoder's forward returns (see
+    BertEncoder.forward): every layer, none, or the given indices (negative from the end), plus the last layer
+    when it stops at its attention."""
+    if stop_at_last_attention and output_hidden_states:
+        raise ValueError("stop_at_last_attention leaves the last layer's output uncomputed; no hidden states")
+    if isinstance(output_attentions, bool):
+        wanted = set(range(layers)) if output_attentions else set()
+    else:
+        wanted = {i % layers for i in output_attentions}
+    if stop_at_last_attention:
+        wanted.add(layers - 1)
+    return wanted
+
+
 class Pooler(nn.Module):
     """tanh(W h_[CLS] + b): the sentence representation BERT's NSP head and classifiers read."""
 
@@ -102,15 +119,8 @@ class BertEncoder(nn.Module):
         Unpadding (`self.unpad`, set by bertkit/engine/unpad.py from engine.unpad): the real tokens run as one
         packed sequence (bertkit/models/unpad.py); the outputs are the padded path's, re-padded.
         """
-        if stop_at_last_attention and output_hidden_states:
-            raise ValueError("stop_at_last_attention leaves the last layer's output uncomputed; no hidden states")
         layers = self.config.num_layers
-        if isinstance(output_attentions, bool):
-            wanted = set(range(layers)) if output_attentions else set()
-        else:
-            wanted = {i % layers for i in output_attentions}
-        if stop_at_last_attention:
-            wanted.add(layers - 1)
+        wanted = attention_layers(output_attentions, layers, stop_at_last_attention, output_hidden_states)
         if document_ids is not None and attention_mask is None:
             attention_mask = torch.ones_like(document_ids)
         packing = self._packing(attention_mask, document_ids, bool(wanted))

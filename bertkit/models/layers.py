@@ -67,6 +67,26 @@ class AttentionOutput(NamedTuple):
     values: torch.Tensor | None = None  # (B, heads, T, head_dim) value vectors (MiniLM's value relation)
 
 
+def attend(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, dropout_p: float, need_weights: bool
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """Attention of (B, heads, T, head_dim) queries, keys and values under a boolean `mask` (True where a query
+    may attend to a key): the (B, T, hidden) context, and with `need_weights` the probabilities, the scores
+    QK^T/sqrt(d) before masking, and the values. Without them SDPA's fused kernels do the work."""
+    batch, _, length, _ = q.shape
+    probs = scores = values = None
+    if not need_weights:
+        context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+    else:
+        # The explicit path: distillation needs the scores and probabilities themselves.
+        scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+        masked = scores if mask is None else scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        probs = masked.softmax(dim=-1)
+        context = F.dropout(probs, dropout_p) @ v
+        values = v
+    return context.transpose(1, 2).reshape(batch, length, -1), probs, scores, values
+
+
 class SelfAttention(nn.Module):
     """Multi-head self-attention with a fused QKV projection and PyTorch's SDPA kernels."""
 
@@ -97,17 +117,7 @@ class SelfAttention(nn.Module):
         if scores_only:
             return AttentionOutput(None, None, (q @ k.transpose(-1, -2)) / math.sqrt(self.head_dim), v)
         dropout_p = self.dropout_p if self.training else 0.0
-        if not need_weights:
-            context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
-            probs = scores = values = None
-        else:
-            # The explicit path: distillation needs the scores and probabilities themselves.
-            scores = (q @ k.transpose(-1, -2)) / math.sqrt(self.head_dim)
-            masked = scores if mask is None else scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-            probs = masked.softmax(dim=-1)
-            context = F.dropout(probs, dropout_p, self.training) @ v
-            values = v
-        context = context.transpose(1, 2).reshape(batch, length, -1)
+        context, probs, scores, values = attend(q, k, v, mask, dropout_p, need_weights)
         return AttentionOutput(self.out(context), probs, scores, values)
 
     def _packed(self, x: torch.Tensor, packing: Packing) -> torch.Tensor:

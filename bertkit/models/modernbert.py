@@ -25,8 +25,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertkit.config.schema import ModelConfig
-from bertkit.models.bert import EncoderOutput
-from bertkit.models.layers import ACTIVATIONS, AttentionOutput
+from bertkit.models.bert import EncoderOutput, attention_layers
+from bertkit.models.layers import ACTIVATIONS, AttentionOutput, attend
 from bertkit.models.unpad import (
     Packing,
     document_mask,
@@ -122,16 +122,7 @@ class ModernBertAttention(nn.Module):
         if scores_only:
             return AttentionOutput(None, None, (q @ k.transpose(-1, -2)) / math.sqrt(self.head_dim), v)
         dropout_p = self.dropout_p if self.training else 0.0
-        probs = scores = values = None
-        if not need_weights:
-            context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
-        else:
-            scores = (q @ k.transpose(-1, -2)) / math.sqrt(self.head_dim)
-            masked = scores if mask is None else scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-            probs = masked.softmax(dim=-1)
-            context = F.dropout(probs, dropout_p, self.training) @ v
-            values = v
-        context = context.transpose(1, 2).reshape(batch, length, -1)
+        context, probs, scores, values = attend(q, k, v, mask, dropout_p, need_weights)
         return AttentionOutput(self.out_dropout(self.out(context)), probs, scores, values)
 
     def _packed(self, x: torch.Tensor, packing: Packing, rope: Rope) -> torch.Tensor:
@@ -242,16 +233,9 @@ class ModernBertEncoder(nn.Module):
         Unpadded, embeddings, norms, projections and GeGLU run on the (N, hidden) real tokens; each token's
         rotation uses its position within its sequence or document, and attention goes through varlen_attention
         with the layer's window (none for global layers)."""
-        if stop_at_last_attention and output_hidden_states:
-            raise ValueError("stop_at_last_attention leaves the last layer's output uncomputed; no hidden states")
         cfg = self.config
         layers = cfg.num_layers
-        if isinstance(output_attentions, bool):
-            wanted = set(range(layers)) if output_attentions else set()
-        else:
-            wanted = {i % layers for i in output_attentions}
-        if stop_at_last_attention:
-            wanted.add(layers - 1)
+        wanted = attention_layers(output_attentions, layers, stop_at_last_attention, output_hidden_states)
         if document_ids is not None and attention_mask is None:
             attention_mask = torch.ones_like(document_ids)
         packing = (

@@ -162,34 +162,8 @@ MODERN_SHAPE = dict(hidden_size=256, num_layers=6, num_heads=4, intermediate_siz
                     attention_dropout=0.0)  # fmt: skip
 
 
-class Window:
-    """A batch source timing exactly STEPS optimizer steps: the clock starts when batch WARMUP is fetched and stops
-    when batch WARMUP + STEPS is (a step fetches its batch first, so that is when the previous step's update has
-    finished). Real tokens of the batches in between are counted. The run does one step more than it times, so
-    nothing after the last timed step (bertkit's final checkpoint) is counted for one side only."""
-
-    def __init__(self, source, warmup: int, steps: int) -> None:
-        self.source, self.warmup, self.steps = source, warmup, steps
-        self.served, self.tokens, self.start, self.seconds = 0, 0, 0.0, 0.0
-        self.sampler = source.sampler
-
-    @property
-    def state(self):
-        return self.source.state
-
-    def load_state(self, state):
-        self.source.load_state(state)
-
-    def next_batch(self):
-        if self.served == self.warmup:
-            self.start = time.perf_counter()
-        elif self.served == self.warmup + self.steps:
-            self.seconds = time.perf_counter() - self.start
-        batch = self.source.next_batch()
-        if self.warmup <= self.served < self.warmup + self.steps:
-            self.tokens += int(batch["attention_mask"].sum())
-        self.served += 1
-        return batch
+class Window(Timed):
+    """Timed over exactly STEPS optimizer steps (the run does one step more than it times), with its rate."""
 
     @property
     def tokens_per_s(self) -> float:
