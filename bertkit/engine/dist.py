@@ -45,7 +45,7 @@ def is_main() -> bool:
     return rank() == 0
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -60,7 +60,7 @@ def init_process_group(device: torch.device, timeout: float | None = None) -> No
     if "WORLD_SIZE" not in os.environ:
         os.environ.update(
             {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}
-            | ({} if "MASTER_PORT" in os.environ else {"MASTER_PORT": str(_free_port())})
+            | ({} if "MASTER_PORT" in os.environ else {"MASTER_PORT": str(free_port())})
         )
     backend = "nccl" if device.type == "cuda" else "gloo"
     torch.distributed.init_process_group(

@@ -16,7 +16,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -37,13 +36,9 @@ from test_distributed import (
 )
 from test_task_engines import assert_same_task_weights, task_args, task_files, undropped_model  # noqa: F401
 
+from bertkit.engine.dist import free_port
+
 BERTKIT = [sys.executable, "-m", "bertkit"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def agent_command(nodes: int, port: int, job: str, *args: str) -> list[str]:
