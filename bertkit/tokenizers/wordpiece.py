@@ -71,10 +71,15 @@ def finish_wordpiece(backend) -> None:
 
 
 def _stable_ids(backend) -> None:
-    """The trainer numbers the alphabet in hash-map order and breaks ties between equally frequent merges
-    the same way, so the same corpus would give different ids on every run. Renumber: special tokens,
-    characters by code point, "##" characters, then the learned pieces sorted. WordPiece matching (greedy
-    longest match) does not depend on ids, so this changes no segmentation."""
+    """The trainer numbers the "##" characters in hash-map order, so the same vocabulary would come out
+    with different ids on every run. Renumber: special tokens, characters by code point, "##" characters,
+    then the learned pieces sorted. WordPiece matching (greedy longest match) does not depend on ids, so
+    this changes no segmentation.
+
+    What this cannot fix: the trainer also breaks ties between equally frequent merges by those hash-ordered
+    ids, so two trainings on the same corpus can learn a few different pieces (huggingface/tokenizers#1794,
+    open in tokenizers 0.23). Keep the trained tokenizer directory; do not expect to re-train it
+    bit for bit."""
     from tokenizers import models
 
     vocab = backend.get_vocab(with_added_tokens=False)

@@ -190,10 +190,14 @@ def test_pair_objectives_learn(sentences, kind: str) -> None:
     data = SentenceBatches(documents, tok)
     # A fixed pool of 128 real pairs, revisited: the tiny model must fit their labels (learning the task
     # itself on unseen pairs takes far longer than a unit test; that is for `make bench`).
+    # 120 steps: the session's WordPiece vocabulary differs from run to run (the `tokenizers` trainer breaks
+    # ties between equally frequent merges in hash-map order, huggingface/tokenizers#1794), and with one of
+    # those vocabularies NSP was still at 0.55 of its first loss after 80 steps; after 120, every vocabulary
+    # of six trainings was below 0.07 of it.
     pool = [getattr(data, kind)(32) for _ in range(4)]
     counter = iter(range(10**6))
     cfg = ObjectiveConfig(mlm=0.0, **{kind: 1.0})
-    _, _, history = _train(_tiny(tok.vocab_size), cfg, lambda: pool[next(counter) % len(pool)], 80, lr=1e-3)
+    _, _, history = _train(_tiny(tok.vocab_size), cfg, lambda: pool[next(counter) % len(pool)], 120, lr=1e-3)
     first, last = _mean(history, f"{kind}_loss", slice(0, 8)), _mean(history, f"{kind}_loss", slice(-8, None))
     assert first > 0.6  # starts near ln 2: labels are balanced
     assert last < 0.5 * first, (first, last)
