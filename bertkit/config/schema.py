@@ -623,6 +623,10 @@ class DistillConfig(StrictModel):
     # Task stage (TinyBERT's two jobs): the intermediate layers (tinybert only; 0 epochs skips them), then the
     # prediction layer, each with its own optimizer state, rate, schedule and length.
     intermediate: PhaseConfig = Field(default_factory=lambda: PhaseConfig(epochs=1, lr=1e-4, decay="constant"))
+    # Task stage: whether a student copied from the teacher's layers (`copied_layers` in its model, as `compress`
+    # and `--init teacher-layers` make) runs the intermediate phase. A copy already computes the teacher's
+    # hidden states at its layers; TinyBERT's phase is for students that do not (general or random).
+    intermediate_for_copies: bool = True
     prediction: PhaseConfig = Field(default_factory=lambda: PhaseConfig(epochs=3, lr=1e-4, warmup_fraction=0.1))
     # Task stage, prediction phase: the weight of the gold labels' cross-entropy beside the soft targets
     # (alpha_prediction); 0, TinyBERT's choice, learns from the teacher alone.

@@ -9,8 +9,9 @@
 2. The training data is augmented as TinyBERT does (bertkit/pipelines/augment.py). The number of copies
    per example scales with the data: about AUGMENTED_EXAMPLES examples in all (at most 20 copies, TinyBERT's
    count, and at least 1), so a small set gets many copies and a large one few; `--copies` sets it.
-3. The task stage (bertkit/pipelines/distill_task.py) on the augmented data: intermediate layers, then the
-   prediction layer on the teacher's cached logits.
+3. The task stage (bertkit/pipelines/distill_task.py) on the augmented data: the prediction layer on the
+   teacher's cached logits, after the intermediate layers for a generally distilled `--student` (a copy
+   skips that phase: `distill.intermediate_for_copies` in recipes/distill-task.yaml says why).
 4. The baseline a user would otherwise run: the same copy fine-tuned on the gold labels alone, with the
    `finetune-classification` recipe and the teacher's pooling.
 5. The table: parameters, inference sentences/s (eval texts, batch INFER_BATCH, at most INFER_MAX_LEN
@@ -165,7 +166,7 @@ def _compress(teacher: Any, train_data: Any, train_file: Path, eval_file: Path, 
 
     # 3. the task stage
     begin = time.perf_counter()
-    say("distilling (intermediate layers, then the prediction layer on the teacher's cached logits)")
+    say("distilling: the task stage on the teacher's cached logits")
     distilled = distill_task(distill_recipe, teacher.source, student_dir, distill_train, Path(eval_file),  # type: ignore[arg-type]
                              output / "distill", quiet=quiet)  # fmt: skip
     timed("distill", begin)
@@ -208,6 +209,7 @@ def _compress(teacher: Any, train_data: Any, train_file: Path, eval_file: Path, 
         "eval_examples": len(eval_data.texts),
         "copies": copies if augmented else 0,
         "augmented_examples": augmented["examples_out"] if augmented else len(train_data),
+        "phases": [phase["phase"] for phase in distilled["phases"]],
         "candidate_source": augmented["candidate_source"] if augmented else None,
         "inference": {
             "batch_size": INFER_BATCH,

@@ -9,7 +9,8 @@ the data for it; bertkit/distill/task_kinds.py says what a target is: a sequence
 1. intermediate (tinybert only): embeddings, hidden states and attention scores through W_e / W_h along
    the layer map, at a constant rate (`distill.intermediate.*`). W_e / W_h learned by the general stage
    are carried over from its run directory, and a student copied from teacher layers learns from the
-   layers it was copied from (the default map follows the copy).
+   layers it was copied from (the default map follows the copy). The classifier recipe skips this phase
+   for such a copy (`distill.intermediate_for_copies`): it already computes the teacher's hidden states.
 2. prediction: the head (classifier, tagger or span head), fresh, with a fresh optimizer, warm-up and
    decay (`distill.prediction.*`), on the teacher's soft targets (`alpha_prediction`, at
    `distill.temperature`) and optionally the gold labels (`alpha_gold`). The teacher's logits of every
@@ -48,6 +49,7 @@ from bertkit.fsutil import save_safetensors_atomic, write_json_atomic
 from bertkit.modeldir import encoder_weights, load_model_dir, save_model_dir
 from bertkit.pipelines.distill_task_data import TaskSetup, prepare_task
 from bertkit.pipelines.rundir import join_job, prepare_run_dir, write_summary
+from bertkit.progress import stderr_console
 
 PHASES = ("intermediate", "prediction")
 PHASE_DONE = "phase.json"  # a finished phase: its summary; the intermediate phase also leaves its student
@@ -158,6 +160,13 @@ def distill_task(
     intermediate_weights = term_weights(cfg, INTERMEDIATE)
     if not any(w > 0 for w in intermediate_weights.values()):
         steps["intermediate"] = 0
+    copied_map = default_layer_map(meta, teacher.config.num_layers)
+    skipped = None
+    if steps["intermediate"] and copied_map is not None and not cfg.intermediate_for_copies:
+        steps["intermediate"] = 0
+        skipped = "the student is a copy of the teacher's layers (distill.intermediate_for_copies=false)"
+        if not quiet and is_main():
+            stderr_console.print(f"[bold]distill task[/bold] no intermediate phase: {skipped}")
     if steps["prediction"] == 0 or cfg.alpha_prediction + cfg.alpha_gold == 0:
         raise BertkitError(
             "the prediction phase trains the student's classifier: give it steps (distill.prediction.epochs > 0) "
@@ -172,7 +181,7 @@ def distill_task(
                 "student, or skip the intermediate phase with --set distill.intermediate.epochs=0"
             )
     layer_map = resolve_layer_map(
-        cfg.layer_map if cfg.layer_map is not None else default_layer_map(meta, teacher.config.num_layers),
+        cfg.layer_map if cfg.layer_map is not None else copied_map,
         student_cfg.num_layers,
         teacher.config.num_layers,
     )
@@ -287,6 +296,7 @@ def distill_task(
         "labels": setup.labels,
         "layer_map": layer_map if steps["intermediate"] else None,
         "phases": phases,
+        "intermediate_skipped": skipped,
         "teacher_cache": cache_info,
         "train_examples": setup.train_count,
         "eval_examples": setup.eval_count,

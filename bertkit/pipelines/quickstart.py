@@ -82,8 +82,8 @@ def quickstart(
     )  # type: ignore[arg-type]
     lap("finetune")
     say("compressing the fine-tuned model into a 1-layer one (copy, augment, distil, gold-label baseline)")
-    # Budgeted for a laptop: 2,000 of the training reviews, 2 augmented copies each, 1 intermediate epoch, 2 of the
-    # prediction layer.
+    # Budgeted for a laptop: 2,000 of the training reviews, 2 augmented copies each, 2 epochs of the prediction
+    # layer (the copied student skips the intermediate phase).
     compressed = compress(
         str(output / "finetune"), splits["compress"], splits["eval"], output / "compress",
         CompressOptions(layers=1, copies=2, overrides=["distill.prediction.epochs=2"]), quiet=quiet,

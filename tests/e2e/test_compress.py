@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import run_error, run_json, split_reviews
 
-FAST = ["--set", "distill.intermediate.epochs=1", "--set", "distill.prediction.epochs=1", "--set",
+FAST = ["--set", "distill.intermediate_for_copies=true", "--set", "distill.prediction.epochs=1", "--set",
         "train.batch_size=16", "--set", "engine.threads=1", "--baseline-set", "train.epochs=1",
         "--baseline-set", "engine.threads=1"]  # fmt: skip
 
@@ -68,6 +68,25 @@ def test_compress_writes_the_student_and_the_table(teacher: Path, split: dict[st
         gold = [row["label"] for row in csv.DictReader(handle)]
     labels = [json.loads(line)["label"] for line in predictions.read_text().splitlines()]
     assert round(sum(a == b for a, b in zip(labels, gold, strict=True)) / len(gold), 4) == student["accuracy"]
+
+
+def test_a_copied_student_skips_the_intermediate_phase(teacher: Path, split: dict[str, Path], tmp_path: Path) -> None:
+    """The classifier's task-stage recipe sends a copy of the teacher's layers straight to the prediction phase
+    (`distill.intermediate_for_copies: false`, measured in the README); `true` runs both phases, the layer map
+    following the copy."""
+    from bertkit.distill.teacher import Teacher
+    from bertkit.pipelines.compress import copy_layers
+
+    copy_layers(Teacher.load(teacher), 1, tmp_path / "copy")
+    task = ["distill", "--stage", "task", "--teacher", str(teacher), "--student", str(tmp_path / "copy"), "--train",
+            str(split["train"]), "--set", "distill.intermediate.steps=2", "--set", "distill.prediction.steps=2",
+            "--set", "engine.threads=1"]  # fmt: skip
+    default = run_json(*task, "-o", str(tmp_path / "default"))
+    assert [p["phase"] for p in default["phases"]] == ["prediction"] and default["layer_map"] is None
+    assert "copy of the teacher's layers" in default["intermediate_skipped"]
+    both = run_json(*task, "--set", "distill.intermediate_for_copies=true", "-o", str(tmp_path / "both"))
+    assert [p["phase"] for p in both["phases"]] == ["intermediate", "prediction"] and both["layer_map"] == [1]
+    assert both["intermediate_skipped"] is None
 
 
 def test_compress_bad_input(teacher: Path, pretrained_run: Path, split: dict[str, Path], tmp_path: Path) -> None:
