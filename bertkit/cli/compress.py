@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from bertkit.cli.common import JSON_HELP, OVERWRITE_HELP, QUIET_HELP, emit, guarded
+from bertkit.cli.common import JSON_HELP, OVERWRITE_HELP, QUIET_HELP, emit, engine_overrides, guarded
 from bertkit.cli.pretrain import SET_HELP
 
 
@@ -37,6 +37,10 @@ def compress_command(
         None, "--mlm-model", help="An MLM on the teacher's tokenizer for augmentation."
     ),
     no_baseline: bool = typer.Option(False, "--no-baseline", help="Skip the gold-label fine-tuning baseline."),
+    budget: str | None = typer.Option(
+        None, "--budget", help="Bound the distillation stage, e.g. 20m or 5Mtok: it stops at the first step past it "
+        "and keeps the model it has (train.budget of the distill-task recipe)."
+    ),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP + " Applies to the distill-task recipe."),
     baseline_set: list[str] = typer.Option([], "--baseline-set", help="Dotted overrides of the baseline's recipe."),
     seed: int = typer.Option(0, "--seed", help="Seed of the augmentation."),
@@ -50,7 +54,8 @@ def compress_command(
 
     opts = CompressOptions(layers=layers, student=student, augment=not no_augment, copies=copies,
                            candidates_from=candidates_from, mlm_model=mlm_model, baseline=not no_baseline,
-                           overrides=list(set_), baseline_overrides=list(baseline_set), seed=seed)  # fmt: skip
+                           overrides=list(set_) + engine_overrides(None, budget),
+                           baseline_overrides=list(baseline_set), seed=seed)  # fmt: skip
     result = compress(teacher, train, eval, output, opts, overwrite=overwrite, quiet=quiet)
     if json_out:
         emit(result, True, "compressed")

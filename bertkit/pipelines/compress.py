@@ -170,6 +170,11 @@ def _compress(teacher: Any, train_data: Any, train_file: Path, eval_file: Path, 
     distilled = distill_task(distill_recipe, teacher.source, student_dir, distill_train, Path(eval_file),  # type: ignore[arg-type]
                              output / "distill", quiet=quiet)  # fmt: skip
     timed("distill", begin)
+    if distilled["model_dir"] is None:
+        raise BertkitError(
+            f"the budget ({distill_recipe.train.budget}) ran out in the intermediate phase, before the prediction "  # type: ignore[attr-defined]
+            "phase trained the student's classifier: give compress a larger --budget"
+        )
 
     # 4. the baseline
     baseline = None
@@ -210,6 +215,7 @@ def _compress(teacher: Any, train_data: Any, train_file: Path, eval_file: Path, 
         "copies": copies if augmented else 0,
         "augmented_examples": augmented["examples_out"] if augmented else len(train_data),
         "phases": [phase["phase"] for phase in distilled["phases"]],
+        "distill_stopped": distilled["stopped"],  # "budget" when --budget ended the distillation early
         "candidate_source": augmented["candidate_source"] if augmented else None,
         "inference": {
             "batch_size": INFER_BATCH,

