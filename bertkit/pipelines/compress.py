@@ -10,8 +10,9 @@
    per example scales with the data: about AUGMENTED_EXAMPLES examples in all (at most 20 copies, TinyBERT's
    count, and at least 1), so a small set gets many copies and a large one few; `--copies` sets it.
 3. The task stage (bertkit/pipelines/distill_task.py) on the augmented data: the prediction layer on the
-   teacher's cached logits, after the intermediate layers for a generally distilled `--student` (a copy
-   skips that phase: `distill.intermediate_for_copies` in recipes/distill-task.yaml says why).
+   teacher's cached logits, after the intermediate layers for a `--student` that did not start as a copy
+   of the teacher's layers (a copy skips that phase: `distill.intermediate_for_copies` in
+   recipes/distill-task.yaml says why).
 4. The baseline a user would otherwise run: the same copy fine-tuned on the gold labels alone, with the
    `finetune-classification` recipe and the teacher's pooling.
 5. The table: parameters, inference sentences/s (eval texts, batch INFER_BATCH, at most INFER_MAX_LEN
