@@ -29,7 +29,7 @@ ONNX_FORMAT = "onnx"
 
 def save_model_dir(
     path: Path,
-    model: nn.Module,
+    model: nn.Module | dict[str, torch.Tensor],
     model_cfg: ModelConfig,
     architecture: str,
     tokenizer: Tokenizer,

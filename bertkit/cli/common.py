@@ -26,7 +26,10 @@ RESUME_HELP = (
     "exist; 'auto' from its newest checkpoint if there is one, else start from scratch (for job scripts restarted "
     "after preemption)."
 )
-BUDGET_HELP = "Stop (with a checkpoint) after this much time or data, e.g. 30m, 2h, 5Mtok (train.budget)."
+BUDGET_HELP = (
+    "Train for this much training time or data, e.g. 30m, 2h, 5Mtok (train.budget): warm-up and decay are laid over "
+    "it and the run ends on the deadline with a checkpoint; train.steps becomes an upper bound."
+)
 
 
 def engine_overrides(engine: str | None, budget: str | None) -> list[str]:

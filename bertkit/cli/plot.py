@@ -1,4 +1,4 @@
-"""`bertkit plot RUN_DIR`: loss, learning rate and throughput curves of a run as one PNG."""
+"""`bertkit plot RUN_DIR...`: a run's training curves, or held-out accuracy of several runs side by side, as a PNG."""
 
 from __future__ import annotations
 
@@ -7,19 +7,35 @@ from pathlib import Path
 import typer
 
 from bertkit.cli.common import JSON_HELP, OVERWRITE_HELP, QUIET_HELP, emit, guarded
+from bertkit.errors import BertkitError
 
 
 @guarded
 def plot_command(
-    run_dir: Path = typer.Argument(..., help="A run directory (with metrics.jsonl) from pretrain or finetune."),
-    output: Path | None = typer.Option(None, "--output", "-o", help="PNG to write; default RUN_DIR/curves.png."),
+    run_dirs: list[Path] = typer.Argument(..., help="Run directories (with metrics.jsonl) from pretrain or finetune."),
+    output: Path | None = typer.Option(
+        None, "--output", "-o", help="PNG to write; default RUN_DIR/curves.png (needed when comparing)."
+    ),
+    compare: bool = typer.Option(
+        False,
+        "--compare",
+        help="Held-out accuracy against training time and tokens, one line per run (the default for several runs).",
+    ),
+    metric: str | None = typer.Option(
+        None, "--metric", help="Evaluation key to compare (default eval_mlm_acc, or eval_plm_acc for XLNet)."
+    ),
+    target: float | None = typer.Option(None, "--target", help="Draw this accuracy; report when each run reached it."),
     overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
-    """Plot training loss (and eval loss), learning rate and tokens/s of a run to a PNG."""
-    from bertkit.engine.plot import plot_run
+    """Plot one run's loss, learning rate and tokens/s, or compare the held-out accuracy of several runs over time."""
+    from bertkit.engine.plot import plot_compare, plot_run
 
-    target = output or run_dir / "curves.png"
-    summary = plot_run(run_dir, target, overwrite)
+    if compare or len(run_dirs) > 1:
+        if output is None:
+            raise BertkitError("comparing runs needs --output FILE.png (there is no one run directory to write into)")
+        summary = plot_compare(run_dirs, output, overwrite, metric, target)
+    else:
+        summary = plot_run(run_dirs[0], output or run_dirs[0] / "curves.png", overwrite)
     emit(summary, json_out, "plot written")

@@ -32,6 +32,12 @@ def pretrain_command(
     ),
     engine: str | None = typer.Option(None, "--engine", help=ENGINE_HELP),
     budget: str | None = typer.Option(None, "--budget", help=BUDGET_HELP),
+    target_acc: float | None = typer.Option(
+        None,
+        "--target-acc",
+        help="Stop at the first evaluation whose held-out masked-token accuracy reaches this, in (0, 1); the summary "
+        "says when (train.target_acc).",
+    ),
     resume: str | None = typer.Option(None, "--resume", metavar="last|auto", help=RESUME_HELP),
     overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
@@ -44,6 +50,7 @@ def pretrain_command(
 
     resume_mode(resume, overwrite)  # a bad --resume fails before the corpus is read
     overrides = list(set_) + ([f"data.train={corpus}"] if corpus else []) + engine_overrides(engine, budget)
+    overrides += [f"train.target_acc={target_acc}"] if target_acc is not None else []
     loaded = load_recipe(recipe, overrides, kind="pretrain")
     summary = pretrain(loaded, output, init_from, overwrite, resume, quiet)  # type: ignore[arg-type]
     emit_main(summary, json_out, "pretraining done")

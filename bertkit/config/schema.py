@@ -408,9 +408,23 @@ class TrainConfig(StrictModel):
     eval_batches: int = Field(20, gt=0, description="held-out batches of train.batch_size sequences per evaluation")
     checkpoint_every: int = Field(0, ge=0, description="0 saves only the final model")
     keep_last: int = Field(2, gt=0)
-    # Stop early (with a checkpoint) once this much wall-clock time or this many tokens are spent
-    # ("cramming"): 30m, 2h, 5Mtok. None trains for `steps`.
+    # A wall-clock or token budget: 30m, 2h, 5Mtok. None trains for `steps`. With `budget_schedule` (the default)
+    # the learning-rate schedule is laid over the budget's spent share, as cramming does (the rate at share p is
+    # the step schedule's rate at step p x steps), so warm-up and decay end exactly on the deadline and `steps`
+    # is only an upper bound. Time is training time: start-up, evaluations and checkpoint writes do not count.
     budget: str | None = None
+    budget_schedule: bool = Field(
+        True, description="with a budget, lay warm-up and decay over its spent share (false: the budget only stops)"
+    )
+    # Evaluate (and snapshot the weights) at fixed shares of the run: of the budget when there is one, else of
+    # `steps`. 0.1 evaluates at 10%, 20%, ... 100%; curves of runs with different speeds then line up.
+    eval_every_share: float = Field(0.0, ge=0.0, le=1.0, description="evaluate at every multiple of this share")
+    snapshot_every_share: float = Field(
+        0.0, ge=0.0, le=1.0, description="keep the weights at every multiple of this share (pretrain: snapshots/)"
+    )
+    # Stop at the first evaluation whose held-out masked-token accuracy (pretraining: eval mlm_acc) reaches this:
+    # MLPerf's time-to-quality. The summary's `target` says when (step, training seconds, tokens).
+    target_acc: float | None = Field(None, gt=0.0, lt=1.0, description="stop once held-out accuracy reaches it")
 
     @model_validator(mode="before")
     @classmethod

@@ -166,8 +166,11 @@ class MLMBatches:
         *,
         span_targets: bool | None = None,
         pad_to: int = 0,
+        stored_masks: bool = True,
     ) -> None:
         self.corpus, self.batch_size, self.pad_id, self.seed = corpus, batch_size, pad_id, seed
+        # False masks a static corpus afresh with `spec` (held-out evaluation at its own fixed rate).
+        self.stored_masks = stored_masks and corpus.static_masks
         self.pad_to = pad_to  # pad every batch to at least this width (see pad_batch)
         self.spec = corpus_masking(corpus, spec)
         self.sampler = EpochSampler(indices, seed, shuffle)
@@ -184,12 +187,14 @@ class MLMBatches:
 
     def masked_sequence(self, epoch: int, index: int) -> MaskedSequence:
         """The corrupted sequence the model sees for `index` in `epoch` (stored masks for a static corpus)."""
-        if self.corpus.static_masks:
+        if self.stored_masks:
             positions, labels, spans = self.corpus.static_mask(index)
             ids = self.corpus[index].astype(np.int64)
             return MaskedSequence(ids, positions, labels, spans, np.empty(0, np.int64))
         rng = np.random.default_rng([self.seed, epoch, index])
-        return mask_tokens(self.corpus[index], self.corpus.word_starts(index), self.spec, rng, self._candidates)
+        # A static corpus stores its sequences corrupted: masking afresh starts from the original ids.
+        ids = self.corpus.original(index) if self.corpus.static_masks else self.corpus[index]
+        return mask_tokens(ids, self.corpus.word_starts(index), self.spec, rng, self._candidates)
 
     def masked(self, epoch: int, index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         item = self.masked_sequence(epoch, index)

@@ -26,9 +26,10 @@ TRAINER_JSON = "trainer_state.json"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
-def save_weights(model: nn.Module, path: Path, prefix: str = "") -> None:
-    """Save the state dict (contiguous CPU copies) as safetensors, via a temporary name."""
-    tensors = {prefix + k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+def save_weights(model: nn.Module | dict[str, torch.Tensor], path: Path, prefix: str = "") -> None:
+    """Save a module's state dict, or a state dict, (contiguous CPU copies) as safetensors, via a temporary name."""
+    state = model.state_dict() if isinstance(model, nn.Module) else model
+    tensors = {prefix + k: v.detach().cpu().contiguous() for k, v in state.items()}
     tmp = path.with_name(f".{path.name}.tmp")
     save_file(tensors, str(tmp), metadata={"format": "pt", "producer": "bertkit"})
     os.replace(tmp, path)

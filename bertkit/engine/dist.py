@@ -102,6 +102,15 @@ def any_rank(flag: bool) -> bool:
     return bool(tensor.item())
 
 
+def all_reduce_max(value: float) -> float:
+    """The largest `value` over all ranks (itself without a process group): a figure every rank must agree on."""
+    if not is_initialized():
+        return value
+    tensor = torch.tensor([value], dtype=torch.float64, device=_collective_device())
+    torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.MAX)
+    return float(tensor.item())
+
+
 def _collective_device() -> torch.device:
     # NCCL reduces only CUDA tensors; gloo only CPU ones.
     if torch.distributed.get_backend() == "nccl":

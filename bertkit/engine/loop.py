@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import signal
 import threading
 import time
@@ -21,14 +22,15 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from bertkit.config.schema import EngineConfig, OptimConfig, ScheduleConfig, TrainConfig, parse_budget
+from bertkit.config.schema import EngineConfig, OptimConfig, ScheduleConfig, TrainConfig
 from bertkit.engine import dist
 from bertkit.engine.backends import create_backend
 from bertkit.engine.backends.base import clip_value
+from bertkit.engine.budget import Budget
 from bertkit.engine.checkpoint import list_checkpoints, load_state, read_checkpoint, save_checkpoint
 from bertkit.engine.device import autocast, resolve_device
 from bertkit.engine.flops import non_embedding_parameters, peak_flops, training_flops
-from bertkit.engine.optim import build_scheduler
+from bertkit.engine.optim import BudgetScheduler, build_scheduler, move_step_scheduler
 from bertkit.engine.unpad import configure_unpad
 from bertkit.errors import BertkitError
 from bertkit.progress import Tracker, stderr_console
@@ -59,6 +61,9 @@ Evaluator = Callable[[nn.Module], dict[str, float]]
 # weights (collective: call it on all ranks or none; empty on ranks > 0 under some engines). Returning True
 # stops training there (early stopping); after the final evaluation the return value is ignored.
 OnEval = Callable[[int, dict[str, float], Callable[[], dict[str, torch.Tensor]]], bool]
+# Called on every rank at each `train.snapshot_every_share` with (step, when, snapshot), snapshot as above and
+# `when` the run's share, training seconds and tokens at that step.
+OnSnapshot = Callable[[int, dict[str, float], Callable[[], dict[str, torch.Tensor]]], None]
 
 
 class Interrupted(BertkitError):
@@ -76,8 +81,11 @@ class TrainResult:
     seconds: float = 0.0
     tokens: int = 0
     resumed_from: int | None = None
-    # "budget" when a time/token budget ended the run before `steps`; "early_stopping" when `on_eval` did
+    # "budget" when a time/token budget ended the run before `steps`; "early_stopping" when `on_eval` did;
+    # "target" when an evaluation reached `train.target_acc`
     stopped: str | None = None
+    # With train.target_acc: the target, whether it was reached, and when (step, training seconds, tokens).
+    target: dict[str, Any] | None = None
 
     def first_last(self, key: str) -> tuple[float | None, float | None]:
         values = [row[key] for row in self.history if key in row]
@@ -138,11 +146,14 @@ def train(
     quiet: bool = False,
     description: str = "training",
     on_eval: OnEval | None = None,
+    target_metric: str | None = None,
+    on_snapshot: OnSnapshot | None = None,
 ) -> TrainResult:
     """Train `model` for `train_cfg.steps` optimizer steps of `train_cfg.batch_size` sequences over all
     processes; `source` serves micro-batches of `batch_size / grad_accum` sequences (this rank takes its
     share). Rank 0 writes metrics.jsonl and checkpoints under `run_dir`. On return `model` holds the
-    trained weights (on any backend)."""
+    trained weights (on any backend). `train_cfg.target_acc` stops at the first evaluation whose
+    `target_metric` reaches it."""
     device = resolve_device(engine_cfg)
     backend = create_backend(engine_cfg, device)
     rank, world = backend.rank, backend.world_size
@@ -165,7 +176,13 @@ def train(
 
         if warning := bf16_warning():
             stderr_console.print(warning, markup=False, highlight=False, soft_wrap=True)
-    budget = parse_budget(train_cfg.budget) if train_cfg.budget else None
+    budget = Budget.parse(train_cfg.budget) if train_cfg.budget else None
+    shaped = budget is not None and train_cfg.budget_schedule  # the schedule is laid over the budget
+    if train_cfg.target_acc is not None and target_metric is None:
+        raise BertkitError(
+            f"train.target_acc applies to pretraining, whose held-out masked-token accuracy it is compared with; "
+            f"drop --set train.target_acc={train_cfg.target_acc} for {description}"
+        )
 
     checkpoint_dir = run_dir / "checkpoints"
     result = TrainResult(steps=0)
@@ -196,13 +213,19 @@ def train(
     if hasattr(objective, "attach"):
         objective.attach(backend)  # frozen modules the objective reads (a distillation teacher), placed by the engine
     optimizer = backend.optimizer
-    scheduler = build_scheduler(optimizer, train_cfg.steps, schedule_cfg)
+    scheduler = (BudgetScheduler if shaped else build_scheduler)(optimizer, train_cfg.steps, schedule_cfg)
     scaler = torch.amp.GradScaler("cuda") if engine_cfg.precision == "fp16" and backend.uses_amp_scaler else None
     if resume_state is not None:
         training_state, trainer = resume_state
         try:
             backend.load_optimizer_state(training_state["optimizer"], last_path)
-            scheduler.load_state_dict(training_state["scheduler"])
+            saved_schedule = training_state["scheduler"]
+            if shaped or "progress" not in saved_schedule:
+                if not shaped:
+                    scheduler.load_state_dict(saved_schedule)
+            else:
+                # Laid over a budget before, over steps now: the step schedule continues from this step.
+                move_step_scheduler(scheduler, trainer["step"])
             if scaler is not None and training_state.get("scaler"):
                 scaler.load_state_dict(training_state["scaler"])
         except (KeyError, ValueError, RuntimeError, IndexError) as err:
@@ -222,6 +245,16 @@ def train(
         window, window_steps = trainer["window"], trainer["window_steps"]
         window_counts = trainer.get("window_counts") or dict.fromkeys(window, window_steps)
         previous_seconds = float(trainer.get("train_seconds", 0.0))
+        if budget is not None:
+            # The budget continues from the progress saved (that of steps/train.steps for a run that had none), over
+            # what is left of this run's budget: a budget changed on resume stretches or squeezes the rest.
+            saved_budget = trainer.get("budget") or {}
+            if (saved_budget.get("kind"), saved_budget.get("total")) != (budget.kind, budget.total):
+                spent_then = float(result.tokens) if budget.kind == "tokens" else previous_seconds
+                budget = budget.resumed(spent_then, float(saved_budget.get("progress", step / train_cfg.steps)))
+            # (The same budget needs no anchor: its progress is spent / total, as in an uninterrupted run.)
+            if shaped:
+                scheduler.set_progress(float(saved_budget.get("progress", budget.anchor_progress)))
 
     metrics_path = run_dir / "metrics.jsonl"
     if main:
@@ -234,11 +267,41 @@ def train(
         result.history = [row for row in _read_metrics(metrics_path) if "loss" in row]
 
     started = time.perf_counter()
+    # Seconds spent evaluating, checkpointing and snapshotting: not training time, so not budget time either.
+    # The clock stands still inside `pause()`, so what is written there (checkpoint, evaluation row) says when
+    # the pause began.
+    paused = 0.0
+    pause_began: float | None = None
 
     def train_seconds() -> float:
-        return previous_seconds + time.perf_counter() - started
+        now = time.perf_counter()
+        ongoing = now - pause_began if pause_began is not None else 0.0
+        return previous_seconds + now - started - paused - ongoing
+
+    @contextlib.contextmanager
+    def pause() -> Iterator[None]:
+        nonlocal paused, pause_began
+        pause_began = time.perf_counter()
+        try:
+            yield
+        finally:
+            paused += time.perf_counter() - pause_began
+            pause_began = None
+
+    def run_progress() -> float:
+        """The spent share of the budget, or of `steps` without one; every rank gets the same value."""
+        if budget is None:
+            return step / train_cfg.steps
+        if budget.kind == "tokens":
+            return budget.progress(float(result.tokens))  # counted over all ranks already
+        # Each rank measures its own clock: all take the slowest's, so they stop and schedule alike.
+        return budget.progress(dist.all_reduce_max(train_seconds()))
 
     def checkpoint() -> Path:
+        with pause():
+            return _checkpoint()
+
+    def _checkpoint() -> Path:
         """Collective: every rank contributes its state; rank 0 writes; a write error stops every rank."""
         model_state = backend.model_state()
         optimizer_state = backend.optimizer_state()
@@ -259,6 +322,7 @@ def train(
                 "window_steps": window_steps,
                 "window_counts": window_counts,
                 "train_seconds": train_seconds(),
+                "budget": {"kind": budget.kind, "total": budget.total, "progress": progress} if budget else None,
                 "optimizer": optim_cfg.name,
                 "engine": backend.name,
                 "world_size": world,
@@ -272,6 +336,40 @@ def train(
             raise BertkitError(error)
         return checkpoint_dir / f"step-{step}"
 
+    def write_eval(metrics: dict[str, float]) -> None:
+        """An evaluation's row, with the training time and tokens it took to get there (for time-to-quality)."""
+        if main:
+            row = {"step": step, **{f"eval_{k}": v for k, v in metrics.items()}}
+            row.update(train_seconds=round(train_seconds(), 3), tokens=result.tokens)
+            _write_row(metrics_file, writer, row)
+
+    if train_cfg.target_acc is not None:
+        result.target = {"metric": f"eval_{target_metric}", "target": train_cfg.target_acc, "reached": False}
+
+    def reached_target(metrics: dict[str, float]) -> bool:
+        """Records the first evaluation at or above `train.target_acc`; the same answer on every rank."""
+        if result.target is None or result.target["reached"]:
+            return False
+        if target_metric not in metrics:
+            raise BertkitError(f"train.target_acc: the evaluation reports no {target_metric} to compare with")
+        if not dist.any_rank(metrics[target_metric] >= train_cfg.target_acc):
+            return False
+        result.target.update(
+            reached=True,
+            value=metrics[target_metric],
+            step=step,
+            train_seconds=round(train_seconds(), 3),
+            tokens=result.tokens,
+        )
+        return True
+
+    progress = run_progress()
+    # Evaluations and snapshots at shares of the run: how many of each have been passed already.
+    shares_passed = {
+        "eval": _marks(progress, train_cfg.eval_every_share),
+        "snapshot": _marks(progress, train_cfg.snapshot_every_share),
+    }
+    too_short: str | None = None
     consecutive_bad = 0
     window_tokens = window_sequences = 0
     window_start = time.perf_counter()
@@ -285,10 +383,7 @@ def train(
         with Tracker(description, total=train_cfg.steps, quiet=quiet, unit="steps") as tracker, _stop_signals() as flag:
             tracker.advance(step)
             while step < train_cfg.steps:
-                over_budget = budget is not None and (
-                    (budget[0] == "tokens" and result.tokens >= budget[1])
-                    or (budget[0] == "seconds" and train_seconds() >= budget[1])
-                )
+                over_budget = progress >= 1.0 and budget is not None
                 if dist.any_rank(flag["signal"] is not None or over_budget):
                     if flag["signal"] is None and over_budget:
                         result.stopped = "budget"
@@ -348,9 +443,19 @@ def train(
                         )
                     continue
                 consecutive_bad = 0
-                scheduler.step()
                 step += 1
                 result.tokens += step_tokens
+                progress = run_progress()
+                if shaped:
+                    scheduler.set_progress(progress)  # the next step's rate, as a step scheduler's step() sets
+                    if progress >= 1.0 and step == 1 and result.resumed_from is None:
+                        too_short = (
+                            f"--budget {train_cfg.budget} was spent by the first step; give a budget of many steps "
+                            f"(with train.budget_schedule it is what warm-up and decay are laid over)"
+                        )
+                        break
+                else:
+                    scheduler.step()
                 window_tokens += step_tokens
                 window_sequences += step_sequences
                 window_steps += 1
@@ -376,6 +481,7 @@ def train(
                         # Three significant figures: a tiny model's MFU is small, not zero.
                         row["mfu"] = float(f"{flops / elapsed / peak:.3g}")
                     row["skipped_steps"] = result.skipped_steps
+                    row["train_seconds"] = round(train_seconds(), 3)
                     if main:
                         _write_row(metrics_file, writer, row)
                     result.history.append(row)
@@ -385,33 +491,76 @@ def train(
                     if row["tokens_per_s"]:
                         info += f" | {row['tokens_per_s']:,.0f} tok/s | MFU {100 * row.get('mfu', 0):.1f}%"
                     tracker.advance(0, info=info)
-                if evaluate and train_cfg.eval_every and step % train_cfg.eval_every == 0 and step < train_cfg.steps:
-                    evaluated = _run_eval(backend, evaluate)
-                    row = {"step": step, **{f"eval_{k}": v for k, v in evaluated.items()}}
-                    if main:
-                        _write_row(metrics_file, writer, row)
-                    if on_eval is not None and dist.any_rank(bool(on_eval(step, evaluated, backend.model_state))):
-                        result.eval, result.stopped = evaluated, "early_stopping"
+                last = step >= train_cfg.steps or (budget is not None and progress >= 1.0)
+                eval_due = _passed(shares_passed, "eval", progress, train_cfg.eval_every_share) or (
+                    train_cfg.eval_every and step % train_cfg.eval_every == 0
+                )
+                if evaluate and eval_due and not last:  # the last step's evaluation is the final one, below
+                    with pause():
+                        evaluated = _run_eval(backend, evaluate)
+                        write_eval(evaluated)
+                        stop = on_eval is not None and dist.any_rank(
+                            bool(on_eval(step, evaluated, backend.model_state))
+                        )
+                    hit = reached_target(evaluated)
+                    if stop or hit:
+                        result.eval, result.stopped = evaluated, "target" if hit else "early_stopping"
                         tracker.advance(1)
                         break
+                if on_snapshot is not None and _passed(
+                    shares_passed, "snapshot", progress, train_cfg.snapshot_every_share
+                ):
+                    with pause():
+                        when = {"share": round(progress, 4), "train_seconds": round(train_seconds(), 3)}
+                        on_snapshot(step, {**when, "tokens": result.tokens}, backend.model_state)
                 if train_cfg.checkpoint_every and step % train_cfg.checkpoint_every == 0:
                     checkpoint()
                 tracker.advance(1)
-            if evaluate and result.stopped != "early_stopping":
-                result.eval = _run_eval(backend, evaluate)
-                if main:
-                    _write_row(metrics_file, writer, {"step": step, **{f"eval_{k}": v for k, v in result.eval.items()}})
-                if on_eval is not None:
-                    on_eval(step, result.eval, backend.model_state)
+            if evaluate and too_short is None and result.stopped not in ("early_stopping", "target"):
+                with pause():
+                    result.eval = _run_eval(backend, evaluate)
+                    write_eval(result.eval)
+                    reached_target(result.eval)
+                    if on_eval is not None:
+                        on_eval(step, result.eval, backend.model_state)
     finally:
         if metrics_file is not None:
             metrics_file.close()
         if writer is not None:
             writer.close()
+    if too_short is not None:
+        if main:  # a fresh run with nothing to show: leave nothing behind
+            import shutil
+
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise BertkitError(too_short)
+    if budget is not None and step >= train_cfg.steps and progress < 1.0 and shaped and main:
+        stderr_console.print(
+            f"warning: train.steps={train_cfg.steps} ended the run at {100 * progress:.0f}% of --budget "
+            f"{train_cfg.budget}, before its schedule finished; raise train.steps (an upper bound under a budget)",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
     backend.final_weights_into(model)
     result.steps = step
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _marks(progress: float, share: float) -> int:
+    """How many multiples of `share` `progress` has passed (0 when shares are off). The small tolerance keeps
+    a progress of exactly k x share (steps/train.steps) from missing its mark to rounding."""
+    return int(math.floor(progress / share + 1e-9)) if share else 0
+
+
+def _passed(passed: dict[str, int], kind: str, progress: float, share: float) -> bool:
+    """True once per new multiple of `share` reached (several passed in one step count once)."""
+    marks = _marks(progress, share)
+    if marks <= passed[kind]:
+        return False
+    passed[kind] = marks
+    return True
 
 
 _TOKENS, _SEQUENCES = "_tokens", "_sequences"

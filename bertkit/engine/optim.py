@@ -126,7 +126,7 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, fused=fused or None)
 
 
-def lr_multiplier(step: int, total_steps: int, cfg: ScheduleConfig) -> float:
+def lr_multiplier(step: float, total_steps: int, cfg: ScheduleConfig) -> float:
     """Linear warmup to the peak, then linear/cosine decay to `min_lr_ratio`, constant, or
     warmup-stable-decay (constant, then a linear or 1-sqrt decay over the last `decay_fraction` of the steps)."""
     warmup = cfg.warmup_for(total_steps)
@@ -151,3 +151,42 @@ def lr_multiplier(step: int, total_steps: int, cfg: ScheduleConfig) -> float:
 
 def build_scheduler(optimizer: torch.optim.Optimizer, total_steps: int, cfg: ScheduleConfig):
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_multiplier(step, total_steps, cfg))
+
+
+def move_step_scheduler(scheduler: torch.optim.lr_scheduler.LambdaLR, step: int) -> None:
+    """Put a step schedule at `step` (its rates set), for a run resumed from a checkpoint whose schedule was laid
+    over a budget: without the budget it continues on the step schedule from where it stands."""
+    scheduler.last_epoch = step
+    for group, base, factor in zip(
+        scheduler.optimizer.param_groups, scheduler.base_lrs, scheduler.lr_lambdas, strict=True
+    ):
+        group["lr"] = base * factor(step)
+    scheduler._last_lr = [group["lr"] for group in scheduler.optimizer.param_groups]
+
+
+class BudgetScheduler:
+    """The schedule laid over a budget (cramming's "fake step"): at progress p (the spent share of the budget) the
+    rate is the step schedule's at step p x total_steps, so warm-up (`warmup_fraction`, or `warmup_steps` as a share
+    of `total_steps`) and decay (every `schedule.decay`, WSD's decay share included) land exactly on the deadline,
+    however many steps the budget buys. The loop sets the progress after every step; the rate it sets is the next
+    step's, as a step scheduler's `step()` does."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, total_steps: int, cfg: ScheduleConfig) -> None:
+        self.optimizer, self.total_steps, self.cfg = optimizer, total_steps, cfg
+        self.base_lrs = [group["lr"] for group in optimizer.param_groups]
+        self.set_progress(0.0)
+
+    def set_progress(self, progress: float) -> None:
+        self.progress = progress
+        factor = lr_multiplier(progress * self.total_steps, self.total_steps, self.cfg)  # type: ignore[arg-type]
+        for group, base in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
+            group["lr"] = base * factor
+
+    def get_last_lr(self) -> list[float]:
+        return [group["lr"] for group in self.optimizer.param_groups]
+
+    def state_dict(self) -> dict[str, float]:
+        return {"progress": self.progress}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        self.set_progress(float(state["progress"]))

@@ -77,3 +77,63 @@ def plot_run(run_dir: Path, output: Path, overwrite: bool = False) -> dict[str, 
     plt.close(fig)
     os.replace(tmp, output)
     return {"plot": str(output), "steps": steps[-1], "rows": len(train_rows), "terms": terms}
+
+
+COMPARED = ("eval_mlm_acc", "eval_plm_acc")
+
+
+def plot_compare(
+    run_dirs: list[Path], output: Path, overwrite: bool = False, metric: str | None = None, target: float | None = None
+) -> dict[str, Any]:
+    """Held-out accuracy of several runs against training seconds and against tokens, one line per run, so a user
+    sees which run reached which quality when. Reads the evaluation rows of each run's metrics.jsonl (each carries
+    the training time and tokens it was taken at)."""
+    if output.exists() and not overwrite:
+        raise BertkitError(f"output {output} already exists; pass --overwrite to replace it")
+    curves: dict[str, list[dict[str, Any]]] = {}
+    for run_dir in run_dirs:
+        rows = read_metrics(run_dir)
+        name = metric or next((key for key in COMPARED if any(key in row for row in rows)), None)
+        evaluated = [row for row in rows if name and name in row]
+        if not evaluated:
+            wanted = metric or " or ".join(COMPARED)
+            raise BertkitError(
+                f"{run_dir}/metrics.jsonl has no {wanted} evaluations to compare (train.eval_every_share)"
+            )
+        if any("train_seconds" not in row for row in evaluated):
+            raise BertkitError(
+                f"{run_dir}/metrics.jsonl was written by an older bertkit: its evaluations carry no training time"
+            )
+        metric = name
+        label = run_dir.name if run_dir.name not in curves else str(run_dir)
+        curves[label] = evaluated
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (by_time, by_tokens) = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    summary_runs = {}
+    for label, rows in curves.items():
+        values = [row[metric] for row in rows]
+        by_time.plot([row["train_seconds"] / 60 for row in rows], values, "o-", markersize=3, label=label)
+        by_tokens.plot([row["tokens"] / 1e6 for row in rows], values, "o-", markersize=3, label=label)
+        best = max(rows, key=lambda row: row[metric])
+        summary_runs[label] = {"evaluations": len(rows), "best": best[metric], "at_seconds": best["train_seconds"]}
+        if target is not None:
+            reached = next((row for row in rows if row[metric] >= target), None)
+            summary_runs[label]["seconds_to_target"] = reached["train_seconds"] if reached else None
+    for axis, xlabel in ((by_time, "training minutes"), (by_tokens, "tokens (millions)")):
+        if target is not None:
+            axis.axhline(target, color="grey", linestyle="--", linewidth=1, label=f"target {target:g}")
+        axis.set_xlabel(xlabel)
+        axis.grid(alpha=0.3)
+    by_time.set_ylabel(f"held-out {metric.removeprefix('eval_')}")
+    by_time.legend(fontsize=8)
+    fig.tight_layout()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = output.with_name(f".{output.name}.tmp.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, output)
+    return {"plot": str(output), "metric": metric, "runs": summary_runs}

@@ -209,8 +209,10 @@ def distill_task(
             return None
         n = steps[name]
         eval_every = recipe.train.eval_every if evaluate else 0
+        # The budget is shared by the phases, each on its own step schedule: here it only stops a phase (laid over
+        # what is left of it, the first phase's schedule would stretch over the whole budget).
         train_cfg = recipe.train.model_copy(
-            update={"steps": n, "epochs": None, "budget": budget, "eval_every": eval_every}
+            update={"steps": n, "epochs": None, "budget": budget, "eval_every": eval_every, "budget_schedule": False}
         )
         optim = recipe.optim.model_copy(update={"lr": phase.lr})
         result = train(

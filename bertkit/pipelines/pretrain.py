@@ -7,6 +7,7 @@ The recipe's model section picks the family (bertkit/models) and its objective s
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,12 @@ _SAME_FAMILY = {"spanbert": "bert"}  # SpanBERT checkpoints are BERT checkpoints
 _WARM_STARTS = {"bigbird": {"roberta"}}
 # Tables a checkpoint may have fewer rows of than the recipe: the missing rows are copied (see _extend_tables).
 _EXTENDABLE = ("max_position_embeddings", "type_vocab_size")
+# Held-out evaluation compares runs, so it depends on neither the run's seed nor its masking rate: the held-out
+# sequences are drawn with a fixed seed, and they are masked once, at 15% with BERT's 80/10/10 (as MLPerf, MosaicBERT
+# and ModernBERT evaluate, whatever rate they train at), with a fixed seed (the same masks at every evaluation).
+EVAL_SPLIT_SEED = 0
+EVAL_MASK_SEED = 1234
+EVAL_MASKING = MaskingConfig()
 
 
 def check_corpus_fits(objective: ObjectiveConfig, manifest: dict[str, Any], corpus_dir: Path) -> None:
@@ -208,12 +215,15 @@ def make_batches(
     seed: int,
     shuffle: bool = True,
     pad_to: int = 0,
+    stored_masks: bool = True,
 ) -> MLMBatches | PLMBatches:
     """The loader of the recipe's objective: permutation LM draws for XLNet, masks for the others
-    (padded to at least `pad_to` tokens: see `pad_width`)."""
+    (padded to at least `pad_to` tokens: see `pad_width`; a corpus's stored static masks unless told not to)."""
     if isinstance(spec, PermutationSpec):
         return PLMBatches(corpus, indices, batch_size, spec, pad_id, seed, shuffle)
-    return MLMBatches(corpus, indices, batch_size, spec, pad_id, seed, shuffle, pad_to=pad_to)
+    return MLMBatches(
+        corpus, indices, batch_size, spec, pad_id, seed, shuffle, pad_to=pad_to, stored_masks=stored_masks
+    )
 
 
 def pad_width(cfg: ModelConfig, longest: int) -> int:
@@ -239,11 +249,15 @@ def _evaluator(
     Masks depend only on the sequence, and metrics are weighted by masked tokens, so the result depends
     on which sequences are evaluated, never on how the batch is split (accumulation, process count)."""
     chosen = indices[:max_sequences]
+    if isinstance(spec, MaskingSpec):
+        spec = evaluation_masking(spec)
 
     def evaluate(model: nn.Module) -> dict[str, float]:
         # A fresh, unshuffled loader with a fixed seed: every evaluation sees the same masks. ELECTRA's
         # generator samples during evaluation too; forking the RNG keeps training's random stream intact.
-        loader = make_batches(corpus, chosen, batch_size, spec, pad_id, seed=1234, shuffle=False, pad_to=pad_to)
+        loader = make_batches(
+            corpus, chosen, batch_size, spec, pad_id, EVAL_MASK_SEED, shuffle=False, pad_to=pad_to, stored_masks=False
+        )
         batches = CheckedBatches(loader, objective)
         totals: dict[str, float] = {}
         count = 0
@@ -264,9 +278,39 @@ def _evaluator(
             if name in result:
                 result["perplexity"] = round(math.exp(min(result[name], 50.0)), 2)
                 break
+        result["targets"] = int(count)  # masked (or predicted) tokens scored: the size of the evaluation
         return result
 
     return evaluate
+
+
+def evaluation_masking(spec: MaskingSpec) -> MaskingSpec:
+    """The training masks' strategy (token, whole-word, n-gram, span: what the objectives' fields need) at the
+    evaluation's fixed rate and corruption."""
+    return replace(
+        spec,
+        prob=EVAL_MASKING.prob,
+        mask_fraction=EVAL_MASKING.mask_fraction,
+        random_fraction=EVAL_MASKING.random_fraction,
+    )
+
+
+def _target_metric(objective: ObjectiveConfig) -> str:
+    """What `train.target_acc` is compared with: held-out masked-token accuracy (XLNet: predicted-token)."""
+    return "plm_acc" if objective.plm else "mlm_acc"
+
+
+def _snapshot_writer(output: Path, model: nn.Module, cfg: ModelConfig, tokenizer: Tokenizer, recipe: str):
+    """Weights at fixed shares of the run (`train.snapshot_every_share`) as model directories under
+    RUN_DIR/snapshots/, so a curve can be scored (or exported) after the run."""
+
+    def write(step: int, when: dict[str, float], snapshot: Any) -> None:
+        weights = snapshot()  # collective: every rank takes part
+        if is_main():
+            extra = {"recipe": recipe, "steps": step, **when}
+            save_model_dir(output / "snapshots" / f"step-{step}", weights, cfg, "pretraining", tokenizer, extra)
+
+    return write
 
 
 def _masking_spec(recipe: PretrainRecipe, tokenizer: Tokenizer) -> MaskingSpec | PermutationSpec:
@@ -342,6 +386,23 @@ def pretrain(
             f"attention kept within each document, and {reason} cannot; build the corpus with another --format"
         )
     _check_block_sparse(model_cfg, corpus, recipe.data.train, longest)
+    if recipe.data.eval is not None:
+        eval_corpus = Corpus(recipe.data.eval)
+        eval_tokenizer = load_tokenizer(recipe.data.eval / TOKENIZER_SUBDIR)
+        if eval_tokenizer.fingerprint() != tokenizer.fingerprint():
+            raise BertkitError(
+                f"the evaluation corpus {recipe.data.eval} was built with another tokenizer than {recipe.data.train}; "
+                "build both with the same tokenizer (bertkit build-corpus --tokenizer DIR)"
+            )
+        train_idx, eval_idx = np.arange(len(corpus)), np.arange(len(eval_corpus))
+    else:
+        eval_corpus = corpus
+        train_idx, eval_idx = split_indices(len(corpus), recipe.data.eval_fraction, EVAL_SPLIT_SEED)
+    if recipe.train.target_acc is not None and not len(eval_idx):
+        raise BertkitError(
+            "train.target_acc is checked on held-out sequences, and this run has none; set data.eval_fraction above 0 "
+            "or pass an evaluation corpus with --set data.eval=DIR"
+        )
     recipe = recipe.model_copy(update={"model": model_cfg})
     resumed = prepare_run_dir(output, recipe, overwrite, resume)
 
@@ -357,12 +418,6 @@ def pretrain(
     objective = build_objective(recipe.objective)
     spec = _masking_spec(recipe, tokenizer)
     seed = recipe.train.seed
-    if recipe.data.eval is not None:
-        eval_corpus = Corpus(recipe.data.eval)
-        train_idx, eval_idx = np.arange(len(corpus)), np.arange(len(eval_corpus))
-    else:
-        eval_corpus = corpus
-        train_idx, eval_idx = split_indices(len(corpus), recipe.data.eval_fraction, seed)
     micro = recipe.train.batch_size // recipe.train.grad_accum
     pad_to = pad_width(model_cfg, longest)
     loader = make_batches(corpus, train_idx, micro, spec, tokenizer.pad_id, seed, pad_to=pad_to)
@@ -399,6 +454,8 @@ def pretrain(
         resume=resumed,
         quiet=quiet,
         description="pretrain",
+        target_metric=_target_metric(recipe.objective),
+        on_snapshot=_snapshot_writer(output, model, model_cfg, tokenizer, recipe.name),
     )
     model_dir = output / "model"
     if is_main():  # under a distributed engine only rank 0 writes
@@ -429,8 +486,11 @@ def pretrain(
         "init_from": str(init_from) if init_from is not None else None,
         "init_extended": extended,
         "stopped": result.stopped,
+        "target": result.target,
         "train_sequences": len(train_idx),
-        "eval_sequences": len(eval_idx),
+        "eval_sequences": min(len(eval_idx), recipe.train.eval_batches * recipe.train.batch_size),
+        # Where the held-out sequences come from: a corpus of their own, or held out of the training corpus.
+        "eval_set": str(recipe.data.eval) if recipe.data.eval is not None else f"held out: {recipe.data.eval_fraction}",
     }
     write_summary(output, summary)
     return summary

@@ -1,0 +1,46 @@
+"""A run's budget (training seconds or tokens) and how far through it the run is.
+
+The loop asks `progress(spent)` after every step: the learning-rate schedule is laid over it (see
+`BudgetScheduler` in bertkit/engine/optim.py) and the run stops at 1. A resumed run continues from the
+progress its checkpoint saved; if the budget was changed on resume, the rest of the schedule is stretched
+(or squeezed) over what is left of the new budget, so the learning rate continues where it was and never
+jumps back up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from bertkit.config.schema import parse_budget
+
+
+@dataclass(frozen=True)
+class Budget:
+    kind: str  # "seconds" (training time) or "tokens" (real tokens, padding excluded)
+    total: float
+    # Where this process took the run over: spent and progress at the checkpoint it resumed from.
+    anchor_spent: float = 0.0
+    anchor_progress: float = 0.0
+
+    @classmethod
+    def parse(cls, text: str) -> Budget:
+        kind, total = parse_budget(text)
+        return cls(kind, total)
+
+    def progress(self, spent: float) -> float:
+        """The spent share of the budget, in [0, 1]: spent / total for a run that never changed its budget."""
+        left = self.total - self.anchor_spent
+        if spent >= self.total or left <= 0:
+            return 1.0
+        return min(1.0, self.anchor_progress + (spent - self.anchor_spent) / left * (1.0 - self.anchor_progress))
+
+    def resumed(self, spent: float, progress: float) -> Budget:
+        return Budget(self.kind, self.total, spent, progress)
+
+    def state(self, spent: float) -> dict[str, Any]:
+        """What a checkpoint keeps, so a resumed run continues the same budget."""
+        return {"kind": self.kind, "total": self.total, "spent": spent, "progress": self.progress(spent)}
+
+    def describe(self, amount: float) -> str:
+        return f"{amount:,.1f} s" if self.kind == "seconds" else f"{amount:,.0f} tokens"

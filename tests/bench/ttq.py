@@ -1,0 +1,240 @@
+"""Time to quality, shared by the bench (test_time_to_quality.py) and by hand (python tests/bench/ttq.py --help).
+
+Data: the unique context paragraphs of SQuAD v1.1 dev and the four SQuADShifts test sets (new_wiki, nyt, reddit,
+amazon_reviews; Wikipedia, New York Times, Reddit and Amazon review text), read out of bigbench 1.0.0's sdist that
+`make install-test` caches (../shared/DATA.md), never the quickstart's text. One paragraph is one document; every
+20th is held out for evaluation and never trained on.
+
+Evaluation (one evaluator for every model): the first 400 held-out paragraphs, each tokenized as [CLS] text [SEP]
+(at most 128 tokens) and masked once with seed 0: 15% of the non-special tokens, BERT's 80/10/10. A model is scored
+as a transformers BertForMaskedLM (bertkit's snapshots through `bertkit export --to hf --head mlm`): the share of
+masked positions whose argmax is the original token.
+
+Both trainers run at the same time, each in its own process pinned to its own core with one thread, so they see
+the same machine (a 2-core box gives each one core)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+SHIFTS = ("squaddev_v1.1", "new_wiki_v1.0", "nyt_v1.0", "reddit_v1.0", "amazon_reviews_v1.0")
+MEMBER = "bigbench-1.0.0/bigbench/benchmark_tasks/squad_shifts/{}.json"
+HELD_OUT_EVERY = 20
+EVAL_PARAGRAPHS = 400
+BLOCK = 128
+HERE = Path(__file__).resolve().parent
+# bert-tiny's family at the issue's shape: 4 layers, 256 wide, 4 heads, 1,024 feed-forward, 128 positions.
+SHAPE = {"model.num_layers": 4, "model.hidden_size": 256, "model.num_heads": 4, "model.intermediate_size": 1024}
+
+
+def data_dir() -> Path:
+    return Path(os.environ.get("BERTKIT_DATA_DIR") or Path(sys.prefix) / "data")
+
+
+def paragraphs() -> list[str]:
+    """The 9,748 unique context paragraphs, in file order; extracted from the archive once and cached."""
+    cached = data_dir() / "squad-paragraphs.jsonl"
+    if not cached.is_file():
+        archive = data_dir() / "bigbench-1.0.0.tar.gz"
+        if not archive.is_file():
+            raise FileNotFoundError(f"{archive} is missing; `make install-test` downloads it")
+        wanted = {MEMBER.format(name): name for name in SHIFTS}
+        found: dict[str, bytes] = {}
+        with tarfile.open(archive) as tar:
+            for member in tar:
+                if member.name in wanted:
+                    found[wanted[member.name]] = tar.extractfile(member).read()  # type: ignore[union-attr]
+        seen: dict[str, None] = {}
+        for name in SHIFTS:
+            for article in json.loads(found[name])["data"]:
+                for paragraph in article["paragraphs"]:
+                    text = " ".join(paragraph["context"].split())
+                    seen.setdefault(text, None)
+        tmp = cached.with_name(f".{cached.name}.tmp-{os.getpid()}")
+        tmp.write_text("".join(json.dumps(text) + "\n" for text in seen), "utf-8")
+        os.replace(tmp, cached)
+    return [json.loads(line) for line in cached.read_text("utf-8").splitlines()]
+
+
+def split(texts: list[str]) -> tuple[list[str], list[str]]:
+    held = [t for i, t in enumerate(texts) if i % HELD_OUT_EVERY == 0]
+    return [t for i, t in enumerate(texts) if i % HELD_OUT_EVERY], held
+
+
+def prepare(work: Path) -> dict[str, Path]:
+    """Training text (one paragraph per document), a shared 8,000-piece WordPiece, bertkit's corpus."""
+    work.mkdir(parents=True, exist_ok=True)
+    train, held = split(paragraphs())
+    paths = {"train": work / "train.txt", "held": work / "held.jsonl", "tok": work / "tok", "corpus": work / "corpus"}
+    if not paths["train"].exists():
+        paths["train"].write_text("\n\n".join(train) + "\n", "utf-8")
+        paths["held"].write_text("".join(json.dumps(t) + "\n" for t in held[:EVAL_PARAGRAPHS]), "utf-8")
+    if not paths["tok"].exists():
+        bertkit("tokenize", "train", "--kind", "wordpiece", "--vocab-size", "8000", "--input", paths["train"],
+                "--output", paths["tok"])  # fmt: skip
+    if not paths["corpus"].exists():
+        bertkit("build-corpus", "-i", paths["train"], "-t", paths["tok"], "-o", paths["corpus"],
+                "--max-seq-len", str(BLOCK))  # fmt: skip
+    return paths
+
+
+def bertkit(*args: object) -> dict:
+    out = subprocess.run([sys.executable, "-m", "bertkit", *map(str, args), "--json", "--quiet"],
+                         capture_output=True, text=True)  # fmt: skip
+    if out.returncode:
+        raise RuntimeError(f"bertkit {args[0]} failed: {out.stderr.strip()[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def evaluation_set(held_file: Path, tokenizer_dir: Path) -> dict:
+    """The fixed masks: input ids, attention mask and (position -> original id) of every masked token."""
+    import torch
+    import transformers
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    texts = [json.loads(line) for line in held_file.read_text("utf-8").splitlines()]
+    encoded = tokenizer(texts, truncation=True, max_length=BLOCK, padding="max_length", return_tensors="pt",
+                        return_special_tokens_mask=True)  # fmt: skip
+    ids, special = encoded["input_ids"].clone(), encoded["special_tokens_mask"].bool()
+    real = encoded["attention_mask"].bool() & ~special
+    rng = np.random.default_rng(0)
+    chosen = torch.from_numpy(rng.random(ids.shape) < 0.15) & real
+    labels = torch.where(chosen, ids, torch.full_like(ids, -100))
+    draw = torch.from_numpy(rng.random(ids.shape))
+    corrupted = ids.clone()
+    corrupted[chosen & (draw < 0.8)] = tokenizer.mask_token_id
+    random_ids = torch.from_numpy(rng.integers(len(tokenizer.all_special_ids), tokenizer.vocab_size, ids.shape))
+    swap = chosen & (draw >= 0.8) & (draw < 0.9)
+    corrupted[swap] = random_ids[swap]
+    return {"input_ids": corrupted, "attention_mask": encoded["attention_mask"], "labels": labels}
+
+
+def score(model_dir: Path, evaluation: dict, batch: int = 50) -> float:
+    """Masked-token accuracy of a transformers masked LM on the fixed masks."""
+    import torch
+    import transformers
+
+    model = transformers.AutoModelForMaskedLM.from_pretrained(str(model_dir)).eval()
+    right = total = 0
+    with torch.no_grad():
+        for start in range(0, evaluation["input_ids"].shape[0], batch):
+            part = {k: v[start : start + batch] for k, v in evaluation.items()}
+            logits = model(input_ids=part["input_ids"], attention_mask=part["attention_mask"]).logits
+            keep = part["labels"] != -100
+            right += int((logits[keep].argmax(-1) == part["labels"][keep]).sum())
+            total += int(keep.sum())
+    return right / total
+
+
+def pinned(core: int):
+    """Run the child on one core (the Trainer and bertkit side by side, one core each)."""
+    return lambda: os.sched_setaffinity(0, {core})
+
+
+def launch_bertkit(paths: dict[str, Path], output: Path, recipe: str, budget_s: float, core: int,
+                   extra: list[str]) -> subprocess.Popen:  # fmt: skip
+    sets = {**SHAPE, "engine.threads": 1, "train.steps": 1_000_000, "train.snapshot_every_share": 0.1,
+            "train.eval_every_share": 0.1, "train.log_every": 50}  # fmt: skip
+    args = [sys.executable, "-m", "bertkit", "pretrain", "-r", recipe, "-c", str(paths["corpus"]), "-o", str(output),
+            "--budget", f"{budget_s:g}s", "--overwrite", "--json", "--quiet"]  # fmt: skip
+    for key, value in sets.items():
+        args += ["--set", f"{key}={value}"]
+    return subprocess.Popen([*args, *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=pinned(core))  # fmt: skip
+
+
+def launch_trainer(paths: dict[str, Path], output: Path, budget_s: float, core: int, lr: float) -> subprocess.Popen:
+    args = [sys.executable, str(HERE / "ttq_trainer.py"), "--train-text", str(paths["train"]), "--tokenizer",
+            str(paths["tok"]), "--output", str(output), "--budget-seconds", str(budget_s), "--lr", str(lr)]  # fmt: skip
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=pinned(core))
+
+
+def finish(proc: subprocess.Popen, name: str) -> dict:
+    out, err = proc.communicate()
+    if proc.returncode:
+        raise RuntimeError(f"{name} failed: {err.strip()[-3000:]}")
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def score_bertkit(run: Path, evaluation: dict, scored_dir: Path) -> list[dict]:
+    """Every snapshot exported to transformers and scored; rows as a metrics.jsonl that `bertkit plot` reads."""
+    rows = []
+    for snapshot in sorted((run / "snapshots").iterdir(), key=lambda p: int(p.name.split("-")[1])):
+        meta = json.loads((snapshot / "bertkit_model.json").read_text())
+        hf = scored_dir / "hf" / snapshot.name
+        bertkit("export", snapshot, "--to", "hf", "--head", "mlm", "-o", hf, "--overwrite")
+        rows.append({"step": meta["steps"], "eval_mlm_acc": round(score(hf, evaluation), 4),
+                     "train_seconds": meta["train_seconds"], "tokens": meta["tokens"]})  # fmt: skip
+    write_rows(scored_dir, rows)
+    return rows
+
+
+def score_trainer(run: Path, evaluation: dict) -> list[dict]:
+    summary = json.loads((run / "trainer_summary.json").read_text())
+    rows = [{"step": r["step"], "eval_mlm_acc": round(score(Path(r["path"]), evaluation), 4),
+             "train_seconds": r["train_seconds"], "tokens": r["tokens"]} for r in summary["rows"]]  # fmt: skip
+    write_rows(run, rows)
+    return rows
+
+
+def write_rows(folder: Path, rows: list[dict]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), "utf-8")
+
+
+def time_to(rows: list[dict], accuracy: float) -> float | None:
+    """Training seconds of the first scored point at or above `accuracy` (None: never)."""
+    return next((r["train_seconds"] for r in rows if r["eval_mlm_acc"] >= accuracy), None)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--work", type=Path, default=Path("runs/ttq"))
+    parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--recipe", default="crammed-bert")
+    parser.add_argument("--lr", type=float, default=1e-3, help="the Trainer's peak rate")
+    parser.add_argument("--set", dest="sets", action="append", default=[], help="bertkit --set overrides")
+    parser.add_argument("--no-trainer", action="store_true", help="bertkit alone (for recipe ablations)")
+    parser.add_argument("--name", default="bertkit")
+    args = parser.parse_args()
+    started = time.time()
+    paths = prepare(args.work)
+    budget = args.minutes * 60
+    extra = [x for s in args.sets for x in ("--set", s)]
+    runs = {args.name: launch_bertkit(paths, args.work / args.name, args.recipe, budget, 0, extra)}
+    if not args.no_trainer:
+        runs["trainer"] = launch_trainer(paths, args.work / "trainer", budget, 1, args.lr)
+    results = {name: finish(proc, name) for name, proc in runs.items()}
+    evaluation = evaluation_set(paths["held"], paths["tok"])
+    curves = {args.name: score_bertkit(args.work / args.name, evaluation, args.work / f"{args.name}-scored")}
+    if not args.no_trainer:
+        curves["trainer"] = score_trainer(args.work / "trainer", evaluation)
+    report = {
+        "minutes": args.minutes,
+        "masked_tokens": int((evaluation["labels"] != -100).sum()),
+        "curves": curves,
+        "bertkit_steps": results[args.name]["steps"],
+        "wall_minutes": round((time.time() - started) / 60, 1),
+    }
+    if "trainer" in results:
+        report["trainer_steps"] = results["trainer"]["max_steps"]
+        final = curves["trainer"][-1]["eval_mlm_acc"]
+        report["trainer_final"] = final
+        report["bertkit_final"] = curves[args.name][-1]["eval_mlm_acc"]
+        report["bertkit_seconds_to_trainer_final"] = time_to(curves[args.name], final)
+        report["trainer_seconds"] = curves["trainer"][-1]["train_seconds"]
+    (args.work / f"report-{args.name}.json").write_text(json.dumps(report, indent=1))
+    print(json.dumps({k: v for k, v in report.items() if k != "curves"}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,199 @@
+"""Budgets that shape a pretraining run, held-out evaluation that compares runs, and time-to-target, through the
+CLI on the session corpus (Python's own documentation, tests/conftest.py).
+
+The schedule's shape is checked against bertkit's step schedule (`lr_multiplier`) evaluated at the row's share of
+the budget: a token budget makes the shares exact, so a token-budget run is also resumed bitwise."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cli_helpers import run_error, run_json
+from test_resume import assert_same_weights_bitwise, curve, run_until
+
+from bertkit.config.schema import ScheduleConfig
+from bertkit.engine.optim import lr_multiplier
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+STEPS = 10_000  # an upper bound the budgets below never reach
+SMALL = {
+    "train.steps": STEPS,
+    "train.batch_size": 8,
+    "train.log_every": 1,
+    "train.eval_batches": 2,
+    "engine.threads": 1,
+    "engine.tensorboard": "false",
+    "schedule.warmup_steps": 0,
+    "schedule.warmup_fraction": 0.1,
+}
+LR = 1e-3  # bert-tiny's peak
+
+
+def sets(**extra: object) -> list[str]:
+    args: list[str] = []
+    for key, value in {**SMALL, **{k.replace("__", "."): v for k, v in extra.items()}}.items():
+        args += ["--set", f"{key}={value}"]
+    return args
+
+
+def pretrain(corpus: Path, output: Path, *extra: str) -> dict:
+    return run_json("pretrain", "-r", "bert-tiny", "-c", str(corpus), "-o", str(output), *extra)
+
+
+def rows(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_token_budget_lays_warmup_and_decay_over_the_budget(corpus_dir: Path, tmp_path: Path) -> None:
+    budget = 12_000  # tokens: about 25 steps of 8 sequences of up to 64 tokens
+    summary = pretrain(corpus_dir, tmp_path / "run", *sets(), "--budget", f"{budget}tok")
+    assert summary["stopped"] == "budget" and 10 < summary["steps"] < STEPS
+    assert budget <= summary["tokens"] < budget + 8 * 64  # ends at the first step past the budget
+    schedule = ScheduleConfig(warmup_fraction=0.1)
+    train_rows = [row for row in rows(tmp_path / "run") if "loss" in row]
+    assert len(train_rows) == summary["steps"]
+    for row in train_rows:
+        # The rate a row logs is the next step's: the step schedule's at the spent share of the budget x steps.
+        share = min(1.0, row["tokens"] / budget)
+        assert row["lr"] == pytest.approx(LR * lr_multiplier(share * STEPS, STEPS, schedule), rel=1e-9)
+    assert train_rows[-1]["lr"] == 0.0  # decay complete exactly at the deadline
+    assert max(row["lr"] for row in train_rows) == pytest.approx(LR, rel=0.05)  # warm-up reached the peak
+    peak = max(range(len(train_rows)), key=lambda i: train_rows[i]["lr"])
+    assert 0.05 < train_rows[peak]["tokens"] / budget < 0.2  # ... at the warm-up share of the budget
+
+
+def test_wsd_decay_share_lands_on_the_deadline(corpus_dir: Path, tmp_path: Path) -> None:
+    budget = 10_000
+    wsd = sets(schedule__decay="wsd", schedule__decay_fraction=0.3, schedule__warmup_fraction=0.0)
+    summary = pretrain(corpus_dir, tmp_path / "run", *wsd, "--budget", f"{budget}tok")
+    train_rows = [row for row in rows(tmp_path / "run") if "loss" in row]
+    stable = [row["lr"] for row in train_rows if row["tokens"] / budget <= 0.7]
+    decaying = [row["lr"] for row in train_rows if row["tokens"] / budget > 0.7]
+    assert stable and all(lr == pytest.approx(LR) for lr in stable)
+    assert decaying == sorted(decaying, reverse=True) and decaying[-1] == 0.0 and len(decaying) >= 3
+    assert summary["stopped"] == "budget"
+
+
+def test_token_budget_killed_at_half_resumes_bitwise(corpus_dir: Path, tmp_path: Path) -> None:
+    """SIGKILL after the checkpoint at step 12 of a ~24-step budget; resumed, the same curve and weights."""
+    budget = ["--budget", "11000tok"]
+    reference, interrupted = tmp_path / "reference", tmp_path / "interrupted"
+    ckpt = sets(train__checkpoint_every=6, train__eval_every_share=0.25)
+    base = [sys.executable, "-m", "bertkit", "pretrain", "-r", "bert-tiny", "-c", str(corpus_dir), *ckpt, *budget]
+    first = subprocess.run([*base, "-o", str(reference), "--json", "--quiet"], capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    expected = json.loads(first.stdout.strip().splitlines()[-1])
+    assert expected["stopped"] == "budget" and expected["steps"] > 18
+    killed = run_until(
+        [*base, "-o", str(interrupted), "--quiet"], interrupted / "checkpoints" / "step-12", signal.SIGKILL
+    )
+    assert killed.returncode == -signal.SIGKILL
+    state = json.loads((interrupted / "checkpoints" / "step-12" / "trainer_state.json").read_text())
+    assert state["budget"]["kind"] == "tokens" and 0.3 < state["budget"]["progress"] < 0.7
+    resumed = pretrain(corpus_dir, interrupted, *ckpt, *budget, "--resume", "last")
+    assert resumed["resumed_from"] == 12 and resumed["steps"] == expected["steps"]
+    assert curve(interrupted) == curve(reference)
+    assert_same_weights_bitwise(interrupted, reference)
+    # Evaluations at quarters of the budget (3 during the run, the final one at the deadline).
+    assert len([row for row in rows(reference) if "eval_mlm_acc" in row]) == 4
+
+    # Both runs' held-out accuracy against training time and tokens, on one figure.
+    png = tmp_path / "compare.png"
+    plotted = run_json("plot", str(reference), str(interrupted), "-o", str(png), "--target", "0.01")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plotted["metric"] == "eval_mlm_acc"
+    assert set(plotted["runs"]) == {"reference", "interrupted"}
+    assert all(run["evaluations"] == 4 for run in plotted["runs"].values())
+    assert "needs --output" in run_error("plot", str(reference), str(interrupted))
+
+
+def test_time_budget_is_training_time_and_a_longer_budget_stretches_the_rest(corpus_dir: Path, tmp_path: Path) -> None:
+    """A 3 s budget stopped by SIGTERM part-way and resumed with 5 s: the rate continues where it was (no jump back
+    to warm-up), falls to zero at the new deadline, and the checkpoint's training time covers the budget while
+    evaluations (many here) are left out of it."""
+    run = tmp_path / "run"
+    evals = sets(train__checkpoint_every=5, train__eval_every=2, train__eval_batches=8)
+    base = [sys.executable, "-m", "bertkit", "pretrain", "-r", "bert-tiny", "-c", str(corpus_dir), "-o", str(run)]
+    stopped = run_until([*base, *evals, "--budget", "3s", "--quiet"], run / "checkpoints" / "step-10", signal.SIGTERM)
+    assert stopped.returncode == 130, stopped.stderr
+    checkpoint = max((run / "checkpoints").iterdir(), key=lambda p: int(p.name.split("-")[1]))  # the SIGTERM's
+    before = json.loads((checkpoint / "trainer_state.json").read_text())
+    assert 0 < before["budget"]["progress"] < 1 and before["budget"]["kind"] == "seconds"
+    last_lr = [row["lr"] for row in rows(run) if "loss" in row][-1]
+
+    summary = pretrain(corpus_dir, run, *evals, "--budget", "5s", "--resume", "last")
+    assert summary["stopped"] == "budget" and summary["resumed_from"] == before["step"]
+    after = [row for row in rows(run) if "loss" in row and row["step"] > before["step"]]
+    assert after[0]["lr"] <= last_lr * 1.05 and after[-1]["lr"] == 0.0
+    assert all(a["lr"] >= b["lr"] for a, b in zip(after, after[1:], strict=False))  # decaying, never warming again
+    final = json.loads(next((run / "checkpoints").glob(f"step-{summary['steps']}")).joinpath("trainer_state.json")
+                       .read_text())  # fmt: skip
+    assert 5.0 <= final["train_seconds"] < 7.0
+    # Evaluations (every 2 steps) took wall-clock time that the budget did not count.
+    trained = final["train_seconds"] - before["train_seconds"]
+    print(f"resumed part: {summary['seconds']:.2f} s wall clock, {trained:.2f} s training")
+    assert summary["seconds"] > trained + 0.2
+    eval_seconds = [row["train_seconds"] for row in rows(run) if "eval_mlm_acc" in row]
+    assert len(eval_seconds) > 5 and eval_seconds == sorted(eval_seconds)
+
+
+def test_held_out_evaluation_is_fixed_whatever_the_seed_and_masking_rate(corpus_dir: Path, tmp_path: Path) -> None:
+    one = pretrain(corpus_dir, tmp_path / "a", *sets(train__steps=1))
+    other = pretrain(corpus_dir, tmp_path / "b", *sets(train__steps=1, train__seed=7, data__masking__prob=0.4))
+    # Same held-out sequences, same 15% masks: the same number of scored tokens, whatever the run's seed or rate.
+    assert one["eval"]["targets"] == other["eval"]["targets"] > 0
+    assert one["eval_sequences"] == other["eval_sequences"] == 16 and one["eval_set"] == "held out: 0.02"
+    tokens = one["eval"]["targets"] / 0.15
+    assert 16 * 20 < tokens < 16 * 64  # about 15% of the held-out tokens
+
+
+def test_target_accuracy_stops_and_says_when(corpus_dir: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    # After a few dozen steps the model predicts frequent tokens: 3% held-out accuracy is soon reached.
+    summary = pretrain(corpus_dir, run, *sets(train__eval_every=5, train__steps=200), "--target-acc", "0.03")
+    target = summary["target"]
+    assert summary["stopped"] == "target" and target["reached"] and target["value"] >= 0.03
+    assert target["step"] == summary["steps"] < 200 and target["step"] % 5 == 0
+    assert target["tokens"] == summary["tokens"] and target["train_seconds"] > 0
+    last_eval = [row for row in rows(run) if "eval_mlm_acc" in row][-1]
+    assert last_eval["eval_mlm_acc"] == target["value"] and last_eval["tokens"] == target["tokens"]
+    assert (run / "model" / "model.safetensors").exists()
+    missed = pretrain(corpus_dir, tmp_path / "missed", *sets(train__steps=3), "--target-acc", "0.99")
+    assert missed["target"] == {"metric": "eval_mlm_acc", "target": 0.99, "reached": False}
+    assert missed["stopped"] is None
+
+
+def test_snapshots_at_shares_load_in_transformers(corpus_dir: Path, tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    from bertkit.interop.export import export_hf
+
+    run = tmp_path / "run"
+    summary = pretrain(corpus_dir, run, *sets(train__snapshot_every_share=0.5), "--budget", "6000tok")
+    snapshots = sorted((run / "snapshots").iterdir(), key=lambda p: int(p.name.split("-")[1]))
+    assert [p.name for p in snapshots][-1] == f"step-{summary['steps']}" and len(snapshots) == 2
+    meta = json.loads((snapshots[0] / "bertkit_model.json").read_text())
+    assert 0.5 <= meta["share"] < 0.75
+    import transformers
+
+    export_hf(snapshots[0], tmp_path / "hf")
+    model = transformers.AutoModelForMaskedLM.from_pretrained(tmp_path / "hf")
+    assert model.config.num_hidden_layers == 2
+
+
+def test_bad_budget_and_target_input(corpus_dir: Path, tmp_path: Path, xlnet_corpus: Path) -> None:
+    line = run_error("pretrain", "-r", "bert-tiny", "-c", str(corpus_dir), "-o", str(tmp_path / "short"),
+                     *sets(), "--budget", "10tok")  # fmt: skip
+    assert "was spent by the first step" in line and not (tmp_path / "short").exists()
+    for bad in ("1.5", "0"):
+        line = run_error("pretrain", "-r", "bert-tiny", "-c", str(corpus_dir), "-o", str(tmp_path / "t"),
+                         "--target-acc", bad)  # fmt: skip
+        assert "target_acc" in line and not (tmp_path / "t").exists()
+    # An evaluation corpus built with another tokenizer (SentencePiece) than the training corpus (WordPiece).
+    line = run_error("pretrain", "-r", "bert-tiny", "-c", str(corpus_dir), "-o", str(tmp_path / "e"),
+                     "--set", f"data.eval={xlnet_corpus}")  # fmt: skip
+    assert "another tokenizer" in line and not (tmp_path / "e").exists()
