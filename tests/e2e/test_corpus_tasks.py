@@ -243,3 +243,89 @@ def test_a_damaged_part_is_caught_by_its_checksum(tmp_path: Path, inputs: list[P
     line = error_line(result)
     assert "ids.bin does not match its checksum" in line and "relaunch task 1" in line
     assert not (tmp_path / "corpus").exists()
+
+
+SBATCH_STANDIN = """#!/bin/bash
+# Stand-in for sbatch: runs the job here and now (an array's tasks as concurrent processes, each with its
+# SLURM_ARRAY_TASK_ID), honours --dependency=afterok, logs each task to $SBATCH_STATE, prints the job id.
+array= dep= wrap=
+while [[ $# -gt 0 && $1 == -* ]]; do
+    case $1 in
+        --array=*) array=${1#--array=} ;;
+        --dependency=afterok:*) dep=${1#--dependency=afterok:} ;;
+        --wrap=*) wrap=${1#--wrap=} ;;
+    esac
+    shift
+done
+id=$(cat "$SBATCH_STATE/next" 2>/dev/null || echo 100)
+echo $((id + 1)) > "$SBATCH_STATE/next"
+if [ -n "$dep" ] && [ -e "$SBATCH_STATE/failed-$dep" ]; then echo "$id"; exit 0; fi
+status=0
+if [ -n "$array" ]; then
+    pids=()
+    for i in $(seq "${array%-*}" "${array#*-}"); do
+        SLURM_JOB_ID=$id SLURM_ARRAY_JOB_ID=$id SLURM_ARRAY_TASK_ID=$i SLURM_CPUS_PER_TASK=1 \\
+            bash "$@" > "$SBATCH_STATE/$id-$i.out" 2>&1 &
+        pids+=($!)
+    done
+    for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+else
+    SLURM_JOB_ID=$id bash -c "$wrap" > "$SBATCH_STATE/$id.out" 2>&1 || status=1
+fi
+[ "$status" -eq 0 ] || touch "$SBATCH_STATE/failed-$id"
+echo "$id"
+"""
+SRUN_STANDIN = "#!/bin/bash\n# Stand-in for srun: its options dropped, the command run here.\n"
+SRUN_STANDIN += 'while [[ $1 == -* ]]; do shift; done\nexec "$@"\n'
+
+
+def test_the_slurm_example_builds_and_merges_and_relaunches(
+    tmp_path: Path, inputs: list[Path], tokenizer_dir: Path
+) -> None:
+    """examples/slurm/build-corpus.sbatch under stand-ins for sbatch and srun: submitted from the "login node",
+    it runs a 3-task array and a merge that waits for it (afterok). Task 1 fails the first time (its part name
+    is taken by a file), so the merge does not run; the same command again skips tasks 0 and 2, builds task 1,
+    and the merged corpus equals one build-corpus run."""
+    script = Path(__file__).resolve().parents[2] / "examples" / "slurm" / "build-corpus.sbatch"
+    fake, state = tmp_path / "bin", tmp_path / "sbatch"
+    fake.mkdir()
+    state.mkdir()
+    (fake / "sbatch").write_text(SBATCH_STANDIN)
+    (fake / "srun").write_text(SRUN_STANDIN)
+    for tool in fake.iterdir():
+        tool.chmod(0o755)
+    parts, corpus = tmp_path / "parts", tmp_path / "corpus"
+    parts.mkdir()
+    (parts / part_name(1, TASKS)).write_text("in the way")
+    env = {
+        **cli_env(),
+        "PATH": f"{fake}:{os.environ['PATH']}",
+        "SBATCH_STATE": str(state),
+        "INPUT": " ".join(map(str, inputs)),
+        "TOKENIZER": str(tokenizer_dir),
+        "PARTS": str(parts),
+        "CORPUS": str(corpus),
+        "TASKS": str(TASKS),
+        "BERTKIT": f"{sys.executable} -m bertkit",
+    }
+    env.pop("SLURM_ARRAY_TASK_ID", None)
+    command = ["bash", str(script), "--max-seq-len", "64", "--json", "--quiet"]
+
+    def submit() -> tuple[str, str]:
+        done = subprocess.run(command, capture_output=True, text=True, env=env)
+        assert done.returncode == 0, done.stderr
+        array_job, merge_job = done.stdout.split("array job ")[1].split()[0], done.stdout.split()[-1]
+        return array_job, merge_job
+
+    array_job, merge_job = submit()
+    assert (state / f"failed-{array_job}").exists()
+    assert "error: output" in (state / f"{array_job}-1.out").read_text()
+    assert not (state / f"{merge_job}.out").exists() and not corpus.exists()  # afterok: the merge never ran
+
+    (parts / part_name(1, TASKS)).unlink()
+    array_job, merge_job = submit()
+    logs = [json.loads((state / f"{array_job}-{i}.out").read_text().strip().splitlines()[-1]) for i in range(TASKS)]
+    assert [log["skipped"] for log in logs] == [True, False, True]
+    assert "corpus merged" in (state / f"{merge_job}.out").read_text()
+    build_corpus(inputs, tokenizer_dir, tmp_path / "single", BuildOptions(max_seq_len=64))
+    assert_same_corpus(corpus, tmp_path / "single")
