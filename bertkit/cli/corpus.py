@@ -19,11 +19,16 @@ app = typer.Typer(
 
 @guarded
 def build_corpus_command(
-    input: list[Path] = typer.Option(
-        ..., "--input", "-i", help="Text files (.txt, .gz, .bz2, .zst, .jsonl); globs ok."
+    input: list[str] = typer.Option(
+        ...,
+        "--input",
+        "-i",
+        help="Text files (.txt, .gz, .bz2, .zst, .jsonl); globs ok; s3:// (fsspec) URLs and URL globs too.",
     ),
-    tokenizer: Path = typer.Option(..., "--tokenizer", "-t", help="Tokenizer directory."),
-    output: Path = typer.Option(..., "--output", "-o", help="Corpus directory to write."),
+    tokenizer: str = typer.Option(..., "--tokenizer", "-t", help="Tokenizer directory (or its s3:// URL)."),
+    output: str = typer.Option(
+        ..., "--output", "-o", help="Corpus directory to write, or an s3:// URL (built locally, uploaded whole)."
+    ),
     format: str = typer.Option(
         "full-sentences",
         "--format",
@@ -101,9 +106,9 @@ def build_corpus_command(
 
 
 def _run_task(
-    inputs: list[Path],
-    tokenizer: Path,
-    parts: Path,
+    inputs: list[str],
+    tokenizer: str,
+    parts: str,
     options: BuildOptions,
     tasks: int | None,
     task_index: int | None,
@@ -125,7 +130,9 @@ def _run_task(
         )
     index = resolve_task_index(task_index, tasks)
     with Tracker(f"task {index}/{tasks}", total=None, quiet=quiet, unit="bytes") as tracker:
-        result = run_task(inputs, tokenizer, parts, options, tasks, index, tracker.advance, workers, tracker.set_total)
+        result = run_task(
+            inputs, tokenizer, Path(parts), options, tasks, index, tracker.advance, workers, tracker.set_total
+        )
     title = f"task {index} of {tasks}: " + ("already done, skipped" if result["skipped"] else "part built")
     emit(result, json_out, title)
 
@@ -134,7 +141,7 @@ def _run_task(
 @guarded
 def merge_command(
     parts: Path = typer.Argument(..., help="Directory of parts written by build-corpus --tasks N."),
-    output: Path = typer.Option(..., "--output", "-o", help="Corpus directory to write."),
+    output: str = typer.Option(..., "--output", "-o", help="Corpus directory to write, or an s3:// URL."),
     overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),

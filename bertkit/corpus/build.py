@@ -24,6 +24,7 @@ import numpy as np
 
 from bertkit.corpus.masking import STRATEGIES, MaskingSpec, mask_tokens
 from bertkit.corpus.pack import FORMATS, LAYOUTS, PAIR_FORMATS, Document, Packer, PackStats
+from bertkit.corpus.remote import build_to_url, is_url, local_tokenizer
 from bertkit.corpus.sentences import get_splitter
 from bertkit.corpus.shards import MANIFEST, ShardWriter
 from bertkit.errors import BertkitError
@@ -261,19 +262,28 @@ def check_existing(output: Path, key: str, overwrite: bool) -> None:
 # -- the build --------------------------------------------------------------------------------------------
 def build_corpus(
     inputs: list[str] | list[Path],
-    tokenizer_dir: Path,
-    output: Path,
+    tokenizer_dir: Path | str,
+    output: Path | str,
     options: BuildOptions = BuildOptions(),
     overwrite: bool = False,
     on_progress: Callable[[int], None] | None = None,
     workers: int = 1,
 ) -> dict[str, Any]:
-    """Build a corpus directory; returns its manifest (statistics included) plus timing."""
+    """Build a corpus directory (or an s3:// / fsspec URL: built locally, uploaded whole); returns its manifest
+    (statistics included) plus timing."""
     options.validate()
     if workers < 1:
         raise BertkitError("--workers must be at least 1")
+    if is_url(output):
+        paths = expand_inputs(inputs)  # a missing input fails before anything is staged
+        return build_to_url(
+            lambda local: build_corpus(paths, tokenizer_dir, local, options, False, on_progress, workers),
+            str(output),
+            overwrite,
+        )
     output = Path(output)
     paths = expand_inputs(inputs)
+    tokenizer_dir = local_tokenizer(tokenizer_dir)
     tokenizer = load_tokenizer(tokenizer_dir)
     get_splitter(options.splitter)  # fail now on an unknown or missing splitter, not in a worker
     key = build_key(paths, tokenizer, options)

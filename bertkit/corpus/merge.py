@@ -27,6 +27,7 @@ from bertkit.corpus.build import (
     write_corpus,
 )
 from bertkit.corpus.pack import Document
+from bertkit.corpus.remote import build_to_url, is_url
 from bertkit.corpus.shards import sha256_file
 from bertkit.corpus.tasks import (
     DOCUMENTS,
@@ -144,13 +145,16 @@ def _merged_blocks(
 
 def merge_parts(
     parts: Path,
-    output: Path,
+    output: Path | str,
     overwrite: bool = False,
     on_progress: Callable[[int], None] | None = None,
     verify: bool = True,
 ) -> dict[str, Any]:
     """Join the parts in `parts` into the corpus directory `output`; returns its manifest and a per-part summary."""
-    parts, output = Path(parts), Path(output)
+    parts = Path(parts)
+    if is_url(output):
+        return build_to_url(lambda local: merge_parts(parts, local, False, on_progress, verify), str(output), overwrite)
+    output = Path(output)
     if not parts.is_dir():
         raise BertkitError(f"parts directory not found: {parts}")
     plan = load_plan(parts)

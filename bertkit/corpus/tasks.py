@@ -39,6 +39,7 @@ from bertkit.corpus.build import (
     document_chars,
     tokenize_blocks,
 )
+from bertkit.corpus.remote import local_tokenizer
 from bertkit.corpus.sentences import get_splitter
 from bertkit.corpus.shards import _Stream, sha256_file, token_dtype
 from bertkit.errors import BertkitError
@@ -207,7 +208,7 @@ def _remove_stale_parts(parts: Path, name: str) -> int:
 
 def run_task(
     inputs: list[str] | list[Path],
-    tokenizer_dir: Path,
+    tokenizer_dir: Path | str,
     parts: Path,
     options: BuildOptions,
     tasks: int,
@@ -225,6 +226,7 @@ def run_task(
     if parts.exists() and not parts.is_dir():
         raise BertkitError(f"--output {parts} is a file; --tasks writes a directory of parts")
     paths = expand_inputs(inputs)
+    tokenizer_dir = local_tokenizer(tokenizer_dir)
     tokenizer = load_tokenizer(tokenizer_dir)
     get_splitter(options.splitter)
     plan = make_plan(paths, tokenizer, options, tasks)
