@@ -279,6 +279,7 @@ SRUN_STANDIN = "#!/bin/bash\n# Stand-in for srun: its options dropped, the comma
 SRUN_STANDIN += 'while [[ $1 == -* ]]; do shift; done\nexec "$@"\n'
 
 
+@pytest.mark.slow  # 9 s: ten bertkit processes
 def test_the_slurm_example_builds_and_merges_and_relaunches(
     tmp_path: Path, inputs: list[Path], tokenizer_dir: Path
 ) -> None:
@@ -329,3 +330,25 @@ def test_the_slurm_example_builds_and_merges_and_relaunches(
     assert "corpus merged" in (state / f"{merge_job}.out").read_text()
     build_corpus(inputs, tokenizer_dir, tmp_path / "single", BuildOptions(max_seq_len=64))
     assert_same_corpus(corpus, tmp_path / "single")
+
+
+def test_the_xlnet_layout_merges_like_one_build(tmp_path: Path, inputs: list[Path], tokenizer_dir: Path) -> None:
+    options = BuildOptions(format="sentence-pair", layout="xlnet", max_seq_len=64)
+    build_corpus(inputs, tokenizer_dir, tmp_path / "single", options)
+    for i in range(TASKS):
+        run_task(inputs, tokenizer_dir, tmp_path / "parts", options, TASKS, i)
+    merge_parts(tmp_path / "parts", tmp_path / "merged")
+    assert_same_corpus(tmp_path / "merged", tmp_path / "single")
+
+
+def test_a_relaunch_after_an_input_changed_is_refused(tmp_path: Path, inputs: list[Path], tokenizer_dir: Path) -> None:
+    copies = []
+    for path in inputs:
+        copies.append(tmp_path / path.name)
+        copies[-1].write_bytes(path.read_bytes())
+    parts = tmp_path / "parts"
+    run_json(*task_args(copies, tokenizer_dir, parts, []), "--task-index", "0")
+    with open(copies[3], "a", encoding="utf-8") as handle:
+        handle.write("One more paragraph, appended after the first task ran.\n")
+    line = run_error(*task_args(copies, tokenizer_dir, parts, []), "--task-index", "1")
+    assert line.startswith(f"error: input {copies[3]} changed (size or time) since {parts} was started")
