@@ -49,6 +49,11 @@ class Tracker:
             fields["info"] = info
         self._progress.update(self._task, **fields)
 
+    def set_total(self, total: float) -> None:
+        """For work whose size is known only once it starts (a task learns its share of the input from the plan)."""
+        if self._progress is not None:
+            self._progress.update(self._task, total=total)
+
     def close(self, failed: bool = False) -> None:
         if self._progress is not None:
             if failed:

@@ -3,21 +3,32 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from bertkit.cli.common import JSON_HELP, OVERWRITE_HELP, QUIET_HELP, emit, guarded
 
-app = typer.Typer(help="Look inside built corpora.", no_args_is_help=True)
+if TYPE_CHECKING:
+    from bertkit.corpus.build import BuildOptions
+
+app = typer.Typer(
+    help="Look inside built corpora, and merge the parts of a corpus built as several tasks.", no_args_is_help=True
+)
 
 
 @guarded
 def build_corpus_command(
-    input: list[Path] = typer.Option(
-        ..., "--input", "-i", help="Text files (.txt, .gz, .bz2, .zst, .jsonl); globs ok."
+    input: list[str] = typer.Option(
+        ...,
+        "--input",
+        "-i",
+        help="Text files (.txt, .gz, .bz2, .zst, .jsonl); globs ok; s3:// (fsspec) URLs and URL globs too.",
     ),
-    tokenizer: Path = typer.Option(..., "--tokenizer", "-t", help="Tokenizer directory."),
-    output: Path = typer.Option(..., "--output", "-o", help="Corpus directory to write."),
+    tokenizer: str = typer.Option(..., "--tokenizer", "-t", help="Tokenizer directory (or its s3:// URL)."),
+    output: str = typer.Option(
+        ..., "--output", "-o", help="Corpus directory to write, or an s3:// URL (built locally, uploaded whole)."
+    ),
     format: str = typer.Option(
         "full-sentences",
         "--format",
@@ -47,6 +58,15 @@ def build_corpus_command(
     short_seq_prob: float = typer.Option(0.1, "--short-seq-prob", help="Pair formats: chance of a shorter target."),
     seed: int = typer.Option(12345, "--seed", help="Seed of packing and static masks."),
     workers: int = typer.Option(1, "--workers", "-w", help="Tokenizing processes; the output does not depend on it."),
+    tasks: int | None = typer.Option(
+        None,
+        "--tasks",
+        help="Build as this many independent tasks (a SLURM job array): --output is then a directory of parts "
+        "that every task names, joined by `bertkit corpus merge`.",
+    ),
+    task_index: int | None = typer.Option(
+        None, "--task-index", help="With --tasks: which task this is, 0 to N-1 (default: $SLURM_ARRAY_TASK_ID)."
+    ),
     invalid_utf8: str = typer.Option("error", "--invalid-utf8", help="error, or replace bad bytes with U+FFFD."),
     long_sentences: str = typer.Option("split", "--long-sentences", help="split (counted) or error."),
     overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
@@ -75,11 +95,67 @@ def build_corpus_command(
         long_sentences=long_sentences,
     )
     options.validate()
+    if tasks is not None or task_index is not None:
+        _run_task(input, tokenizer, output, options, tasks, task_index, workers, overwrite, json_out, quiet)
+        return
     total = sum(p.stat().st_size for p in expand_inputs(input))
     with Tracker("corpus", total=total, quiet=quiet, unit="bytes") as tracker:
         manifest = build_corpus(input, tokenizer, output, options, overwrite, tracker.advance, workers=workers)
     manifest.pop("checksums", None)
     emit(manifest, json_out, "corpus built")
+
+
+def _run_task(
+    inputs: list[str],
+    tokenizer: str,
+    parts: str,
+    options: BuildOptions,
+    tasks: int | None,
+    task_index: int | None,
+    workers: int,
+    overwrite: bool,
+    json_out: bool,
+    quiet: bool,
+) -> None:
+    from bertkit.corpus.tasks import resolve_task_index, run_task
+    from bertkit.errors import BertkitError
+    from bertkit.progress import Tracker
+
+    if tasks is None:
+        raise BertkitError("--task-index needs --tasks N (the number of tasks in the array)")
+    if overwrite:
+        raise BertkitError(
+            "--overwrite does not apply to --tasks: finished parts are kept and skipped; to start over, "
+            f"delete {parts} first (with no task running)"
+        )
+    index = resolve_task_index(task_index, tasks)
+    with Tracker(f"task {index}/{tasks}", total=None, quiet=quiet, unit="bytes") as tracker:
+        result = run_task(
+            inputs, tokenizer, Path(parts), options, tasks, index, tracker.advance, workers, tracker.set_total
+        )
+    title = f"task {index} of {tasks}: " + ("already done, skipped" if result["skipped"] else "part built")
+    emit(result, json_out, title)
+
+
+@app.command("merge")
+@guarded
+def merge_command(
+    parts: Path = typer.Argument(..., help="Directory of parts written by build-corpus --tasks N."),
+    output: str = typer.Option(..., "--output", "-o", help="Corpus directory to write, or an s3:// URL."),
+    overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
+    json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
+) -> None:
+    """Join the parts of `build-corpus --tasks N` into one corpus: the one `build-corpus` writes on one machine."""
+    from bertkit.corpus.merge import merge_parts
+    from bertkit.corpus.tasks import load_plan
+    from bertkit.progress import Tracker
+
+    total = sum(item["size"] for item in load_plan(parts).inputs) if parts.is_dir() else None
+    with Tracker("merge", total=total, quiet=quiet, unit="bytes") as tracker:
+        manifest = merge_parts(parts, output, overwrite, tracker.advance)
+    manifest.pop("checksums", None)
+    emit(manifest, json_out, "corpus merged")
 
 
 @app.command("inspect")

@@ -39,8 +39,11 @@ def distill_command(
         "model.*), or, for --stage task, the run directory of a general distillation.",
     ),
     output: Path = typer.Option(..., "--output", "-o", help="Run directory to write."),
-    corpus: Path | None = typer.Option(
-        None, "--corpus", "-c", help="Corpus from build-corpus, built with the teacher's tokenizer (general stage)."
+    corpus: str | None = typer.Option(
+        None,
+        "--corpus",
+        "-c",
+        help="Corpus from build-corpus (or its s3:// URL), built with the teacher's tokenizer (general stage).",
     ),
     method: str | None = typer.Option(
         None, "--method", help="distilbert, tinybert or minilm (distill.method); default: follows the student."

@@ -25,7 +25,9 @@ SET_HELP = "Override a recipe field with a dotted key, e.g. --set optim.lr=3e-4 
 def pretrain_command(
     recipe: str = typer.Option(..., "--recipe", "-r", help="Recipe name (see `bertkit recipes list`) or a .yaml path."),
     output: Path = typer.Option(..., "--output", "-o", help="Run directory to write."),
-    corpus: Path | None = typer.Option(None, "--corpus", "-c", help="Corpus directory from build-corpus."),
+    corpus: str | None = typer.Option(
+        None, "--corpus", "-c", help="Corpus directory from build-corpus, or its s3:// (fsspec) URL."
+    ),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
     init_from: Path | None = typer.Option(
         None, "--init-from", help="Start from a bertkit model/run dir or a local HF checkpoint dir."

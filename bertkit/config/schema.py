@@ -6,9 +6,9 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 
 class StrictModel(BaseModel):
@@ -235,11 +235,16 @@ class MaskingConfig(StrictModel):
         return self
 
 
+# A corpus in object storage (s3://bucket/corpus, any fsspec URL) stays a URL: a Path would fold its "//".
+# Training reads it through a verified node-local cache (bertkit/corpus/remote.py).
+CorpusURL = Annotated[str, StringConstraints(pattern=r"^[A-Za-z][A-Za-z0-9+.-]*://")]
+
+
 class DataConfig(StrictModel):
     """Where the corpus is and how batches are served."""
 
-    train: Path | None = None
-    eval: Path | None = None
+    train: CorpusURL | Path | None = None
+    eval: CorpusURL | Path | None = None
     # Held out from `train` when no `eval` corpus is given (deterministic, by sequence index).
     eval_fraction: float = Field(0.02, ge=0.0, lt=0.5)
     masking: MaskingConfig = MaskingConfig()

@@ -24,6 +24,7 @@ import numpy as np
 
 from bertkit.corpus.masking import STRATEGIES, MaskingSpec, mask_tokens
 from bertkit.corpus.pack import FORMATS, LAYOUTS, PAIR_FORMATS, Document, Packer, PackStats
+from bertkit.corpus.remote import build_to_url, is_url, local_tokenizer
 from bertkit.corpus.sentences import get_splitter
 from bertkit.corpus.shards import MANIFEST, ShardWriter
 from bertkit.errors import BertkitError
@@ -139,7 +140,7 @@ def _tokenize_block(block: list[list[str]]) -> tuple[np.ndarray, np.ndarray, np.
     return ids, starts, lengths, per_doc
 
 
-def _as_documents(result: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]) -> list[Document]:
+def as_documents(result: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]) -> list[Document]:
     ids, starts, lengths, per_doc = result
     bounds = np.cumsum(lengths)[:-1]
     sentences = (
@@ -152,26 +153,49 @@ def _as_documents(result: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray])
     return documents
 
 
-def _tokenized_blocks(
+TokenizedBlock = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def tokenize_blocks(
     blocks: Iterable[list[list[str]]], tokenizer_dir: Path, splitter: str, workers: int
-) -> Iterator[list[Document]]:
+) -> Iterator[tuple[list[list[str]], TokenizedBlock]]:
+    """(block, its flat tokenization) in input order. Each document's result depends on that document only,
+    not on the block around it, which is what lets `--tasks` tokenize slices of the input apart."""
     if workers <= 1:
         _init_worker(str(tokenizer_dir), splitter, parallel=True)
         for block in blocks:
-            yield _as_documents(_tokenize_block(block))
+            yield block, _tokenize_block(block)
         return
     context = multiprocessing.get_context("spawn")  # no fork of a threaded parent (progress bar, Rust pools)
     with context.Pool(workers, initializer=_init_worker, initargs=(str(tokenizer_dir), splitter, False)) as pool:
         pending: deque = deque()
         for block in blocks:
-            pending.append(pool.apply_async(_tokenize_block, (block,)))
+            pending.append((block, pool.apply_async(_tokenize_block, (block,))))
             if len(pending) >= 2 * workers:  # bounded read-ahead, results taken in submission order
-                yield _as_documents(pending.popleft().get())
+                done, result = pending.popleft()
+                yield done, result.get()
         while pending:
-            yield _as_documents(pending.popleft().get())
+            done, result = pending.popleft()
+            yield done, result.get()
 
 
-def _document_blocks(documents: Iterator[list[str]], stats: ReadStats, paths: list[Path], policy: str):
+def _tokenized_blocks(
+    blocks: Iterable[list[list[str]]], tokenizer_dir: Path, splitter: str, workers: int
+) -> Iterator[list[Document]]:
+    for _, result in tokenize_blocks(blocks, tokenizer_dir, splitter, workers):
+        yield as_documents(result)
+
+
+def block_is_full(documents: int, chars: int) -> bool:
+    """Where a block closes: shared by the build and by `corpus merge`, which regroups documents the same way."""
+    return documents >= DOCS_PER_BLOCK or chars >= CHARS_PER_BLOCK
+
+
+def document_chars(document: list[str]) -> int:
+    return sum(len(line) for line in document)
+
+
+def document_blocks(documents: Iterator[list[str]], stats: ReadStats, paths: list[Path], policy: str):
     block: list[list[str]] = []
     chars = 0
     for document in documents:
@@ -182,8 +206,8 @@ def _document_blocks(documents: Iterator[list[str]], stats: ReadStats, paths: li
                 "fix the file or pass --invalid-utf8 replace to replace bad bytes with U+FFFD"
             )
         block.append(document)
-        chars += sum(len(line) for line in document)
-        if len(block) >= DOCS_PER_BLOCK or chars >= CHARS_PER_BLOCK:
+        chars += document_chars(document)
+        if block_is_full(len(block), chars):
             yield block
             block, chars = [], 0
     if block:
@@ -191,7 +215,7 @@ def _document_blocks(documents: Iterator[list[str]], stats: ReadStats, paths: li
 
 
 # -- restartability ---------------------------------------------------------------------------------------
-def _remove_stale_builds(output: Path) -> int:
+def remove_stale_builds(output: Path) -> int:
     """Delete temporary directories of builds of `output` whose process is gone (killed, power loss)."""
     removed = 0
     for candidate in output.parent.glob(f".{output.name}.tmp-*"):
@@ -212,14 +236,14 @@ def _remove_stale_builds(output: Path) -> int:
     return removed
 
 
-def _build_key(paths: list[Path], tokenizer: Tokenizer, options: BuildOptions) -> str:
+def build_key(paths: list[Path], tokenizer: Tokenizer, options: BuildOptions) -> str:
     """What makes two builds the same corpus: inputs (name, size, mtime), tokenizer and options."""
     files = [(str(p), p.stat().st_size, int(p.stat().st_mtime)) for p in paths]
     blob = json.dumps([files, tokenizer.fingerprint(), asdict(options)], sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _check_existing(output: Path, key: str, overwrite: bool) -> None:
+def check_existing(output: Path, key: str, overwrite: bool) -> None:
     if overwrite or not (output / MANIFEST).is_file():
         return
     existing = read_json(output / MANIFEST, "corpus manifest")
@@ -238,101 +262,129 @@ def _check_existing(output: Path, key: str, overwrite: bool) -> None:
 # -- the build --------------------------------------------------------------------------------------------
 def build_corpus(
     inputs: list[str] | list[Path],
-    tokenizer_dir: Path,
-    output: Path,
+    tokenizer_dir: Path | str,
+    output: Path | str,
     options: BuildOptions = BuildOptions(),
     overwrite: bool = False,
     on_progress: Callable[[int], None] | None = None,
     workers: int = 1,
 ) -> dict[str, Any]:
-    """Build a corpus directory; returns its manifest (statistics included) plus timing."""
+    """Build a corpus directory (or an s3:// / fsspec URL: built locally, uploaded whole); returns its manifest
+    (statistics included) plus timing."""
     options.validate()
     if workers < 1:
         raise BertkitError("--workers must be at least 1")
+    if is_url(output):
+        paths = expand_inputs(inputs)  # a missing input fails before anything is staged
+        return build_to_url(
+            lambda local: build_corpus(paths, tokenizer_dir, local, options, False, on_progress, workers),
+            str(output),
+            overwrite,
+        )
     output = Path(output)
     paths = expand_inputs(inputs)
+    tokenizer_dir = local_tokenizer(tokenizer_dir)
     tokenizer = load_tokenizer(tokenizer_dir)
     get_splitter(options.splitter)  # fail now on an unknown or missing splitter, not in a worker
-    key = _build_key(paths, tokenizer, options)
-    _check_existing(output, key, overwrite)
-    stale = _remove_stale_builds(output)
-    pair_format = options.format in PAIR_FORMATS
-    static = options.masking == "static"
-    spec = options.masking_spec(tokenizer)
-    candidates = spec.random_candidates()
-    read_stats, pack_stats = ReadStats(), PackStats()
+    key = build_key(paths, tokenizer, options)
+    check_existing(output, key, overwrite)
+    stale = remove_stale_builds(output)
+    read_stats = ReadStats()
     started = time.perf_counter()
     with atomic_output_dir(output, overwrite) as tmp:
         (tmp / PID_FILE).write_text(str(os.getpid()))
-        documents_packed = options.format == "packed-documents"
-        writer = ShardWriter(tmp, tokenizer.vocab_size, pair_format, static, documents=documents_packed)
         documents = iter_documents(paths, read_stats, options.text_field)
-        blocks = _document_blocks(documents, read_stats, paths, options.invalid_utf8)
+        blocks = document_blocks(documents, read_stats, paths, options.invalid_utf8)
         tokenized = _tokenized_blocks(blocks, tokenizer_dir, options.splitter, workers)
-        packer = Packer(
-            options.format,
-            options.max_seq_len,
-            tokenizer.cls_id,
-            tokenizer.sep_id,
-            np.random.default_rng([options.seed, 0x9AC4]),
-            options.short_seq_prob,
-            pack_stats,
-            options.layout,
-        )
-        last_bytes = 0
-        for index, packed in enumerate(packer.pack(tokenized)):
-            if options.long_sentences == "error" and pack_stats.split_sentences:
-                raise BertkitError(
-                    f"a sentence is longer than --max-seq-len {options.max_seq_len} (around document "
-                    f"{read_stats.documents}); raise --max-seq-len, split the line, or pass --long-sentences split"
-                )
-            starts = packed.word_starts.astype(np.uint8)
-            if not static:
-                writer.add(packed.ids, starts, packed.b_start, packed.label, doc_starts=packed.doc_starts)
-            for copy in range(options.dupe_factor if static else 0):
-                rng = np.random.default_rng([options.seed, 0x57A7, index, copy])
-                masked = mask_tokens(packed.ids, packed.word_starts, spec, rng, candidates)
-                mask = (masked.positions, masked.labels, masked.spans)
-                writer.add(masked.ids, starts, packed.b_start, packed.label, mask, packed.doc_starts)
-            if on_progress and read_stats.bytes != last_bytes:
-                on_progress(read_stats.bytes - last_bytes)
-                last_bytes = read_stats.bytes
-        if writer.num_sequences == 0:
-            raise BertkitError(f"no text found in {', '.join(map(str, paths))}: the corpus would be empty")
-        tokenizer.save(tmp / TOKENIZER_SUBDIR)
-        manifest = writer.close(
-            {
-                "build_key": key,
-                "format": options.format,
-                "options": asdict(options),
-                "masking": {
-                    "mode": options.masking,
-                    "strategy": options.mask_strategy,
-                    "prob": options.mask_prob,
-                    "mask_fraction": options.mask_fraction,
-                    "random_fraction": options.random_fraction,
-                    "max_predictions": options.max_predictions,
-                },
-                "tokenizer": {
-                    "fingerprint": tokenizer.fingerprint(),
-                    "kind": tokenizer.kind,
-                    "vocab_size": tokenizer.vocab_size,
-                },
-                "inputs": [str(p) for p in paths],
-                "stats": {
-                    "files": read_stats.files,
-                    "documents": read_stats.documents,
-                    "lines": read_stats.lines,
-                    "bytes": read_stats.bytes,
-                    "invalid_utf8_lines": read_stats.invalid_utf8_lines,
-                    **pack_stats.report(),
-                },
-            }
-        )
-        (tmp / PID_FILE).unlink()  # the build is complete: nothing left to clean up after a crash from here
+        manifest = write_corpus(tmp, tokenized, tokenizer, options, read_stats, key, paths, on_progress)
     manifest["seconds"] = round(time.perf_counter() - started, 2)
     manifest["output"] = str(output)
     manifest["workers"] = workers
     if stale:
         manifest["removed_stale_builds"] = stale
+    return manifest
+
+
+def write_corpus(
+    tmp: Path,
+    tokenized: Iterable[list[Document]],
+    tokenizer: Tokenizer,
+    options: BuildOptions,
+    read_stats: ReadStats,
+    key: str,
+    inputs: list[Path] | list[str],
+    on_progress: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
+    """Pack, mask and write tokenized blocks into the directory `tmp`; returns the manifest it wrote.
+
+    The one place that turns documents into corpus files, for `build-corpus` and for `corpus merge` alike:
+    `read_stats` is filled by whoever reads the documents, as `tokenized` is consumed."""
+    pair_format = options.format in PAIR_FORMATS
+    static = options.masking == "static"
+    spec = options.masking_spec(tokenizer)
+    candidates = spec.random_candidates()
+    pack_stats = PackStats()
+    documents_packed = options.format == "packed-documents"
+    writer = ShardWriter(tmp, tokenizer.vocab_size, pair_format, static, documents=documents_packed)
+    packer = Packer(
+        options.format,
+        options.max_seq_len,
+        tokenizer.cls_id,
+        tokenizer.sep_id,
+        np.random.default_rng([options.seed, 0x9AC4]),
+        options.short_seq_prob,
+        pack_stats,
+        options.layout,
+    )
+    last_bytes = 0
+    for index, packed in enumerate(packer.pack(tokenized)):
+        if options.long_sentences == "error" and pack_stats.split_sentences:
+            raise BertkitError(
+                f"a sentence is longer than --max-seq-len {options.max_seq_len} (around document "
+                f"{read_stats.documents}); raise --max-seq-len, split the line, or pass --long-sentences split"
+            )
+        starts = packed.word_starts.astype(np.uint8)
+        if not static:
+            writer.add(packed.ids, starts, packed.b_start, packed.label, doc_starts=packed.doc_starts)
+        for copy in range(options.dupe_factor if static else 0):
+            rng = np.random.default_rng([options.seed, 0x57A7, index, copy])
+            masked = mask_tokens(packed.ids, packed.word_starts, spec, rng, candidates)
+            mask = (masked.positions, masked.labels, masked.spans)
+            writer.add(masked.ids, starts, packed.b_start, packed.label, mask, packed.doc_starts)
+        if on_progress and read_stats.bytes != last_bytes:
+            on_progress(read_stats.bytes - last_bytes)
+            last_bytes = read_stats.bytes
+    if writer.num_sequences == 0:
+        raise BertkitError(f"no text found in {', '.join(map(str, inputs))}: the corpus would be empty")
+    tokenizer.save(tmp / TOKENIZER_SUBDIR)
+    manifest = writer.close(
+        {
+            "build_key": key,
+            "format": options.format,
+            "options": asdict(options),
+            "masking": {
+                "mode": options.masking,
+                "strategy": options.mask_strategy,
+                "prob": options.mask_prob,
+                "mask_fraction": options.mask_fraction,
+                "random_fraction": options.random_fraction,
+                "max_predictions": options.max_predictions,
+            },
+            "tokenizer": {
+                "fingerprint": tokenizer.fingerprint(),
+                "kind": tokenizer.kind,
+                "vocab_size": tokenizer.vocab_size,
+            },
+            "inputs": [str(p) for p in inputs],
+            "stats": {
+                "files": read_stats.files,
+                "documents": read_stats.documents,
+                "lines": read_stats.lines,
+                "bytes": read_stats.bytes,
+                "invalid_utf8_lines": read_stats.invalid_utf8_lines,
+                **pack_stats.report(),
+            },
+        }
+    )
+    (tmp / PID_FILE).unlink(missing_ok=True)  # complete: nothing left to clean up after a crash from here
     return manifest

@@ -52,10 +52,20 @@ def _dataset_splits(path: Path) -> list[Path]:
 
 
 def expand_inputs(inputs: list[str] | list[Path]) -> list[Path]:
-    """Expand globs, keep order, and fail early (before any output exists) on a missing file."""
+    """Expand globs, keep order, and fail early (before any output exists) on a missing file. URLs give
+    `RemoteFile`s, which read like Paths."""
+    from bertkit.corpus.remote import RemoteFile, expand_url, is_url
+
     paths: list[Path] = []
     for item in inputs:
+        if isinstance(item, RemoteFile):  # already expanded
+            paths.append(item)  # type: ignore[arg-type]
+            continue
         text = str(item)
+        if is_url(item):
+            # An s3:// (fsspec) URL or URL glob: files read streaming from the bucket (bertkit/corpus/remote.py).
+            paths.extend(expand_url(text))  # type: ignore[arg-type]
+            continue
         matches = sorted(glob.glob(text)) if any(ch in text for ch in "*?[") else [text]
         if not matches:
             raise BertkitError(f"no input file matches '{text}'")
@@ -91,17 +101,23 @@ def is_plain_text(path: Path) -> bool:
     return path.is_file() and not path.name.lower().endswith((".gz", ".bz2", ".zst", ".parquet", ".pq"))
 
 
+def _source(path: Path) -> Path | BinaryIO:
+    """What gzip/bz2 open: a local path (which they close themselves), or a remote file's stream."""
+    return path if isinstance(path, Path) else path.open("rb")
+
+
 def open_binary(path: Path) -> BinaryIO:
     name = path.name.lower()
+    # path.open: a local file, or a RemoteFile streaming from object storage; decompressed on the fly.
     if name.endswith(".gz"):
-        return gzip.open(path, "rb")  # type: ignore[return-value]
+        return gzip.open(_source(path), "rb")  # type: ignore[return-value]
     if name.endswith(".bz2"):
-        return bz2.open(path, "rb")  # type: ignore[return-value]
+        return bz2.open(_source(path), "rb")  # type: ignore[return-value]
     if name.endswith(".zst"):
         import zstandard
 
-        return zstandard.ZstdDecompressor().stream_reader(open(path, "rb"))  # type: ignore[return-value]
-    return open(path, "rb")
+        return zstandard.ZstdDecompressor().stream_reader(path.open("rb"))  # type: ignore[return-value]
+    return path.open("rb")
 
 
 def read_text(path: Path) -> str:
@@ -198,7 +214,7 @@ def _arrow_batches(path: Path, text_field: str):
 
     try:
         if path.is_file():
-            parquet = pq.ParquetFile(path)
+            parquet = pq.ParquetFile(path if isinstance(path, Path) else path.open("rb"))
             check(parquet.schema_arrow)
             yield from parquet.iter_batches(batch_size=_ARROW_BATCH_ROWS, columns=[text_field])
             return

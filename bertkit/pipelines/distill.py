@@ -18,6 +18,7 @@ from bertkit.config.recipe import DistillRecipe
 from bertkit.config.schema import DistillMethod, ModelConfig
 from bertkit.corpus.build import TOKENIZER_SUBDIR
 from bertkit.corpus.loader import MLMBatches, split_indices
+from bertkit.corpus.remote import with_local_corpora
 from bertkit.corpus.shards import Corpus
 from bertkit.distill.layer_map import check_windowed_attention, distilbert_init_layers, resolve_layer_map
 from bertkit.distill.objective import GENERAL_TERMS, DistillationObjective, term_weights
@@ -153,6 +154,7 @@ def distill_general(
          "overwrite": overwrite, "resume": resume},
         {"corpus": recipe.data.train, "teacher": Path(teacher_spec)},
     )  # fmt: skip
+    recipe = with_local_corpora(recipe)  # an s3:// corpus -> its verified node-local cache (corpus/remote.py)
     teacher = Teacher.load(teacher_spec)
     teacher_parameters = sum(p.numel() for p in teacher.encoder.parameters())  # before an engine shards it
     corpus = Corpus(recipe.data.train)

@@ -21,6 +21,7 @@ from bertkit.corpus.build import TOKENIZER_SUBDIR
 from bertkit.corpus.loader import LoaderState, MLMBatches, PLMBatches, split_indices
 from bertkit.corpus.masking import MaskingSpec
 from bertkit.corpus.permutation import PermutationSpec
+from bertkit.corpus.remote import with_local_corpora
 from bertkit.corpus.shards import Corpus
 from bertkit.engine.checkpoint import load_state
 from bertkit.engine.dist import is_main
@@ -346,6 +347,7 @@ def pretrain(
         {"output": output, "init_from": init_from, "overwrite": overwrite, "resume": resume},
         {"corpus": recipe.data.train, "eval corpus": recipe.data.eval, "--init-from model": init_from},
     )
+    recipe = with_local_corpora(recipe)  # an s3:// corpus -> its verified node-local cache (corpus/remote.py)
     corpus = Corpus(recipe.data.train)
     check_corpus_fits(recipe.objective, corpus.manifest, recipe.data.train)
     tokenizer = load_tokenizer(recipe.data.train / TOKENIZER_SUBDIR)
