@@ -140,12 +140,12 @@ def pinned(core: int):
     return lambda: os.sched_setaffinity(0, {core})
 
 
-def launch_bertkit(paths: dict[str, Path], output: Path, recipe: str, budget_s: float, core: int,
+def launch_bertkit(paths: dict[str, Path], output: Path, recipe: str, budget: str, core: int,
                    extra: list[str]) -> subprocess.Popen:  # fmt: skip
     sets = {**SHAPE, "engine.threads": 1, "train.steps": 1_000_000, "train.snapshot_every_share": 0.1,
             "train.eval_every_share": 0.1, "train.log_every": 50}  # fmt: skip
     args = [sys.executable, "-m", "bertkit", "pretrain", "-r", recipe, "-c", str(paths["corpus"]), "-o", str(output),
-            "--budget", f"{budget_s:g}s", "--overwrite", "--json", "--quiet"]  # fmt: skip
+            "--budget", budget, "--overwrite", "--json", "--quiet"]  # fmt: skip
     for key, value in sets.items():
         args += ["--set", f"{key}={value}"]
     return subprocess.Popen([*args, *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -204,16 +204,26 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=1e-3, help="the Trainer's peak rate")
     parser.add_argument("--set", dest="sets", action="append", default=[], help="bertkit --set overrides")
     parser.add_argument("--no-trainer", action="store_true", help="bertkit alone (for recipe ablations)")
+    parser.add_argument("--tokens", help="a token budget instead of --minutes (ablations: independent of load)")
     parser.add_argument("--name", default="bertkit")
+    parser.add_argument("--core", type=int, default=0, help="the core bertkit runs on (the Trainer takes the other)")
     args = parser.parse_args()
     started = time.time()
     paths = prepare(args.work)
     budget = args.minutes * 60
     extra = [x for s in args.sets for x in ("--set", s)]
-    runs = {args.name: launch_bertkit(paths, args.work / args.name, args.recipe, budget, 0, extra)}
+    budget_text = args.tokens or f"{budget:g}s"
+    runs = {args.name: launch_bertkit(paths, args.work / args.name, args.recipe, budget_text, args.core, extra)}
     if not args.no_trainer:
-        runs["trainer"] = launch_trainer(paths, args.work / "trainer", budget, 1, args.lr)
+        runs["trainer"] = launch_trainer(paths, args.work / "trainer", budget, 1 - args.core, args.lr)
     results = {name: finish(proc, name) for name, proc in runs.items()}
+    if args.no_trainer:  # a recipe ablation: bertkit's own held-out evaluation, no export needed
+        rows = [json.loads(line) for line in (args.work / args.name / "metrics.jsonl").read_text().splitlines()]
+        curve = [{k: r[k] for k in ("step", "eval_mlm_acc", "train_seconds", "tokens")} for r in rows
+                 if "eval_mlm_acc" in r]  # fmt: skip
+        (args.work / f"report-{args.name}.json").write_text(json.dumps({"curve": curve, "sets": args.sets}, indent=1))
+        print(json.dumps({"name": args.name, "final": curve[-1], "steps": results[args.name]["steps"]}))
+        return
     evaluation = evaluation_set(paths["held"], paths["tok"])
     curves = {args.name: score_bertkit(args.work / args.name, evaluation, args.work / f"{args.name}-scored")}
     if not args.no_trainer:

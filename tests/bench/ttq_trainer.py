@@ -88,7 +88,7 @@ def train(args: argparse.Namespace, data, tokenizer, max_steps: int, output: Pat
         adam_beta1=0.9,
         adam_beta2=0.98,
         adam_epsilon=1e-6,
-        warmup_ratio=0.06,
+        warmup_steps=0.06,  # transformers 5: a float below 1 is a share of the steps (warmup_ratio before)
         lr_scheduler_type="linear",
         max_steps=max_steps,
         logging_steps=50,

@@ -42,8 +42,8 @@ def sets(**extra: object) -> list[str]:
     return args
 
 
-def pretrain(corpus: Path, output: Path, *extra: str) -> dict:
-    return run_json("pretrain", "-r", "bert-tiny", "-c", str(corpus), "-o", str(output), *extra)
+def pretrain(corpus: Path, output: Path, *extra: str, recipe: str = "bert-tiny") -> dict:
+    return run_json("pretrain", "-r", recipe, "-c", str(corpus), "-o", str(output), *extra)
 
 
 def rows(run_dir: Path) -> list[dict]:
@@ -140,6 +140,18 @@ def test_time_budget_is_training_time_and_a_longer_budget_stretches_the_rest(cor
     assert summary["seconds"] > trained + 0.2
     eval_seconds = [row["train_seconds"] for row in rows(run) if "eval_mlm_acc" in row]
     assert len(eval_seconds) > 5 and eval_seconds == sorted(eval_seconds)
+
+
+def test_crammed_recipe_runs_its_budget_annealed(corpus_dir: Path, tmp_path: Path) -> None:
+    """crammed-bert-tiny with its own defaults: a 400k-token budget, evaluations at every tenth of it."""
+    fast = ["--set", "engine.threads=1", "--set", "engine.tensorboard=false"]
+    summary = pretrain(corpus_dir, tmp_path / "run", *fast, recipe="crammed-bert-tiny")
+    assert summary["stopped"] == "budget" and 400_000 <= summary["tokens"] < 400_000 + 32 * 64
+    all_rows = rows(tmp_path / "run")
+    assert [row["lr"] for row in all_rows if "loss" in row][-1] == 0.0
+    evaluations = [row for row in all_rows if "eval_mlm_acc" in row]
+    assert [round(row["tokens"] / 400_000, 1) for row in evaluations] == [i / 10 for i in range(1, 11)]
+    assert evaluations[-1]["eval_mlm_acc"] > evaluations[0]["eval_mlm_acc"]
 
 
 def test_held_out_evaluation_is_fixed_whatever_the_seed_and_masking_rate(corpus_dir: Path, tmp_path: Path) -> None:

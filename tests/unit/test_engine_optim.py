@@ -9,7 +9,8 @@ from torch import nn
 
 from bertkit.config.schema import OptimConfig, ScheduleConfig, TrainConfig, parse_budget
 from bertkit.corpus.loader import EpochSampler
-from bertkit.engine.optim import Lamb, build_optimizer, lr_multiplier, parameter_groups
+from bertkit.engine.budget import Budget
+from bertkit.engine.optim import BudgetScheduler, Lamb, build_optimizer, lr_multiplier, parameter_groups
 
 
 def _model() -> nn.Module:
@@ -56,6 +57,37 @@ def test_lamb_trust_ratio_scales_each_layer_step_to_its_norm() -> None:
     for name in ("0.weight", "2.weight"):
         step = (model.get_parameter(name).detach() - before[name]).norm()
         assert float(step) == pytest.approx(0.01 * float(before[name].norm()), rel=1e-4)
+
+
+def test_budget_progress_and_a_budget_changed_on_resume() -> None:
+    budget = Budget.parse("10m")
+    assert (budget.kind, budget.total) == ("seconds", 600)
+    assert budget.progress(150) == 0.25 and budget.progress(600) == budget.progress(900) == 1.0
+    # Resumed at 40% (240 s) with twice the budget: the rest (60% of the schedule) is spread over the 960 s left.
+    longer = Budget.parse("20m").resumed(240, 0.4)
+    assert longer.progress(240) == pytest.approx(0.4) and longer.progress(1200) == 1.0
+    assert longer.progress(240 + 480) == pytest.approx(0.7)
+    # A shorter budget than the time already spent ends at once.
+    assert Budget.parse("3m").resumed(240, 0.4).progress(240) == 1.0
+    assert Budget.parse("5Mtok").progress(1e6) == pytest.approx(0.2)
+
+
+@pytest.mark.parametrize("decay", ["linear", "cosine", "wsd"])
+def test_budget_scheduler_is_the_step_schedule_at_the_budget_share(decay: str) -> None:
+    """Cramming's fake step: at progress p the rate of step p x steps, so the schedule ends on the deadline."""
+    cfg = ScheduleConfig(warmup_fraction=0.1, decay=decay, min_lr_ratio=0.05)
+    param = nn.Parameter(torch.zeros(2))
+    optimizer = torch.optim.SGD([param], lr=0.5)
+    scheduler = BudgetScheduler(optimizer, 200, cfg)
+    for progress in (0.0, 0.03, 0.1, 0.5, 0.85, 0.999, 1.0):
+        scheduler.set_progress(progress)
+        assert optimizer.param_groups[0]["lr"] == pytest.approx(0.5 * lr_multiplier(progress * 200, 200, cfg))
+    assert scheduler.get_last_lr() == [pytest.approx(0.5 * 0.05)]  # at the deadline: the floor, decay complete
+    scheduler.set_progress(0.1)
+    assert scheduler.get_last_lr() == [pytest.approx(0.5)]  # the peak at the end of the warm-up share
+    again = BudgetScheduler(torch.optim.SGD([param], lr=0.5), 200, cfg)
+    again.load_state_dict(scheduler.state_dict())
+    assert again.get_last_lr() == scheduler.get_last_lr()
 
 
 def test_schedules() -> None:
