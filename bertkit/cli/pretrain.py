@@ -12,10 +12,12 @@ from bertkit.cli.common import (
     JSON_HELP,
     OVERWRITE_HELP,
     QUIET_HELP,
+    REPORT_TO_HELP,
     RESUME_HELP,
     emit_main,
     engine_overrides,
     guarded,
+    report_overrides,
 )
 
 SET_HELP = "Override a recipe field with a dotted key, e.g. --set optim.lr=3e-4 (repeatable)."
@@ -32,6 +34,7 @@ def pretrain_command(
     ),
     engine: str | None = typer.Option(None, "--engine", help=ENGINE_HELP),
     budget: str | None = typer.Option(None, "--budget", help=BUDGET_HELP),
+    report_to: list[str] = typer.Option([], "--report-to", metavar="TRACKER", help=REPORT_TO_HELP),
     resume: str | None = typer.Option(None, "--resume", metavar="last|auto", help=RESUME_HELP),
     overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
@@ -44,6 +47,7 @@ def pretrain_command(
 
     resume_mode(resume, overwrite)  # a bad --resume fails before the corpus is read
     overrides = list(set_) + ([f"data.train={corpus}"] if corpus else []) + engine_overrides(engine, budget)
+    overrides += report_overrides(report_to)
     loaded = load_recipe(recipe, overrides, kind="pretrain")
     summary = pretrain(loaded, output, init_from, overwrite, resume, quiet)  # type: ignore[arg-type]
     emit_main(summary, json_out, "pretraining done")

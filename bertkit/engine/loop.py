@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from bertkit.config.schema import EngineConfig, OptimConfig, ScheduleConfig, TrainConfig, parse_budget
-from bertkit.engine import dist
+from bertkit.engine import dist, tracking
 from bertkit.engine.backends import create_backend
 from bertkit.engine.backends.base import clip_value
 from bertkit.engine.checkpoint import list_checkpoints, load_state, read_checkpoint, save_checkpoint
@@ -445,6 +445,8 @@ def _check_compatible(path: Path, trainer: dict[str, Any], optim_cfg: OptimConfi
 def _write_row(metrics_file: Any, writer: Any, row: dict[str, Any]) -> None:
     metrics_file.write(json.dumps(row) + "\n")
     metrics_file.flush()
+    # MLflow / W&B, when the run reports to them (bertkit/engine/tracking.py): queued, never blocking a step.
+    tracking.log_row(Path(metrics_file.name).parent, row)
     if writer is not None:
         for key, value in row.items():
             if key != "step" and isinstance(value, int | float):
