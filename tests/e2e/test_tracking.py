@@ -1,0 +1,270 @@
+"""Experiment tracking, read back through each tracker's own reader: MLflow's client against a real
+`mlflow server` (SQLite backend in a temporary directory) started here on 127.0.0.1, and against a
+`sqlite:///` store with no server; W&B's offline run files through wandb's own DataStore reader.
+
+One job is one run: a 2-process DDP pretraining logs exactly one run from rank 0; a run killed (SIGKILL)
+after a checkpoint and resumed continues the same run with every step logged once; a server that stops
+mid-run costs one warning, never the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bertkit.engine.preflight import flatten
+
+mlflow = pytest.importorskip("mlflow")
+
+STEPS = 12
+EVAL_EVERY = 4
+
+
+def sets(**extra: object) -> list[str]:
+    values = {
+        "train.steps": STEPS,
+        "train.batch_size": 8,
+        "train.log_every": 1,
+        "train.checkpoint_every": 4,
+        "train.eval_every": EVAL_EVERY,
+        "train.eval_batches": 1,
+        "engine.threads": 1,
+        "engine.tensorboard": "false",
+        **extra,
+    }
+    return [arg for key, value in values.items() for arg in ("--set", f"{key}={value}")]
+
+
+def pretrain_command(corpus: Path, output: Path, *extra: str, procs: int = 1) -> list[str]:
+    launcher = [sys.executable]
+    if procs > 1:
+        launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={procs}"]
+    return [*launcher, "-m", "bertkit", "pretrain", "-r", "bert-tiny", "-c", str(corpus), "-o", str(output),
+            *extra, "--quiet", "--json"]  # fmt: skip
+
+
+def tracker_env(**values: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "WANDB_"))}
+    env.update(values)
+    # A tracking server that is gone fails at once instead of after MLflow's minutes of retries.
+    env.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    env.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+    return env
+
+
+def run(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
+    result = subprocess.run(args, capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_server(folder: Path) -> tuple[subprocess.Popen, str]:
+    """`mlflow server` on 127.0.0.1 with a SQLite store and served artifacts, both under `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    args = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+            "--backend-store-uri", f"sqlite:///{folder / 'mlflow.db'}",
+            "--artifacts-destination", str(folder / "artifacts")]  # fmt: skip
+    log = open(folder / "server.log", "w")  # noqa: SIM115
+    server = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=folder, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        assert server.poll() is None, (folder / "server.log").read_text()[-3000:]
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+                if response.status == 200:
+                    return server, url
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, "mlflow server did not start"
+        time.sleep(0.5)
+
+
+def stop_server(server: subprocess.Popen) -> None:
+    if server.poll() is None:
+        os.killpg(server.pid, signal.SIGTERM)  # the server's own session: uvicorn and its workers
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    server, url = start_server(tmp_path_factory.mktemp("mlflow-server"))
+    yield url
+    stop_server(server)
+
+
+def metrics_rows(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def expected_series(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """metrics.jsonl as tracker series: every numeric value of every row, by step."""
+    series: dict[str, list[tuple[int, float]]] = {}
+    for row in metrics_rows(run_dir):
+        for key, value in row.items():
+            if key != "step" and isinstance(value, int | float):
+                series.setdefault(key, []).append((row["step"], float(value)))
+    return series
+
+
+def mlflow_series(client, run_id: str, keys) -> dict[str, list[tuple[int, float]]]:
+    return {key: [(m.step, m.value) for m in sorted(client.get_metric_history(run_id, key), key=lambda m: m.step)]
+            for key in keys}  # fmt: skip
+
+
+def recipe_params(run_dir: Path) -> dict[str, str]:
+    """The resolved recipe of the run directory, flattened to dotted keys, as MLflow's string parameters."""
+    recipe = yaml.safe_load((run_dir / "recipe.yaml").read_text())
+    return {k: json.dumps(v) if isinstance(v, list | dict) else str(v) for k, v in flatten(recipe).items()}
+
+
+def assert_matches_metrics_file(client, run_id: str, run_dir: Path, steps: int = STEPS) -> None:
+    """Every series of metrics.jsonl, step by step, each step once; plus peak memory on every training row."""
+    expected = expected_series(run_dir)
+    run = client.get_run(run_id)
+    assert set(expected) | {"peak_memory_mib"} == set(run.data.metrics)
+    got = mlflow_series(client, run_id, expected)
+    for key, points in expected.items():
+        assert [s for s, _ in got[key]] == [s for s, _ in points], key  # same steps, none twice
+        if key in ("tokens_per_s", "mfu"):
+            continue  # wall-clock figures: a killed attempt's steps keep the timing they were logged with
+        for (_, value), (_, reference) in zip(got[key], points, strict=True):
+            assert value == pytest.approx(reference, rel=1e-6), key
+    memory = client.get_metric_history(run_id, "peak_memory_mib")
+    assert sorted(m.step for m in memory) == list(range(1, steps + 1))
+    assert all(m.value > 0 for m in memory)
+
+
+@pytest.mark.slow  # a real server's start-up and a 2-process run: about 80 s on 2 cores
+def test_ddp_run_is_one_mlflow_run_on_a_real_server(corpus_dir: Path, mlflow_server: str, tmp_path: Path) -> None:
+    from mlflow.tracking import MlflowClient
+
+    output = tmp_path / "ddp"
+    env = tracker_env(MLFLOW_TRACKING_URI=mlflow_server, MLFLOW_EXPERIMENT_NAME="ddp-test")
+    args = pretrain_command(corpus_dir, output, *sets(**{"track.log_model": "true"}), "--engine", "ddp",
+                            "--report-to", "mlflow", procs=2)  # fmt: skip
+    result = run(args, env, tmp_path)
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert "tracking failed" not in result.stderr
+
+    client = MlflowClient(mlflow_server)
+    experiment = client.get_experiment_by_name("ddp-test")
+    runs = client.search_runs([experiment.experiment_id])
+    assert len(runs) == 1  # rank 0 only: one run, not one per process
+    run_id = runs[0].info.run_id
+    assert json.loads((output / "tracking.json").read_text())["mlflow"]["run_id"] == run_id
+    assert runs[0].info.status == "FINISHED" and runs[0].info.run_name == "ddp"
+    assert_matches_metrics_file(client, run_id, output)
+    eval_steps = [m.step for m in client.get_metric_history(run_id, "eval_mlm_loss")]
+    assert sorted(eval_steps) == list(range(EVAL_EVERY, STEPS + 1, EVAL_EVERY))
+
+    params = runs[0].data.params
+    recipe = recipe_params(output)
+    assert {k: v for k, v in params.items() if not k.startswith(("bertkit.", "input."))} == recipe
+    assert recipe["track.report_to"] == '["mlflow"]' and recipe["engine.backend"] == "ddp"
+    assert params["bertkit.version"] and "--report-to mlflow" in params["bertkit.command_line"]
+    assert len(params["input.corpus"]) == 16  # the pre-flight check's fingerprint of the corpus
+    tags = runs[0].data.tags
+    assert (tags["bertkit.command"], tags["bertkit.family"], tags["bertkit.engine"], tags["bertkit.world_size"]) == (
+        "pretrain", "bert", "ddp", "2")  # fmt: skip
+
+    artifacts = {a.path for a in client.list_artifacts(run_id)}
+    assert {"summary.json", "model"} <= artifacts
+    assert "model/model.safetensors" in {a.path for a in client.list_artifacts(run_id, "model")}
+    logged = json.loads(Path(client.download_artifacts(run_id, "summary.json", str(tmp_path))).read_text())
+    assert logged == json.loads((output / "summary.json").read_text()) == summary
+
+
+@pytest.mark.slow  # three runs of a subprocess that imports MLflow: about 35 s on 2 cores
+def test_killed_after_a_checkpoint_and_resumed_continues_the_same_run(corpus_dir: Path, tmp_path: Path) -> None:
+    """SIGKILL once the step-8 checkpoint exists (steps after it may already be in the run), then --resume:
+    one run, the same id, every step logged once, equal to the resumed run's metrics.jsonl."""
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'store.db'}"
+    env = tracker_env(MLFLOW_TRACKING_URI=uri)
+    output = tmp_path / "run"
+    steps = 40  # long enough to be killed well before its end
+    args = pretrain_command(corpus_dir, output, *sets(**{"train.steps": steps}), "--report-to", "mlflow")
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    deadline = time.monotonic() + 300
+    while not (output / "checkpoints" / "step-8").exists():
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    time.sleep(0.2)  # let the killed attempt log a step or two past its checkpoint
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=120)
+    assert proc.returncode == -signal.SIGKILL
+    first_id = json.loads((output / "tracking.json").read_text())["mlflow"]["run_id"]
+    client = MlflowClient(uri)
+    assert client.get_run(first_id).info.status == "RUNNING"  # killed: nobody ended it
+
+    run([*args, "--resume"], env, tmp_path)
+    assert json.loads((output / "tracking.json").read_text())["mlflow"]["run_id"] == first_id
+    runs = client.search_runs(["0"])  # MLflow's Default experiment: no experiment was named
+    assert [r.info.run_id for r in runs] == [first_id]
+    assert runs[0].info.status == "FINISHED"
+    assert_matches_metrics_file(client, first_id, output, steps)
+    assert runs[0].data.tags["bertkit.resume_command_line"].endswith("--resume")
+
+    # --overwrite is a new job: a new run.
+    run([*args, "--overwrite"], env, tmp_path)
+    second_id = json.loads((output / "tracking.json").read_text())["mlflow"]["run_id"]
+    assert second_id != first_id and len(client.search_runs(["0"])) == 2
+
+
+@pytest.mark.slow  # a real server's start-up: about 40 s on 2 cores
+def test_server_stopped_mid_run_costs_one_warning(corpus_dir: Path, tmp_path: Path) -> None:
+    from mlflow.tracking import MlflowClient
+
+    server, url = start_server(tmp_path / "server")
+    output = tmp_path / "run"
+    steps = 40
+    args = pretrain_command(corpus_dir, output, *sets(**{"train.steps": steps, "train.checkpoint_every": 0}),
+                            "--report-to", "mlflow")  # fmt: skip
+    env = tracker_env(MLFLOW_TRACKING_URI=url)
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    try:
+        client = MlflowClient(url)
+        deadline = time.monotonic() + 300
+        while True:  # wait until the run has logged something, then take the server away
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.monotonic() < deadline
+            ids = json.loads((output / "tracking.json").read_text()) if (output / "tracking.json").exists() else {}
+            if ids and client.get_metric_history(ids["mlflow"]["run_id"], "loss"):
+                break
+            time.sleep(0.1)
+    finally:
+        stop_server(server)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    warnings = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "mlflow tracking failed" in warnings[0], err
+    assert "Traceback" not in err
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["steps"] == steps and summary["eval"]["mlm_loss"] > 0
+    assert json.loads((output / "summary.json").read_text()) == summary
+    assert [row["step"] for row in metrics_rows(output) if "loss" in row] == list(range(1, steps + 1))
