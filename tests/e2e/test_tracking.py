@@ -268,3 +268,131 @@ def test_server_stopped_mid_run_costs_one_warning(corpus_dir: Path, tmp_path: Pa
     assert summary["steps"] == steps and summary["eval"]["mlm_loss"] > 0
     assert json.loads((output / "summary.json").read_text()) == summary
     assert [row["step"] for row in metrics_rows(output) if "loss" in row] == list(range(1, steps + 1))
+
+
+def read_wandb_offline(run_dir: Path) -> tuple[dict, list[dict], dict, dict]:
+    """The run record, history rows, config and summary of the run's offline files, read by wandb's own
+    transaction-log reader (wandb.sdk.internal.datastore) and protobuf records."""
+    datastore = pytest.importorskip("wandb.sdk.internal.datastore")
+    from wandb.proto import wandb_internal_pb2
+
+    (log,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
+    store = datastore.DataStore()
+    store.open_for_scan(str(log))
+    run_record: dict = {}
+    history: list[dict] = []
+    config: dict = {}
+    summary: dict = {}
+    while (data := store.scan_data()) is not None:
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(data)
+        kind = record.WhichOneof("record_type")
+        if kind == "run":
+            run_record = {"id": record.run.run_id, "name": record.run.display_name, "tags": list(record.run.tags)}
+            config.update({item.key: json.loads(item.value_json) for item in record.run.config.update})
+        elif kind == "history":
+            history.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                            for item in record.history.item})  # fmt: skip
+        elif kind == "config":
+            config.update({item.key: json.loads(item.value_json) for item in record.config.update})
+        elif kind == "summary":
+            summary.update({item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                            for item in record.summary.update})  # fmt: skip
+    return run_record, history, config, summary
+
+
+def test_wandb_offline_run_holds_the_same_series(corpus_dir: Path, tmp_path: Path) -> None:
+    pytest.importorskip("wandb")
+    output = tmp_path / "run"
+    env = tracker_env(WANDB_MODE="offline", WANDB_PROJECT="bertkit-test", WANDB_SILENT="true")
+    args = pretrain_command(corpus_dir, output, *sets(**{"train.steps": 6, "train.eval_every": 3}),
+                            "--report-to", "wandb")  # fmt: skip
+    result = run(args, env, tmp_path)
+    assert "tracking failed" not in result.stderr
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    run_record, history, config, logged_summary = read_wandb_offline(output)
+    assert run_record["id"] == json.loads((output / "tracking.json").read_text())["wandb"]["run_id"]
+    assert run_record["name"] == "run" and "command:pretrain" in run_record["tags"]
+
+    got: dict[str, list[tuple[int, float]]] = {}
+    for row in history:
+        for key, value in row.items():
+            if not key.startswith("_"):
+                got.setdefault(key, []).append((row["_step"], value))
+    expected = expected_series(output)
+    assert set(got) == set(expected) | {"peak_memory_mib"}
+    for key, points in expected.items():
+        assert [s for s, _ in got[key]] == [s for s, _ in points], key
+        assert [v for _, v in got[key]] == pytest.approx([v for _, v in points], rel=1e-6), key
+    recipe = recipe_params(output)
+    assert {key: config[key] for key in recipe} == recipe  # the resolved recipe, by dotted keys
+    assert config["bertkit.version"] and "input.corpus" in config
+    assert logged_summary["summary/steps"] == summary["steps"] == 6
+    assert logged_summary["summary/eval/mlm_loss"] == pytest.approx(summary["eval"]["mlm_loss"])
+
+
+def test_sqlite_store_without_a_server_holds_one_run_of_the_recipe(
+    corpus_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, one_thread: None
+) -> None:
+    """`sqlite:///` and no server, in-process: the run's parameters are the resolved recipe, its series the
+    rows of metrics.jsonl, its summary artifact the --json result; run name and experiment from the recipe."""
+    from cli_helpers import run_json
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'store.db'}"
+    for name in [k for k in os.environ if k.startswith("MLFLOW_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.chdir(tmp_path)  # MLflow keeps a server-less store's artifacts under ./mlruns
+    output = tmp_path / "run"
+    summary = run_json("pretrain", "-r", "bert-tiny", "-c", str(corpus_dir), "-o", str(output),
+                       *sets(**{"train.steps": 4, "train.eval_every": 2, "track.experiment": "tiny",
+                                "track.run_name": "first-try"}),
+                       "--report-to", "mlflow")  # fmt: skip
+    client = MlflowClient(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("tiny").experiment_id])
+    assert run.info.run_name == "first-try" and run.info.status == "FINISHED"
+    assert_matches_metrics_file(client, run.info.run_id, output, steps=4)
+    assert {k: v for k, v in run.data.params.items() if not k.startswith(("bertkit.", "input."))} == recipe_params(
+        output
+    )
+    logged = json.loads(Path(client.download_artifacts(run.info.run_id, "summary.json", str(tmp_path))).read_text())
+    assert logged == summary
+    assert "model" not in {a.path for a in client.list_artifacts(run.info.run_id)}  # never by default
+
+
+def test_a_tracker_that_is_not_installed_is_one_line_before_any_work(
+    corpus_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from types import SimpleNamespace
+
+    from cli_helpers import run_error
+
+    from bertkit.engine import tracking
+
+    missing = SimpleNamespace(util=SimpleNamespace(find_spec=lambda name: None))
+    monkeypatch.setattr(tracking, "importlib", missing)  # as if wandb were not installed
+    output = tmp_path / "run"
+    line = run_error("pretrain", "-r", "bert-tiny", "-c", str(corpus_dir), "-o", str(output), "--report-to", "wandb")
+    assert 'pip install "bertkit[wandb]"' in line
+    assert not output.exists()
+
+
+@pytest.mark.parametrize(
+    ("value", "needle"),
+    [("comet", "track.report_to"), ("mlflow,neptune", "track.report_to")],
+)
+def test_an_unknown_tracker_is_one_line(value: str, needle: str, corpus_dir: Path, tmp_path: Path) -> None:
+    from cli_helpers import run_error
+
+    line = run_error("pretrain", "-r", "bert-tiny", "-c", str(corpus_dir), "-o", str(tmp_path / "x"),
+                     "--report-to", value)  # fmt: skip
+    assert needle in line and "tensorboard" in line
+
+
+def test_report_to_tensorboard_is_the_engines_tensorboard() -> None:
+    from bertkit.config.recipe import load_recipe
+
+    recipe = load_recipe("bert-tiny", ["track.report_to=tensorboard, mlflow,mlflow"], kind="pretrain")
+    assert recipe.track.report_to == ["tensorboard", "mlflow"] and recipe.engine.tensorboard
+    assert not load_recipe("bert-tiny", [], kind="pretrain").engine.tensorboard  # off by default
