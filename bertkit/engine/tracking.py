@@ -112,7 +112,8 @@ def start(run_dir: Path, recipe: Any, resumed: bool, world_size: int = 1) -> Rep
 
 @contextlib.contextmanager
 def parent_run(run_dir: Path, recipe: Any, command: str) -> Iterator[Reporter | None]:
-    """A parent run for the stages of one job (compress): every run started inside nests under it."""
+    """A parent run for the stages of one job (compress): every run started inside nests under it (MLflow's
+    mlflow.parentRunId, W&B's group). The caller ends it with `finish(summary, model_dir)`."""
     names = trackers_asked(recipe)
     if not names:
         yield None
@@ -124,11 +125,12 @@ def parent_run(run_dir: Path, recipe: Any, command: str) -> Iterator[Reporter | 
     _parents.append(reporter)
     try:
         yield reporter
-    except BaseException:
-        reporter.abort("FAILED")
+    except BaseException as err:
+        reporter.abort("KILLED" if isinstance(err, KeyboardInterrupt) else "FAILED")
         raise
     finally:
         _parents.remove(reporter)
+        reporter.abort("FINISHED")  # no-op when the caller finished it with its summary
 
 
 def log_row(metrics_dir: Path, row: dict[str, Any]) -> None:

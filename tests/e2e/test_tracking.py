@@ -396,3 +396,42 @@ def test_report_to_tensorboard_is_the_engines_tensorboard() -> None:
     recipe = load_recipe("bert-tiny", ["track.report_to=tensorboard, mlflow,mlflow"], kind="pretrain")
     assert recipe.track.report_to == ["tensorboard", "mlflow"] and recipe.engine.tensorboard
     assert not load_recipe("bert-tiny", [], kind="pretrain").engine.tensorboard  # off by default
+
+
+@pytest.mark.slow  # a teacher fine-tuned, then compress's augmentation, distillation and baseline: about a minute
+def test_compress_logs_each_stage_as_a_run_nested_under_one_parent(
+    pretrained_run: Path, sentiment_csv: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, one_thread: None
+) -> None:
+    from cli_helpers import run_json, split_reviews
+    from mlflow.tracking import MlflowClient
+
+    split = split_reviews(sentiment_csv, tmp_path, 400)
+    teacher = tmp_path / "teacher"
+    run_json("finetune", "--model", str(pretrained_run), "--train", str(split["train"]), "--eval", str(split["eval"]),
+             "-o", str(teacher), "-r", "finetune-tiny", "--set", "train.epochs=1", "--set", "train.batch_size=16")  # fmt: skip
+    uri = f"sqlite:///{tmp_path / 'store.db'}"
+    for name in [k for k in os.environ if k.startswith("MLFLOW_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "compress")
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "small"
+    summary = run_json("compress", "--teacher", str(teacher), "--train", str(split["train"]), "--eval",
+                       str(split["eval"]), "--layers", "1", "--copies", "1", "-o", str(out), "--report-to", "mlflow",
+                       "--set", "distill.intermediate_for_copies=true", "--set", "distill.prediction.epochs=1",
+                       "--set", "train.batch_size=16", "--baseline-set", "train.epochs=1")  # fmt: skip
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("compress").experiment_id])
+    by_name = {run.info.run_name: run for run in runs}
+    assert set(by_name) == {"small", "distill", "baseline"}
+    parent = by_name["small"]
+    assert parent.data.tags["bertkit.command"] == "compress" and "mlflow.parentRunId" not in parent.data.tags
+    for stage in ("distill", "baseline"):
+        assert by_name[stage].data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert by_name[stage].info.status == "FINISHED"
+    # The distillation's two phases log under their own names; the baseline's rows as they are.
+    distill_keys = set(by_name["distill"].data.metrics)
+    assert {"intermediate/loss", "prediction/loss"} <= distill_keys
+    assert "loss" in by_name["baseline"].data.metrics
+    logged = json.loads(Path(client.download_artifacts(parent.info.run_id, "summary.json", str(tmp_path))).read_text())
+    assert logged == summary and parent.info.status == "FINISHED"
