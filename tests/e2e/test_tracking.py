@@ -407,8 +407,9 @@ def test_compress_logs_each_stage_as_a_run_nested_under_one_parent(
 
     split = split_reviews(sentiment_csv, tmp_path, 400)
     teacher = tmp_path / "teacher"
-    run_json("finetune", "--model", str(pretrained_run), "--train", str(split["train"]), "--eval", str(split["eval"]),
-             "-o", str(teacher), "-r", "finetune-tiny", "--set", "train.epochs=1", "--set", "train.batch_size=16")  # fmt: skip
+    run_json("finetune", "--model", str(pretrained_run), "--train", str(split["train"]), "--eval",
+             str(split["eval"]), "-o", str(teacher), "-r", "finetune-tiny", "--set", "train.epochs=1",
+             "--set", "train.batch_size=16")  # fmt: skip
     uri = f"sqlite:///{tmp_path / 'store.db'}"
     for name in [k for k in os.environ if k.startswith("MLFLOW_")]:
         monkeypatch.delenv(name)
