@@ -236,6 +236,31 @@ def test_killed_after_a_checkpoint_and_resumed_continues_the_same_run(corpus_dir
     assert second_id != first_id and len(client.search_runs(["0"])) == 2
 
 
+@pytest.mark.slow  # two runs of a subprocess that imports MLflow: 25-55 s on 2 cores
+def test_sigterm_ends_the_run_as_killed_and_resume_finishes_it(corpus_dir: Path, tmp_path: Path) -> None:
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'store.db'}"
+    env = tracker_env(MLFLOW_TRACKING_URI=uri)
+    output = tmp_path / "run"
+    args = pretrain_command(corpus_dir, output, *sets(**{"train.steps": 40}), "--report-to", "mlflow")
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    deadline = time.monotonic() + 300
+    while not (output / "checkpoints" / "step-4").exists():
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    run_id = json.loads((output / "tracking.json").read_text())["mlflow"]["run_id"]
+    client = MlflowClient(uri)
+    assert client.get_run(run_id).info.status == "KILLED"
+    run([*args, "--resume"], env, tmp_path)
+    assert client.get_run(run_id).info.status == "FINISHED"
+    assert_matches_metrics_file(client, run_id, output, steps=40)
+
+
 @pytest.mark.slow  # a real server's start-up: about 40 s on 2 cores
 def test_server_stopped_mid_run_costs_one_warning(corpus_dir: Path, tmp_path: Path) -> None:
     from mlflow.tracking import MlflowClient
