@@ -21,14 +21,14 @@ ENGINE_HELP = (
     "Execution engine (engine.backend): single, or ddp / fsdp / deepspeed (ZeRO stage engine.deepspeed.zero_stage), "
     "launched with torchrun --nproc-per-node N (or the deepspeed launcher with --no_local_rank)."
 )
+REPORT_TO_HELP = (
+    "Report the run to experiment trackers: tensorboard, mlflow, wandb (repeatable, or comma-separated; "
+    "track.report_to). Their own environment variables say where: MLFLOW_TRACKING_URI, WANDB_PROJECT, WANDB_MODE..."
+)
 RESUME_HELP = (
     "Continue the run in --output: 'last' (the default of a bare --resume) from its newest checkpoint, which must "
     "exist; 'auto' from its newest checkpoint if there is one, else start from scratch (for job scripts restarted "
     "after preemption)."
-)
-REPORT_TO_HELP = (
-    "Report the run to experiment trackers: tensorboard, mlflow, wandb (repeatable, or comma-separated; "
-    "track.report_to). Their own environment variables say where: MLFLOW_TRACKING_URI, WANDB_PROJECT, WANDB_MODE..."
 )
 BUDGET_HELP = "Stop (with a checkpoint) after this much time or data, e.g. 30m, 2h, 5Mtok (train.budget)."
 

@@ -32,9 +32,9 @@ def pretrain_command(
     init_from: Path | None = typer.Option(
         None, "--init-from", help="Start from a bertkit model/run dir or a local HF checkpoint dir."
     ),
+    report_to: list[str] = typer.Option([], "--report-to", metavar="TRACKER", help=REPORT_TO_HELP),
     engine: str | None = typer.Option(None, "--engine", help=ENGINE_HELP),
     budget: str | None = typer.Option(None, "--budget", help=BUDGET_HELP),
-    report_to: list[str] = typer.Option([], "--report-to", metavar="TRACKER", help=REPORT_TO_HELP),
     resume: str | None = typer.Option(None, "--resume", metavar="last|auto", help=RESUME_HELP),
     overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
@@ -46,8 +46,8 @@ def pretrain_command(
     from bertkit.pipelines.rundir import resume_mode
 
     resume_mode(resume, overwrite)  # a bad --resume fails before the corpus is read
+    set_ = [*set_, *report_overrides(report_to)]
     overrides = list(set_) + ([f"data.train={corpus}"] if corpus else []) + engine_overrides(engine, budget)
-    overrides += report_overrides(report_to)
     loaded = load_recipe(recipe, overrides, kind="pretrain")
     summary = pretrain(loaded, output, init_from, overwrite, resume, quiet)  # type: ignore[arg-type]
     emit_main(summary, json_out, "pretraining done")

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from bertkit.config.schema import EngineConfig, OptimConfig, ScheduleConfig, TrainConfig, parse_budget
-from bertkit.engine import dist, tracking
+from bertkit.engine import dist
 from bertkit.engine.backends import create_backend
 from bertkit.engine.backends.base import clip_value
 from bertkit.engine.checkpoint import list_checkpoints, load_state, read_checkpoint, save_checkpoint
@@ -446,6 +446,8 @@ def _write_row(metrics_file: Any, writer: Any, row: dict[str, Any]) -> None:
     metrics_file.write(json.dumps(row) + "\n")
     metrics_file.flush()
     # MLflow / W&B, when the run reports to them (bertkit/engine/tracking.py): queued, never blocking a step.
+    from bertkit.engine import tracking
+
     tracking.log_row(Path(metrics_file.name).parent, row)
     if writer is not None:
         for key, value in row.items():
