@@ -326,6 +326,7 @@ def read_wandb_offline(run_dir: Path) -> tuple[dict, list[dict], dict, dict]:
     return run_record, history, config, summary
 
 
+@pytest.mark.slow  # W&B's service process and a run that imports wandb: 10-15 s on 2 cores
 def test_wandb_offline_run_holds_the_same_series(corpus_dir: Path, tmp_path: Path) -> None:
     pytest.importorskip("wandb")
     output = tmp_path / "run"
