@@ -259,6 +259,7 @@ class Reporter:
         self.run_dir, self.backends = run_dir, backends
         self.failed: set[str] = set()
         self.closed = False
+        self.sent: dict[str, int] = {}  # metric -> the last step queued for it
         self.queue: queue.Queue[tuple[Callable[[Backend], None], str] | None] = queue.Queue()
         self.thread = threading.Thread(target=self._work, name="bertkit-tracking", daemon=True)
         self.thread.start()
@@ -289,6 +290,12 @@ class Reporter:
         if "loss" in row:
             metrics[f"{prefix}peak_memory_mib"] = peak_memory_mib()
         step = int(row["step"])
+        # Each key once per step: an evaluation's row may repeat a figure of the training row of its step
+        # (tokens, time), which a tracker would otherwise hold twice at that step.
+        metrics = {key: value for key, value in metrics.items() if step > self.sent.get(key, -1)}
+        self.sent.update(dict.fromkeys(metrics, step))
+        if not metrics:
+            return
         self.queue.put((lambda backend: backend.log_metrics(step, metrics), f"step {step}"))
 
     def _close(self, call: Callable[[Backend], None], what: str) -> None:
