@@ -21,6 +21,10 @@ ENGINE_HELP = (
     "Execution engine (engine.backend): single, or ddp / fsdp / deepspeed (ZeRO stage engine.deepspeed.zero_stage), "
     "launched with torchrun --nproc-per-node N (or the deepspeed launcher with --no_local_rank)."
 )
+REPORT_TO_HELP = (
+    "Report the run to experiment trackers: tensorboard, mlflow, wandb (repeatable, or comma-separated; "
+    "track.report_to). Their own environment variables say where: MLFLOW_TRACKING_URI, WANDB_PROJECT, WANDB_MODE..."
+)
 RESUME_HELP = (
     "Continue the run in --output: 'last' (the default of a bare --resume) from its newest checkpoint, which must "
     "exist; 'auto' from its newest checkpoint if there is one, else start from scratch (for job scripts restarted "
@@ -35,6 +39,12 @@ BUDGET_HELP = (
 def engine_overrides(engine: str | None, budget: str | None) -> list[str]:
     """--engine/--budget are shorthands for --set engine.backend=... / --set train.budget=..."""
     return ([f"engine.backend={engine}"] if engine else []) + ([f"train.budget={budget}"] if budget else [])
+
+
+def report_overrides(report_to: list[str]) -> list[str]:
+    """--report-to mlflow --report-to wandb (or mlflow,wandb) is --set track.report_to=mlflow,wandb."""
+    names = [name.strip() for item in report_to for name in item.split(",") if name.strip()]
+    return [f"track.report_to={','.join(names)}"] if names else []
 
 
 def emit_main(result: dict[str, Any], as_json: bool, title: str) -> None:
@@ -58,6 +68,15 @@ def guarded(func: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
+        except BaseException as err:
+            _end_tracked_runs(err)
+            raise
+        # (the handlers below see the same exception: the tracked runs are closed first)
+
+    @functools.wraps(func)
+    def handled(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return wrapper(*args, **kwargs)
         except BertkitError as err:
             fail(str(err), err.exit_code)
         except KeyboardInterrupt:
@@ -75,7 +94,16 @@ def guarded(func: F) -> F:
                 raise
             fail(message)
 
-    return wrapper  # type: ignore[return-value]
+    return handled  # type: ignore[return-value]
+
+
+def _end_tracked_runs(err: BaseException) -> None:
+    """A job that stops before its summary ends its tracked runs as KILLED (a signal) or FAILED."""
+    tracking = sys.modules.get("bertkit.engine.tracking")  # imported only by a job that trains
+    if tracking is None or isinstance(err, SystemExit | typer.Exit):
+        return
+    interrupted = isinstance(err, KeyboardInterrupt) or getattr(err, "exit_code", None) == 130
+    tracking.close_all("KILLED" if interrupted else "FAILED")
 
 
 def emit(result: dict[str, Any], as_json: bool, title: str) -> None:

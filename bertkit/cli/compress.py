@@ -6,7 +6,16 @@ from pathlib import Path
 
 import typer
 
-from bertkit.cli.common import JSON_HELP, OVERWRITE_HELP, QUIET_HELP, emit, engine_overrides, guarded
+from bertkit.cli.common import (
+    JSON_HELP,
+    OVERWRITE_HELP,
+    QUIET_HELP,
+    REPORT_TO_HELP,
+    emit,
+    engine_overrides,
+    guarded,
+    report_overrides,
+)
 from bertkit.cli.pretrain import SET_HELP
 
 
@@ -43,6 +52,9 @@ def compress_command(
     ),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP + " Applies to the distill-task recipe."),
     baseline_set: list[str] = typer.Option([], "--baseline-set", help="Dotted overrides of the baseline's recipe."),
+    report_to: list[str] = typer.Option(
+        [], "--report-to", metavar="TRACKER", help=REPORT_TO_HELP + " Each stage is a run nested under one parent."
+    ),
     seed: int = typer.Option(0, "--seed", help="Seed of the augmentation."),
     overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
@@ -54,8 +66,8 @@ def compress_command(
 
     opts = CompressOptions(layers=layers, student=student, augment=not no_augment, copies=copies,
                            candidates_from=candidates_from, mlm_model=mlm_model, baseline=not no_baseline,
-                           overrides=list(set_) + engine_overrides(None, budget),
-                           baseline_overrides=list(baseline_set), seed=seed)  # fmt: skip
+                           overrides=list(set_) + engine_overrides(None, budget) + report_overrides(report_to),
+                           baseline_overrides=list(baseline_set) + report_overrides(report_to), seed=seed)  # fmt: skip
     result = compress(teacher, train, eval, output, opts, overwrite=overwrite, quiet=quiet)
     if json_out:
         emit(result, True, "compressed")

@@ -12,10 +12,12 @@ from bertkit.cli.common import (
     JSON_HELP,
     OVERWRITE_HELP,
     QUIET_HELP,
+    REPORT_TO_HELP,
     RESUME_HELP,
     emit_main,
     engine_overrides,
     guarded,
+    report_overrides,
 )
 from bertkit.cli.pretrain import SET_HELP
 
@@ -62,6 +64,7 @@ def finetune_command(
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
     engine: str | None = typer.Option(None, "--engine", help=ENGINE_HELP),
     budget: str | None = typer.Option(None, "--budget", help=BUDGET_HELP),
+    report_to: list[str] = typer.Option([], "--report-to", metavar="TRACKER", help=REPORT_TO_HELP),
     resume: str | None = typer.Option(None, "--resume", metavar="last|auto", help=RESUME_HELP),
     overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
@@ -74,7 +77,7 @@ def finetune_command(
     from bertkit.pipelines.rundir import resume_mode
 
     resume_mode(resume, overwrite)  # a bad --resume fails before the examples are encoded
-    overrides = list(set_) + engine_overrides(engine, budget)
+    overrides = list(set_) + engine_overrides(engine, budget) + report_overrides(report_to)
     options = {
         "text_field": text_field,
         "text_pair_field": text_pair_field,

@@ -12,10 +12,12 @@ from bertkit.cli.common import (
     JSON_HELP,
     OVERWRITE_HELP,
     QUIET_HELP,
+    REPORT_TO_HELP,
     RESUME_HELP,
     emit_main,
     engine_overrides,
     guarded,
+    report_overrides,
 )
 
 SET_HELP = "Override a recipe field with a dotted key, e.g. --set optim.lr=3e-4 (repeatable)."
@@ -32,6 +34,7 @@ def pretrain_command(
     init_from: Path | None = typer.Option(
         None, "--init-from", help="Start from a bertkit model/run dir or a local HF checkpoint dir."
     ),
+    report_to: list[str] = typer.Option([], "--report-to", metavar="TRACKER", help=REPORT_TO_HELP),
     engine: str | None = typer.Option(None, "--engine", help=ENGINE_HELP),
     budget: str | None = typer.Option(None, "--budget", help=BUDGET_HELP),
     target_acc: float | None = typer.Option(
@@ -51,6 +54,7 @@ def pretrain_command(
     from bertkit.pipelines.rundir import resume_mode
 
     resume_mode(resume, overwrite)  # a bad --resume fails before the corpus is read
+    set_ = [*set_, *report_overrides(report_to)]
     overrides = list(set_) + ([f"data.train={corpus}"] if corpus else []) + engine_overrides(engine, budget)
     overrides += [f"train.target_acc={target_acc}"] if target_acc is not None else []
     loaded = load_recipe(recipe, overrides, kind="pretrain")

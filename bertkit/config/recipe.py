@@ -24,9 +24,16 @@ from bertkit.config.schema import (
     check_engine_optimizer,
     check_model_objective,
 )
+from bertkit.config.track import TrackConfig
 from bertkit.errors import BertkitError
 
 RECIPE_DIR = Path(__file__).resolve().parent.parent / "recipes"
+
+
+def _tensorboard_from_track(recipe: Any) -> None:
+    """track.report_to=tensorboard is engine.tensorboard=true: the loop writes the event files either way."""
+    if "tensorboard" in recipe.track.report_to and not recipe.engine.tensorboard:
+        recipe.engine.tensorboard = True
 
 
 class PretrainRecipe(StrictModel):
@@ -40,9 +47,11 @@ class PretrainRecipe(StrictModel):
     schedule: ScheduleConfig = ScheduleConfig()
     train: TrainConfig = TrainConfig()
     engine: EngineConfig = EngineConfig()
+    track: TrackConfig = TrackConfig()
 
     @model_validator(mode="after")
     def _model_fits_objective(self) -> PretrainRecipe:
+        _tensorboard_from_track(self)
         if self.train.epochs is not None:
             raise ValueError("pretraining counts optimizer steps, not epochs; set train.steps (drop train.epochs)")
         check_model_objective(self.model, self.objective)
@@ -60,9 +69,11 @@ class FinetuneRecipe(StrictModel):
     schedule: ScheduleConfig = ScheduleConfig()
     train: TrainConfig = TrainConfig(epochs=3, batch_size=32)  # the BERT paper's 3 epochs
     engine: EngineConfig = EngineConfig()
+    track: TrackConfig = TrackConfig()
 
     @model_validator(mode="after")
     def _engine_fits_optimizer(self) -> FinetuneRecipe:
+        _tensorboard_from_track(self)
         check_engine_optimizer(self.engine, self.optim)
         return self
 
@@ -82,9 +93,11 @@ class DistillRecipe(StrictModel):
     schedule: ScheduleConfig = ScheduleConfig()
     train: TrainConfig = TrainConfig()
     engine: EngineConfig = EngineConfig()
+    track: TrackConfig = TrackConfig()
 
     @model_validator(mode="after")
     def _engine_fits_optimizer(self) -> DistillRecipe:
+        _tensorboard_from_track(self)
         check_engine_optimizer(self.engine, self.optim)
         check_engine_model(self.engine, self.model)
         return self

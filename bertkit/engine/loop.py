@@ -594,6 +594,10 @@ def _check_compatible(path: Path, trainer: dict[str, Any], optim_cfg: OptimConfi
 def _write_row(metrics_file: Any, writer: Any, row: dict[str, Any]) -> None:
     metrics_file.write(json.dumps(row) + "\n")
     metrics_file.flush()
+    # MLflow / W&B, when the run reports to them (bertkit/engine/tracking.py): queued, never blocking a step.
+    from bertkit.engine import tracking
+
+    tracking.log_row(Path(metrics_file.name).parent, row)
     if writer is not None:
         for key, value in row.items():
             if key != "step" and isinstance(value, int | float):

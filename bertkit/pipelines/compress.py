@@ -112,9 +112,16 @@ def compress(
     if output.exists() and overwrite:
         shutil.rmtree(output)
     output.mkdir(parents=True)
+    from bertkit.engine import tracking
+
     try:
-        return _compress(teacher, train_data, train_file, eval_file, output, opts, distill_recipe, baseline_recipe,
-                         started, quiet)  # fmt: skip
+        # One parent run for the job; the distillation and the baseline each open a run nested under it.
+        with tracking.parent_run(output, distill_recipe, "compress") as parent:
+            summary = _compress(teacher, train_data, train_file, eval_file, output, opts, distill_recipe,
+                                baseline_recipe, started, quiet)  # fmt: skip
+            if parent is not None:
+                parent.finish(summary, Path(summary["model_dir"]))
+            return summary
     except BaseException:
         # Nothing half-made stays behind: compress is one job, and a failed one is run again from the start.
         shutil.rmtree(output, ignore_errors=True)

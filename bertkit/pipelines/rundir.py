@@ -39,6 +39,9 @@ def join_job(recipe: Any, arguments: Mapping[str, Any], inputs: Mapping[str, Pat
     every rank runs the same job: bertkit version, resolved recipe, `arguments` (the command line's other
     values) and the contents of `inputs` (corpus, model, teacher, data files), bertkit/engine/preflight.py.
     A job whose nodes disagree stops on every rank with one line instead of training a divergent model."""
+    from bertkit.engine import tracking
+
+    tracking.note_job(recipe, inputs)  # a tracker that is not installed stops here, before any work
     engine = getattr(recipe, "engine", None)
     if engine is None or engine.backend == "single":
         return
@@ -116,6 +119,10 @@ def _prepare_run_dir(
             shutil.rmtree(output)
     output.mkdir(parents=True, exist_ok=True)
     (output / RECIPE_FILE).write_text(yaml.safe_dump(recipe.model_dump(mode="json"), sort_keys=False), "utf-8")
+    # Rank 0 (the only caller here) opens the job's tracked run, or reopens the one this directory's id names.
+    from bertkit.engine import dist, tracking
+
+    tracking.start(output, recipe, resumed, dist.world_size())
     return resumed
 
 
@@ -137,3 +144,6 @@ def write_summary(output: Path, summary: dict[str, Any]) -> None:
     if not is_main():  # only rank 0 writes run files
         return
     write_json_atomic(output / "summary.json", summary)
+    from bertkit.engine import tracking
+
+    tracking.finish(output, summary)
