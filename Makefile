@@ -72,7 +72,12 @@ test: install-test
 	$(BIN)/ruff check bertkit tests
 	$(RUN) $(BIN)/python -m pytest -q
 
-bench: install-test
+# The time-to-quality bench runs transformers' Trainer as the baseline, which needs accelerate.
+$(VENV)/.installed-bench: $(VENV)/.installed-test
+	$(PIP) install "$(TORCH)" "accelerate>=1.1"
+	touch $@
+
+bench: install-test $(VENV)/.installed-bench
 	$(RUN) $(BIN)/python -m pytest -q -m "slow or bench" -p no:cacheprovider
 
 clean:

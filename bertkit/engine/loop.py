@@ -466,7 +466,9 @@ def train(
                     window_counts[key] = window_counts.get(key, 0) + 1
                 # Step 1 always gets a row of its own, so the first logged loss (a summary's loss_first) is the
                 # untrained model's, whatever log_every is; the next row averages steps 2..log_every.
-                if step == 1 or step % train_cfg.log_every == 0 or step == train_cfg.steps:
+                # The step that ends the run (its steps or its budget) gets a row too: the curve ends where it ends.
+                ends = step == train_cfg.steps or (budget is not None and progress >= 1.0)
+                if step == 1 or step % train_cfg.log_every == 0 or ends:
                     elapsed = time.perf_counter() - window_start
                     row: dict[str, Any] = {"step": step}
                     row.update({k: round(v / window_counts[k], 6) for k, v in window.items()})

@@ -75,6 +75,7 @@ def train(args: argparse.Namespace, data, tokenizer, max_steps: int, output: Pat
             seconds = began - clock["start"] - clock["paused"]
             path = output / f"step-{state.global_step}"
             model.save_pretrained(path)
+            tokenizer.save_pretrained(path)  # so `bertkit finetune -m PATH` reads it as a transformers checkpoint
             row = {"step": state.global_step, "train_seconds": round(seconds, 3)}
             row["tokens"] = state.global_step * args.batch_size * args.block_size
             clock["rows"].append({**row, "path": str(path)})

@@ -209,3 +209,27 @@ def test_bad_budget_and_target_input(corpus_dir: Path, tmp_path: Path, xlnet_cor
     line = run_error("pretrain", "-r", "bert-tiny", "-c", str(corpus_dir), "-o", str(tmp_path / "e"),
                      "--set", f"data.eval={xlnet_corpus}")  # fmt: skip
     assert "another tokenizer" in line and not (tmp_path / "e").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["ddp", "fsdp", "deepspeed"])
+def test_every_rank_stops_at_the_same_step_under_a_budget(engine: str, corpus_dir: Path, tmp_path: Path) -> None:
+    """2 processes: a token budget gives the single process's steps and curve (tokens are counted over all ranks);
+    a time budget ends every rank at the step the slowest clock says (a rank stopping alone would leave the others
+    waiting in a collective until engine.timeout), annealed."""
+    from test_distributed import pretrain as launch
+    from test_distributed import sets as engine_sets
+
+    common = engine_sets(**{"train.steps": STEPS, "engine.timeout": 60, "schedule.warmup_fraction": 0.1})
+    single = json.loads(launch(corpus_dir, tmp_path / "one", *common, "--budget", "6000tok").stdout.splitlines()[-1])
+    two = launch(corpus_dir, tmp_path / "two", *common, "--engine", engine, "--budget", "6000tok", procs=2)
+    assert json.loads(two.stdout.splitlines()[-1])["steps"] == single["steps"]
+    for a, b in zip(rows(tmp_path / "one"), rows(tmp_path / "two"), strict=True):
+        assert a["step"] == b["step"] and a.get("lr") == b.get("lr")
+        assert a.get("loss", 0) == pytest.approx(b.get("loss", 0), rel=1e-5, abs=2e-6)
+    timed = launch(corpus_dir, tmp_path / "timed", *common, "--engine", engine, "--budget", "4s", procs=2)
+    summary = json.loads(timed.stdout.splitlines()[-1])
+    assert summary["stopped"] == "budget" and 0 < summary["steps"] < STEPS
+    assert [row["lr"] for row in rows(tmp_path / "timed") if "loss" in row][-1] == 0.0
+    checkpoint = tmp_path / "timed" / "checkpoints" / f"step-{summary['steps']}" / "trainer_state.json"
+    assert json.loads(checkpoint.read_text())["budget"]["progress"] == 1.0
