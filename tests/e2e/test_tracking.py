@@ -1,6 +1,7 @@
 """Experiment tracking, read back through each tracker's own reader: MLflow's client against a real
 `mlflow server` (SQLite backend in a temporary directory) started here on 127.0.0.1, and against a
-`sqlite:///` store with no server; W&B's offline run files through wandb's own DataStore reader.
+`sqlite:///` store with no server; W&B's offline run file through a reader of its transaction log (below) and
+wandb's own protobuf schema for its records.
 
 One job is one run: a 2-process DDP pretraining logs exactly one run from rank 0; a run killed (SIGKILL)
 after a checkpoint and resumed continues the same run with every step logged once; a server that stops
@@ -13,10 +14,12 @@ import json
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
 import urllib.request
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -301,20 +304,61 @@ def test_server_stopped_mid_run_costs_one_warning(corpus_dir: Path, tmp_path: Pa
     assert [row["step"] for row in metrics_rows(output) if "loss" in row] == list(range(1, steps + 1))
 
 
+# W&B's transaction log (run-*.wandb): LevelDB's log format (32 KiB blocks of chunks) behind a 7-byte file header.
+# wandb.sdk.internal.datastore, its Python reader, is gone from wandb 0.25 on; this format, checksum included, is
+# the one that reader read and the one wandb-core writes (checked against wandb 0.31's offline files).
+WANDB_LOG_HEADER = struct.pack("<4sHB", b":W&B", 0xBEE1, 0)  # ident, magic, version
+WANDB_LOG_BLOCK = 32 * 1024
+WANDB_CHUNK_HEADER = 7  # checksum (uint32), length (uint16), type (uint8), little-endian
+FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
+
+
+def wandb_log_records(log: Path) -> Iterator[bytes]:
+    """Each record of a W&B transaction log, in order: one FULL chunk, or FIRST, MIDDLE..., LAST chunks joined.
+    Blocks count from the start of the file (the file header opens the first); a chunk never crosses a block
+    and a block's last 6 bytes or fewer are zero padding. Each chunk's checksum is zlib's CRC-32 of its type
+    byte and data, unmasked (not LevelDB's masked CRC-32C)."""
+    data = log.read_bytes()
+    assert data[: len(WANDB_LOG_HEADER)] == WANDB_LOG_HEADER, data[: len(WANDB_LOG_HEADER)]
+    pos, pending = len(WANDB_LOG_HEADER), None
+    while pos < len(data):
+        left = WANDB_LOG_BLOCK - pos % WANDB_LOG_BLOCK
+        if left < WANDB_CHUNK_HEADER:
+            assert data[pos : pos + left] == bytes(left), f"padding at {pos}"
+            pos += left
+            continue
+        checksum, length, kind = struct.unpack_from("<IHB", data, pos)
+        assert WANDB_CHUNK_HEADER + length <= left, f"chunk at {pos} crosses a block"
+        chunk = data[pos + WANDB_CHUNK_HEADER : pos + WANDB_CHUNK_HEADER + length]
+        assert len(chunk) == length, f"chunk at {pos} cut short"
+        assert checksum == zlib.crc32(chunk, zlib.crc32(bytes([kind]))), f"checksum of the chunk at {pos}"
+        assert (pending is None) == (kind in (FULL, FIRST)), f"chunk type {kind} at {pos}"
+        if kind == FULL:
+            yield chunk
+        elif kind == FIRST:
+            pending = [chunk]
+        elif kind == MIDDLE:
+            pending.append(chunk)
+        elif kind == LAST:
+            yield b"".join([*pending, chunk])
+            pending = None
+        else:
+            raise AssertionError(f"chunk type {kind} at {pos}")
+        pos += WANDB_CHUNK_HEADER + length
+    assert pending is None, "the log ends inside a record"
+
+
 def read_wandb_offline(run_dir: Path) -> tuple[dict, list[dict], dict, dict]:
-    """The run record, history rows, config and summary of the run's offline files, read by wandb's own
-    transaction-log reader (wandb.sdk.internal.datastore) and protobuf records."""
-    datastore = pytest.importorskip("wandb.sdk.internal.datastore")
+    """The run record, history rows, config and summary of the run's offline file, read by the transaction-log
+    reader above and wandb's own protobuf schema for its records."""
     from wandb.proto import wandb_internal_pb2
 
     (log,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
-    store = datastore.DataStore()
-    store.open_for_scan(str(log))
     run_record: dict = {}
     history: list[dict] = []
     config: dict = {}
     summary: dict = {}
-    while (data := store.scan_data()) is not None:
+    for data in wandb_log_records(log):
         record = wandb_internal_pb2.Record()
         record.ParseFromString(data)
         kind = record.WhichOneof("record_type")
