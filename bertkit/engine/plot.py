@@ -26,6 +26,18 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def _save(fig: Any, output: Path) -> None:
+    """Write the figure under a temporary name, then rename: never a half-written PNG under the final name."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = output.with_name(f".{output.name}.tmp.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, output)
+
+
 def plot_run(run_dir: Path, output: Path, overwrite: bool = False) -> dict[str, Any]:
     rows = read_metrics(run_dir)
     train_rows = [r for r in rows if "loss" in r]
@@ -70,12 +82,7 @@ def plot_run(run_dir: Path, output: Path, overwrite: bool = False) -> dict[str, 
     for axis in axes:
         axis.grid(alpha=0.3)
     fig.suptitle(str(run_dir))
-    fig.tight_layout()
-    output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = output.with_name(f".{output.name}.tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, output)
+    _save(fig, output)
     return {"plot": str(output), "steps": steps[-1], "rows": len(train_rows), "terms": terms}
 
 
@@ -130,10 +137,5 @@ def plot_compare(
         axis.grid(alpha=0.3)
     by_time.set_ylabel(f"held-out {metric.removeprefix('eval_')}")
     by_time.legend(fontsize=8)
-    fig.tight_layout()
-    output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = output.with_name(f".{output.name}.tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, output)
+    _save(fig, output)
     return {"plot": str(output), "metric": metric, "runs": summary_runs}

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import run_error, run_json
-from test_corpus_tasks import FILES, TASKS, corpus_files, task_args
+from test_corpus_tasks import FILES, TASKS, corpus_files, task_args, write_inputs
 from test_distributed import assert_same_curve, assert_same_weights, pretrain, sets
 
 from bertkit.corpus.build import BuildOptions, build_corpus
@@ -59,14 +59,9 @@ def s3(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="module")
 def s3_inputs(s3, tmp_path_factory: pytest.TempPathFactory, text_file: Path, tokenizer_dir: Path) -> list[Path]:
     """The local input files, and the same files (and the tokenizer) uploaded to the bucket with boto3."""
-    folder = tmp_path_factory.mktemp("s3-inputs")
-    paragraphs = [line for line in text_file.read_text(encoding="utf-8").splitlines() if line.strip()]
-    paths = []
-    for k in range(FILES):
-        chunk = paragraphs[k * len(paragraphs) // FILES : (k + 1) * len(paragraphs) // FILES]
-        paths.append(folder / f"docs-{k}.txt")
-        paths[-1].write_text("\n\n".join(chunk) + "\n", encoding="utf-8")
-        s3.upload_file(str(paths[-1]), BUCKET, f"inputs/docs-{k}.txt")
+    paths = write_inputs(text_file, tmp_path_factory.mktemp("s3-inputs"))
+    for path in paths:
+        s3.upload_file(str(path), BUCKET, f"inputs/{path.name}")
     for file in tokenizer_dir.iterdir():
         s3.upload_file(str(file), BUCKET, f"tokenizer/{file.name}")
     return paths

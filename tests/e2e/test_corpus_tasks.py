@@ -29,9 +29,8 @@ FILES = 7
 TASKS = 3
 
 
-@pytest.fixture(scope="module")
-def inputs(tmp_path_factory: pytest.TempPathFactory, text_file: Path) -> list[Path]:
-    folder = tmp_path_factory.mktemp("inputs")
+def write_inputs(text_file: Path, folder: Path) -> list[Path]:
+    """The session's text split into FILES input files (docs-K.txt), one paragraph per document."""
     paragraphs = [line for line in text_file.read_text(encoding="utf-8").splitlines() if line.strip()]
     paths = []
     for k in range(FILES):
@@ -39,6 +38,11 @@ def inputs(tmp_path_factory: pytest.TempPathFactory, text_file: Path) -> list[Pa
         paths.append(folder / f"docs-{k}.txt")
         paths[-1].write_text("\n\n".join(chunk) + "\n", encoding="utf-8")
     return paths
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory, text_file: Path) -> list[Path]:
+    return write_inputs(text_file, tmp_path_factory.mktemp("inputs"))
 
 
 def corpus_files(directory: Path) -> dict[str, bytes]:
