@@ -38,8 +38,8 @@ def test_bertkit_reaches_the_trainers_accuracy_in_a_third_of_its_time(tmp_path: 
     assert report["masked_tokens"] > 5000
     reached = report["bertkit_seconds_to_trainer_final"]
     share = reached / report["trainer_seconds"] if reached is not None else None
-    print(f"time to the Trainer's final accuracy: {share} of its time (target 1/3); "
-          f"{report['bertkit_final'] - report['trainer_final']:+.4f} at the end (target +0.05 at equal time)")  # fmt: skip
+    ahead = report["bertkit_final"] - report["trainer_final"]
+    print(f"time to the Trainer's final accuracy: {share} of its time (target 1/3); {ahead:+.4f} at the end")
     assert share is not None and share <= 0.5, report
     assert report["bertkit_final"] > report["trainer_final"], report
     print("fine-tuned on Rotten Tomatoes:", report["finetuned_accuracy"])
