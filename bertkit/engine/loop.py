@@ -466,9 +466,9 @@ def train(
                     window_counts[key] = window_counts.get(key, 0) + 1
                 # Step 1 always gets a row of its own, so the first logged loss (a summary's loss_first) is the
                 # untrained model's, whatever log_every is; the next row averages steps 2..log_every.
-                # The step that ends the run (its steps or its budget) gets a row too: the curve ends where it ends.
-                ends = step == train_cfg.steps or (budget is not None and progress >= 1.0)
-                if step == 1 or step % train_cfg.log_every == 0 or ends:
+                # (A run stopped by its budget logs on the same steps as one told to train that long, so a budget run
+                # continued with more steps has the curve of the longer run: its last step has no row of its own.)
+                if step == 1 or step % train_cfg.log_every == 0 or step == train_cfg.steps:
                     elapsed = time.perf_counter() - window_start
                     row: dict[str, Any] = {"step": step}
                     row.update({k: round(v / window_counts[k], 6) for k, v in window.items()})

@@ -102,7 +102,9 @@ class BestModel:
         for line in metrics_path.read_text("utf-8").splitlines():
             row = json.loads(line) if line.strip() else {}
             if f"eval_{self.metric}" in row and row["step"] <= up_to_step:
-                self._update(row["step"], {k.removeprefix("eval_"): v for k, v in row.items() if k != "step"})
+                # The evaluation's metrics only (its row also says when: train_seconds, tokens).
+                evaluated = {k.removeprefix("eval_"): v for k, v in row.items() if k.startswith("eval_")}
+                self._update(row["step"], evaluated)
 
     def _update(self, step: int, metrics: dict[str, float]) -> bool:
         value = float(metrics[self.metric])

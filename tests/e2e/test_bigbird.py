@@ -160,6 +160,7 @@ def plots_and_reviews(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.mark.slow  # 11 s (the default suite's time limit); pretraining and export stay in the default suite
 def test_finetune_on_long_documents_runs_block_sparse(
     bigbird_run: tuple[Path, dict, list[int]], plots_and_reviews: Path, tmp_path: Path, sparse_lengths: list[int]
 ) -> None:

@@ -143,14 +143,18 @@ def test_time_budget_is_training_time_and_a_longer_budget_stretches_the_rest(cor
 
 
 def test_crammed_recipe_runs_its_budget_annealed(corpus_dir: Path, tmp_path: Path) -> None:
-    """crammed-bert-tiny with its own defaults: a 400k-token budget, evaluations at every tenth of it."""
-    fast = ["--set", "engine.threads=1", "--set", "engine.tensorboard=false"]
+    """crammed-bert-tiny with its own settings on a quarter of its 400k-token budget (the default suite's time
+    limit): evaluations at every tenth of it, annealed at the deadline."""
+    fast = ["--set", "engine.threads=1", "--set", "engine.tensorboard=false", "--set", "train.log_every=1"]
+    fast += ["--budget", "100ktok"]
     summary = pretrain(corpus_dir, tmp_path / "run", *fast, recipe="crammed-bert-tiny")
-    assert summary["stopped"] == "budget" and 400_000 <= summary["tokens"] < 400_000 + 32 * 64
+    assert summary["stopped"] == "budget" and 100_000 <= summary["tokens"] < 100_000 + 32 * 64
     all_rows = rows(tmp_path / "run")
-    assert [row["lr"] for row in all_rows if "loss" in row][-1] == 0.0
+    assert [row["lr"] for row in all_rows if "loss" in row][-1] == 0.0  # the decay complete at the deadline
+    final = tmp_path / "run" / "checkpoints" / f"step-{summary['steps']}" / "trainer_state.json"
+    assert json.loads(final.read_text())["budget"]["progress"] == 1.0
     evaluations = [row for row in all_rows if "eval_mlm_acc" in row]
-    assert [round(row["tokens"] / 400_000, 1) for row in evaluations] == [i / 10 for i in range(1, 11)]
+    assert [round(row["tokens"] / 100_000, 1) for row in evaluations] == [i / 10 for i in range(1, 11)]
     assert evaluations[-1]["eval_mlm_acc"] > evaluations[0]["eval_mlm_acc"]
 
 
@@ -199,7 +203,7 @@ def test_snapshots_at_shares_load_in_transformers(corpus_dir: Path, tmp_path: Pa
 
 def test_bad_budget_and_target_input(corpus_dir: Path, tmp_path: Path, xlnet_corpus: Path) -> None:
     line = run_error("pretrain", "-r", "bert-tiny", "-c", str(corpus_dir), "-o", str(tmp_path / "short"),
-                     *sets(), "--budget", "10tok")  # fmt: skip
+                     *sets(), "--budget", "10tok", "--quiet")  # fmt: skip
     assert "was spent by the first step" in line and not (tmp_path / "short").exists()
     for bad in ("1.5", "0"):
         line = run_error("pretrain", "-r", "bert-tiny", "-c", str(corpus_dir), "-o", str(tmp_path / "t"),

@@ -157,6 +157,7 @@ def test_classification_parity_and_predict_round_trip(tmp_path: Path, sentiment_
     assert meta["onnx"]["inputs"] == ["input_ids", "attention_mask", "token_type_ids"]
 
 
+@pytest.mark.slow  # 12 s; single-text classification, token classification and QA parity stay in the default suite
 def test_pair_classification_and_regression_parity(tmp_path: Path, pretrained_run: Path, stsb_pairs) -> None:
     with open(stsb_pairs["dev"], encoding="utf-8") as handle:
         dev = list(csv.DictReader(handle, delimiter="\t"))
@@ -179,6 +180,7 @@ def test_pair_classification_and_regression_parity(tmp_path: Path, pretrained_ru
                 assert a["label"] == b["label"]
 
 
+@pytest.mark.slow  # 12 s (the default suite's time limit)
 def test_multi_label_parity(tmp_path: Path, pretrained_run: Path, reviews) -> None:
     rows = {}
     for name in ("train", "eval"):
