@@ -32,7 +32,8 @@ RESUME_HELP = (
 )
 BUDGET_HELP = (
     "Train for this much training time or data, e.g. 30m, 2h, 5Mtok (train.budget): warm-up and decay are laid over "
-    "it and the run ends on the deadline with a checkpoint; train.steps becomes an upper bound."
+    "it and the run ends on the deadline with a checkpoint; train.steps becomes an upper bound (distill --stage task: "
+    "it only stops the phases)."
 )
 
 
