@@ -144,12 +144,14 @@ SPLITS = {
 
 
 @pytest.mark.parametrize(
-    # The unpadded engines, the ZeRO-1/2 splits (40 s each) and FSDP2 (whose steps the default suite checks in
-    # distillation and BigBird's fine-tuning) run with the slow checks (the default suite's time limit); the
-    # default suite keeps DDP with and without accumulation and ZeRO-3 against one process.
+    # The unpadded engines, the ZeRO-1/2 splits (40 s each), FSDP2 (whose steps the default suite checks in
+    # distillation) and DDP with accumulation run with the slow checks (the default suite's time limit); the
+    # default suite keeps one process with accumulation, DDP, and ZeRO-3 against one process.
     "split",
     [
-        pytest.param(s, marks=pytest.mark.slow) if s.endswith("-unpad") or s.startswith("zero") or s == "fsdp-2" else s
+        pytest.param(s, marks=pytest.mark.slow)
+        if s.endswith("-unpad") or s.startswith("zero") or s in ("fsdp-2", "ddp-2-accum-2")
+        else s
         for s in SPLITS
     ],
 )
@@ -279,6 +281,7 @@ def test_bf16_autocast_under_zero2_tracks_one_process(corpus_dir: Path, tmp_path
     assert [x for _, x in curve] == pytest.approx([y for _, y in reference], rel=1e-3)
 
 
+@pytest.mark.slow  # 8 s (the default suite's time limit)
 def test_a_setting_deepspeed_rejects_is_one_line(corpus_dir: Path, tmp_path: Path) -> None:
     ds_config = tmp_path / "ds.json"
     ds_config.write_text(json.dumps({"zero_optimization": {"reduce_bucket_size": -5}}))

@@ -67,6 +67,7 @@ def test_pretrained_export_runs_in_transformers(modernbert_run: tuple[Path, dict
     assert (theirs - mine)[mask].abs().max().item() <= 1e-4
 
 
+@pytest.mark.slow  # 17 s (the default suite's time limit); ModernBERT's pretraining stays in the default suite
 def test_finetune_predict_embed_and_export(modernbert_run: tuple[Path, dict], sentiment_csv: Path,
                                            tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     from bertkit.models import modernbert as modernbert_module

@@ -119,6 +119,7 @@ def test_two_nodes_make_the_steps_of_one_process(single_run: Path, two_node_ddp_
     assert not list(run.glob(".bertkit-preflight-*"))  # the visibility probe is gone
 
 
+@pytest.mark.slow  # 8 s (the default suite's time limit)
 def test_nodes_with_another_recipe_value_stop_at_once(corpus_dir: Path, tmp_path: Path) -> None:
     """One node started with another --set optim.lr: before a step is taken, both stop with the same line that
     names the key and both values, and no run directory is left."""

@@ -258,6 +258,7 @@ def test_question_answering_parity(tmp_path: Path, pretrained_run: Path, squad_d
         assert abs(a["score"] - b["score"]) <= 2 * TOLERANCE  # a start logit + an end logit
 
 
+@pytest.mark.slow  # 14 s (the default suite's time limit)
 def test_embed_pools_inside_the_graph(tmp_path: Path, minilm_dir: Path, reviews) -> None:
     """The real all-MiniLM-L6-v2 (a Hugging Face directory: exported as its encoder, mean and [CLS] pooling in
     the graph): `bertkit embed` on the export gives PyTorch's embeddings of real reviews within 1e-4."""
@@ -304,6 +305,7 @@ def test_int8_gate_passes_with_the_scores_predict_gives(tmp_path: Path, sentimen
     assert summary["bytes"] < 0.35 * (sentiment_run / "model" / "model.safetensors").stat().st_size
 
 
+@pytest.mark.slow  # 24 s (the default suite's time limit); the gate passing a good model stays in the default suite
 def test_int8_gate_refuses_a_loss(tmp_path: Path, sentiment_run: Path, sentiment_onnx: Path, sentiment_int8,
                                   reviews) -> None:  # fmt: skip
     """Among the 600 real reviews, those whose label fp32 predicts right and int8 (one at a time) wrong make an

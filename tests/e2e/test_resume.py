@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 from safetensors.torch import load_file
 
@@ -86,6 +87,7 @@ def test_sigkill_and_sigterm_then_resume_is_bitwise_exact(corpus_dir: Path, tmp_
     assert os.listdir(interrupted / "checkpoints") == os.listdir(reference / "checkpoints")
 
 
+@pytest.mark.slow  # 12 s (the default suite's time limit); bert-tiny's exact resume stays in the default suite
 def test_modernbert_tiny_killed_after_a_checkpoint_resumes_exactly(corpus_dir: Path, tmp_path: Path) -> None:
     """modernbert-tiny as shipped: StableAdamW, whose step count lives in its parameter groups rather than in the
     per-parameter state, and the 1-sqrt decay of warmup-stable-decay (warm-up and decay both inside the 8 steps,

@@ -172,6 +172,7 @@ def test_library_callers_keep_the_boolean() -> None:
         resume_mode("newest", False)
 
 
+@pytest.mark.slow  # 9 s (the default suite's time limit)
 def test_bare_resume_followed_by_an_option_through_the_console_entry(
     auto_run: tuple[Path, dict], corpus_dir: Path, tmp_path: Path
 ) -> None:

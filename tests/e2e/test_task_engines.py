@@ -174,11 +174,10 @@ def test_tasks_on_two_processes_make_the_same_steps(
     assert [row["step"] for row in evals if "loss" not in row] == list(range(EVAL_EVERY, STEPS + 1, EVAL_EVERY))
 
 
-# The resume path is the loop's, whatever the task: token classification in the default suite, QA with the
-# slow checks (its windows and evaluation make it the longest run here).
-@pytest.mark.parametrize(
-    "task", ["token-classification", pytest.param("question-answering", marks=pytest.mark.slow)]
-)
+# The resume path is the loop's, whatever the task (pretraining's exact resume is in the default suite): both task
+# kinds run with the slow checks (16 s and more; QA's windows and evaluation make it the longest run here).
+@pytest.mark.slow
+@pytest.mark.parametrize("task", ["token-classification", "question-answering"])
 def test_task_runs_killed_and_resumed_are_exact(
     pretrained_run: Path, task_files: dict, task_single, tmp_path: Path, task: str
 ) -> None:
