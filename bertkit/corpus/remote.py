@@ -205,14 +205,6 @@ def _node_lock(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def cached_corpus(location: Path | str | None, on_fill: Callable[[str], None] | None = None) -> Path | None:
     """A local corpus directory for `location`: itself when local, else the node-local cache of the URL,
     filled (and verified against the manifest's checksums) on first use and reused while the manifest holds."""
@@ -251,6 +243,8 @@ def cached_corpus(location: Path | str | None, on_fill: Callable[[str], None] | 
 
 
 def _fill(fs: Any, path: str, url: str, tmp: Path, checksums: dict[str, str]) -> None:
+    from bertkit.corpus.shards import sha256_file  # the digest the manifest was written with
+
     try:
         listed = [p for p in fs.find(path) if p.rstrip("/") != f"{path}/{MANIFEST}"]
         for remote in listed:
@@ -264,7 +258,7 @@ def _fill(fs: Any, path: str, url: str, tmp: Path, checksums: dict[str, str]) ->
         local = tmp / name
         if not local.is_file():
             raise BertkitError(f"corpus {url} is incomplete: {name} is missing from the bucket; upload it again")
-        if _sha256(local) != expected:
+        if sha256_file(local) != expected:
             raise BertkitError(
                 f"corpus {url}: {name} does not match the manifest's checksum (damaged in the bucket or in "
                 "transit); rebuild or upload the corpus again"
