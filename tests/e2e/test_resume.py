@@ -37,14 +37,18 @@ def command(corpus: Path, output: Path, *extra: str, recipe: str = "bert-tiny", 
     return [*args, "--quiet", "--json", *extra]
 
 
-def run_until(args: list[str], marker: Path, sig: signal.Signals) -> subprocess.CompletedProcess:
-    """Start the run, wait until `marker` exists, then send `sig` (the run must still be going)."""
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def run_until(
+    args: list[str], marker: Path, sig: signal.Signals, delay: float = 0.0, **popen: object
+) -> subprocess.CompletedProcess:
+    """Start the run (`popen`: env, cwd), wait until `marker` exists and `delay` seconds more, then send `sig` (the
+    run must still be going)."""
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)  # type: ignore[call-overload]
     deadline = time.monotonic() + 300
     while not marker.exists():
         assert proc.poll() is None, f"run ended before {marker.name}: {proc.stderr.read() if proc.stderr else ''}"
         assert time.monotonic() < deadline
         time.sleep(0.01)
+    time.sleep(delay)
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=120)
     return subprocess.CompletedProcess(args, proc.returncode, out, err)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_resume import run_until
 
 from bertkit.engine.preflight import flatten
 
@@ -217,16 +218,9 @@ def test_killed_after_a_checkpoint_and_resumed_continues_the_same_run(corpus_dir
     output = tmp_path / "run"
     steps = 40  # long enough to be killed well before its end
     args = pretrain_command(corpus_dir, output, *sets(**{"train.steps": steps}), "--report-to", "mlflow")
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
-    deadline = time.monotonic() + 300
-    while not (output / "checkpoints" / "step-8").exists():
-        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
-    time.sleep(0.2)  # let the killed attempt log a step or two past its checkpoint
-    proc.send_signal(signal.SIGKILL)
-    proc.communicate(timeout=120)
-    assert proc.returncode == -signal.SIGKILL
+    # The killed attempt logs a step or two past its checkpoint before the kill.
+    killed = run_until(args, output / "checkpoints" / "step-8", signal.SIGKILL, delay=0.2, env=env, cwd=tmp_path)
+    assert killed.returncode == -signal.SIGKILL
     first_id = json.loads((output / "tracking.json").read_text())["mlflow"]["run_id"]
     client = MlflowClient(uri)
     assert client.get_run(first_id).info.status == "RUNNING"  # killed: nobody ended it
@@ -253,15 +247,8 @@ def test_sigterm_ends_the_run_as_killed_and_resume_finishes_it(corpus_dir: Path,
     env = tracker_env(MLFLOW_TRACKING_URI=uri)
     output = tmp_path / "run"
     args = pretrain_command(corpus_dir, output, *sets(**{"train.steps": 40}), "--report-to", "mlflow")
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
-    deadline = time.monotonic() + 300
-    while not (output / "checkpoints" / "step-4").exists():
-        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err[-2000:]
+    stopped = run_until(args, output / "checkpoints" / "step-4", signal.SIGTERM, env=env, cwd=tmp_path)
+    assert stopped.returncode == 130, stopped.stderr[-2000:]
     run_id = json.loads((output / "tracking.json").read_text())["mlflow"]["run_id"]
     client = MlflowClient(uri)
     assert client.get_run(run_id).info.status == "KILLED"
