@@ -14,6 +14,10 @@ def quickstart_command(
     output: Path = typer.Option(Path("runs/quickstart"), "--output", "-o", help="Where everything is written."),
     pretrain_steps: int | None = typer.Option(None, "--pretrain-steps", help="Override the tiny recipe's steps."),
     finetune_steps: int | None = typer.Option(None, "--finetune-steps", help="Override the fine-tuning steps."),
+    data_only: bool = typer.Option(
+        False, "--data-only", help="Only write the sample data (OUTPUT/data: pretrain.txt and the review splits), "
+        "to walk through the commands one by one as docs/getting-started.md does.",
+    ),  # fmt: skip
     overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
@@ -22,8 +26,16 @@ def quickstart_command(
     bundled real text, then a summary table."""
     import json
 
-    from bertkit.pipelines.quickstart import quickstart
+    from bertkit.pipelines.quickstart import quickstart, sample_data
 
+    if data_only:
+        written = sample_data(output, overwrite, quiet)
+        if json_out:
+            print(json.dumps(written, default=str))
+        elif not quiet:
+            for name, path in written.items():
+                typer.echo(f"{name}: {path}")
+        return
     result = quickstart(output, overwrite, quiet, pretrain_steps, finetune_steps)
     if json_out:
         print(json.dumps(result, default=str))

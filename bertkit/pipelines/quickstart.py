@@ -107,6 +107,18 @@ def quickstart(
 HELD_OUT_REVIEWS, COMPRESS_REVIEWS = 1000, 2000
 
 
+def sample_data(output: Path, overwrite: bool = False, quiet: bool = False) -> dict[str, str]:
+    """Only the quickstart's data, under OUTPUT/data: pretraining text and the review splits, for a user who runs
+    each command by hand (the getting-started guide). Built beside the output and renamed, like every output."""
+    from bertkit.fsutil import atomic_output_dir
+
+    with atomic_output_dir(output, overwrite=overwrite) as tmp:
+        data = write_sample_data(tmp / "data")
+        splits = split_reviews(data["sentiment"], tmp / "data")
+    final = {"pretrain": data["pretrain"], "sentiment": data["sentiment"], **splits}
+    return {name: str(output / path.relative_to(tmp)) for name, path in final.items()}
+
+
 def serve_int8(student: Path, teacher: Path, held_out_file: Path, output: Path, say: Any) -> dict[str, Any]:
     """The last stage: the compressed student exported to ONNX int8 (gated on the held-out reviews), timed against
     the fine-tuned model it was distilled from (the teacher, in PyTorch), one thread each: the speed-up of the
