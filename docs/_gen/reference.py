@@ -116,7 +116,7 @@ def anchor(path: str) -> str:
 def param_names(param: Any) -> list[str]:
     """How a parameter is written on the command line: its option strings, or an argument's metavar."""
     if getattr(param, "param_type_name", "") == "argument":
-        return [param.metavar or param.name.upper()]
+        return [getattr(param, "display_name_raw", None) or param.metavar or param.name.upper()]  # as in its usage
     return [*param.opts, *param.secondary_opts]
 
 
