@@ -18,6 +18,7 @@ command tree, the recipe schema and `bertkit recipes list`, each walked on its o
 from __future__ import annotations
 
 import ast
+import functools
 import html
 import inspect
 import io
@@ -306,6 +307,7 @@ def _comment_lines(source: str) -> dict[int, tuple[str, bool]]:
 _NOT_PROSE = re.compile(r"^(fmt:|type:|noqa|pragma)")
 
 
+@functools.cache
 def field_comments(model: type[BaseModel]) -> dict[str, str]:
     """Field name -> the `#` comment block right above the field in the class body (no blank line between)
     and any comment on the field's own lines. The schema documents most fields this way."""

@@ -31,6 +31,16 @@ def reference():
     del sys.modules[spec.name]
 
 
+@pytest.fixture(scope="module")
+def keys_page(reference) -> str:
+    return reference.recipe_keys_page()
+
+
+@pytest.fixture(scope="module")
+def cli_page(reference) -> str:
+    return reference.cli_page()
+
+
 def cell_text(cell: str) -> str:
     """A Markdown table cell as the text it shows (code tags dropped, escapes undone)."""
     text = re.sub(r"</?code>", "", re.sub(r"\[(.*?)\]\(#[^)]*\)", r"\1", cell))
@@ -103,7 +113,7 @@ def page_keys(markdown: str) -> dict[str, set[str]]:
     return keys
 
 
-def test_recipe_keys_page_lists_exactly_the_keys_each_kind_accepts(reference):
+def test_recipe_keys_page_lists_exactly_the_keys_each_kind_accepts(keys_page):
     from bertkit.config.recipe import Recipe
 
     expected: dict[str, set[str]] = {}
@@ -111,7 +121,7 @@ def test_recipe_keys_page_lists_exactly_the_keys_each_kind_accepts(reference):
         kind = model.model_fields["kind"].default
         for key in schema_keys(model.model_json_schema()):
             expected.setdefault(key, set()).add(kind)
-    listed = page_keys(reference.recipe_keys_page())
+    listed = page_keys(keys_page)
     assert set(listed) == set(expected), (
         f"missing: {sorted(set(expected) - set(listed))}, not in the schema: {sorted(set(listed) - set(expected))}"
     )
@@ -119,7 +129,7 @@ def test_recipe_keys_page_lists_exactly_the_keys_each_kind_accepts(reference):
     assert {"train.budget", "model.hidden_size", "optim.lr", "model.generator.hidden_fraction"} <= set(listed)
 
 
-def test_every_listed_key_is_one_that_set_accepts(reference):
+def test_every_listed_key_is_one_that_set_accepts(keys_page):
     """bertkit's own --set path knows each listed key (a wrong value may fail, an unknown key may not)."""
     from bertkit.config.recipe import apply_overrides, validate_recipe
     from bertkit.errors import BertkitError
@@ -131,14 +141,14 @@ def test_every_listed_key_is_one_that_set_accepts(reference):
             return "unknown key" in str(err)
         return False
 
-    for key, kinds in page_keys(reference.recipe_keys_page()).items():
+    for key, kinds in page_keys(keys_page).items():
         for kind in kinds:
             assert not unknown(kind, key), (kind, key)
     assert unknown("pretrain", "model.hidden_sise") and unknown("finetune", "model.hidden_size")
 
 
-def test_every_recipe_key_has_a_type_a_default_and_a_description(reference):
-    rows = [row for row in table_rows(reference.recipe_keys_page()) if len(row) == 4 and row[0] != "Key"]
+def test_every_recipe_key_has_a_type_a_default_and_a_description(keys_page):
+    rows = [row for row in table_rows(keys_page) if len(row) == 4 and row[0] != "Key"]
     assert len(rows) > 100
     for row in rows:
         assert all(row), row
@@ -168,12 +178,12 @@ def command_tree() -> dict[str, list[str]]:
     return found
 
 
-def test_cli_page_documents_every_command_and_option(reference):
+def test_cli_page_documents_every_command_and_option(cli_page):
     tree = command_tree()
     assert {"bertkit corpus inspect", "bertkit corpus merge", "bertkit tokenize train", "bertkit recipes show"} <= set(
         tree
     )
-    page = sections(reference.cli_page(), "###")
+    page = sections(cli_page, "###")
     assert set(page) - {"Command-line reference"} == set(tree)
     for path, names in tree.items():
         rows = table_rows(page[path])
@@ -183,8 +193,8 @@ def test_cli_page_documents_every_command_and_option(reference):
         assert f"Usage: {path}" in page[path]
 
 
-def test_cli_page_keeps_what_help_says(reference):
-    body = sections(reference.cli_page(), "###")["bertkit recipes show"]
+def test_cli_page_keeps_what_help_says(cli_page):
+    body = sections(cli_page, "###")["bertkit recipes show"]
     rows = {row[0]: row for row in table_rows(body)}
     assert rows["--for"][1] == "finetune|distill"  # a metavar with a pipe survives the table
     assert rows["--for"][3].startswith("Show the recipe this command runs without --recipe: finetune picks")
