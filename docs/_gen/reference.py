@@ -341,12 +341,17 @@ def class_doc(model: type[BaseModel]) -> str:
 def field_description(model: type[BaseModel], name: str) -> str:
     """`Field(description=...)` first, then the source comments beside the field, in the class that defines it."""
     owner = next((cls for cls in model.__mro__ if name in cls.__dict__.get("__annotations__", {})), model)
-    described = model.model_fields[name].description or ""
-    commented = field_comments(owner).get(name, "")
-    if described and commented:
-        described = described[0].upper() + described[1:]
-        return described.rstrip(".") + ". " + commented
-    return described or commented
+    parts = [model.model_fields[name].description or "", field_comments(owner).get(name, "")]
+    return " ".join(sentence(part) for part in parts if part)
+
+
+def sentence(text: str) -> str:
+    """A description as a sentence: a plain first word capitalised (not `torch.compile`), a final full stop, and
+    Python's None written as recipes write it, null."""
+    text = re.sub(r"\bNone\b", "null", text.strip())
+    if re.match(r"[a-z]+(?=[\s,:;(]|$)", text) and not text.startswith("null"):
+        text = text[0].upper() + text[1:]
+    return text if text.endswith((".", "!", "?")) else text + "."
 
 
 @dataclass
@@ -520,7 +525,8 @@ def number(value: float) -> str:
 
 
 def plural(count: float, unit: str) -> str:
-    return f"{count:,g} {unit}" + ("" if count == 1 else "s")
+    shown = f"{int(count):,}" if float(count).is_integer() else f"{count:g}"
+    return f"{shown} {unit}" + ("" if count == 1 else "s")
 
 
 def _length(recipe: Any) -> str:
@@ -681,7 +687,7 @@ def recipes_page() -> str:
             if comment:
                 out.append(md_text(comment) + "\n")
             facts = recipe_facts(recipe, parameters, uses.get(name, []))
-            out.append(table(["", ""], [[md_text(k), md_text(v)] for k, v in facts]))
+            out.append(table(["Setting", "Value"], [[md_text(k), md_text(v)] for k, v in facts]))
             body = textwrap.indent(f"```yaml\n{text.rstrip()}\n```", "    ")
             out.append(f'??? example "recipes/{path.name}"\n\n{body}\n')
     return "\n".join(out)
