@@ -192,8 +192,8 @@ def cli_page(command: Any = None) -> str:
     out = [
         "# Command-line reference\n",
         GENERATED_NOTE.format(source="the Typer app (bertkit/cli/app.py and the command modules beside it)"),
-        "Every command prints the same text with `--help`. Options marked *repeatable* may be given several "
-        "times; a *flag* takes no value.\n",
+        "Every command prints the same with `--help`. An option whose type says (repeatable) may be given several "
+        "times; a flag takes no value.\n",
     ]
     out += [command_section(command, ctx) for command, ctx in walk_commands(root)]
     return "\n".join(out)

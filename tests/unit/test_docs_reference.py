@@ -223,3 +223,10 @@ def test_recipes_page_lists_every_recipe_that_recipes_list_shows(reference):
             assert f"({row['parameters']:,})" in documented[name], name
         first_line = (RECIPE_DIR / f"{name}.yaml").read_text(encoding="utf-8").splitlines()[0]
         assert "    " + first_line in documented[name], name  # the file, in the collapsible block
+
+
+def test_generated_pages_are_not_files_in_docs(reference):
+    """They exist only in the build (mkdocs-gen-files); a copy in docs/ would go stale, or shadow the generated one."""
+    docs = GENERATOR.parents[1]
+    assert set(reference.pages()) == {"reference/cli.md", "reference/recipe-keys.md", "reference/recipes.md"}
+    assert not [path for path in reference.pages() if (docs / path).exists()]
