@@ -46,7 +46,7 @@ class ModelConfig(StrictModel):
     num_heads: int = Field(12, gt=0)
     # Width of the feed-forward sub-layer.
     intermediate_size: int = Field(3072, gt=0)
-    # Position table size: the longest sequence the model takes (plus position_offset).
+    # The longest sequence the model takes, plus position_offset (the position table's size, where there is one).
     max_position_embeddings: int = Field(512, gt=0)
     # 0 disables segment embeddings (RoBERTa keeps one all-zero type in HF; DistilBERT has none).
     type_vocab_size: int = Field(2, ge=0)
@@ -386,7 +386,7 @@ class ScheduleConfig(StrictModel):
     # steps (so a run can be extended from a stable-phase checkpoint), shaped by `decay_shape`: linear, or
     # 1-sqrt (ModernBERT's, after Hägele et al. 2024), which stays higher longer and drops at the very end.
     decay: Literal["linear", "cosine", "constant", "wsd"] = "linear"
-    # Where linear/cosine decay ends, as a share of the peak rate (0: decays to 0).
+    # Where the decay ends (linear, cosine or wsd), as a share of the peak rate (0: decays to 0).
     min_lr_ratio: float = Field(0.0, ge=0.0, le=1.0)
     decay_fraction: float = Field(0.2, gt=0.0, le=1.0, description="wsd only: share of steps spent decaying")
     decay_shape: Literal["linear", "1-sqrt"] = Field("linear", description="wsd only: shape of the final decay")
