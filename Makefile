@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: install install-test quickstart test lint bench clean
+.PHONY: install install-test quickstart test lint bench docs docs-serve clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -69,7 +69,7 @@ quickstart: install $(VENV)/.installed-onnx
 RUN := PATH="$(abspath $(BIN)):$$PATH"
 
 test: install-test
-	$(BIN)/ruff check bertkit tests
+	$(BIN)/ruff check bertkit tests docs
 	$(RUN) $(BIN)/python -m pytest -q
 
 # The time-to-quality bench runs transformers' Trainer as the baseline, which needs accelerate.
@@ -80,5 +80,20 @@ $(VENV)/.installed-bench: $(VENV)/.installed-test
 bench: install-test $(VENV)/.installed-bench
 	$(RUN) $(BIN)/python -m pytest -q -m "slow or bench" -p no:cacheprovider
 
+# The documentation site (mkdocs.yml): built into site/ with every warning an error. Its reference pages (CLI,
+# recipe keys, recipes) are generated from the code during the build (docs/gen_reference.py), never committed.
+# The two variables silence the banners that mkdocs-material and mkdocs-gen-files print about MkDocs 2.0.
+$(VENV)/.installed-docs: $(VENV)/.installed
+	$(PIP) install "$(TORCH)" -e ".[docs]"
+	touch $@
+
+MKDOCS := NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(BIN)/mkdocs
+
+docs: $(VENV)/.installed-docs
+	$(MKDOCS) build --strict
+
+docs-serve: $(VENV)/.installed-docs
+	$(MKDOCS) serve
+
 clean:
-	rm -rf runs .pytest_cache .ruff_cache
+	rm -rf runs site .pytest_cache .ruff_cache

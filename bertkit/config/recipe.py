@@ -37,8 +37,11 @@ def _tensorboard_from_track(recipe: Any) -> None:
 
 
 class PretrainRecipe(StrictModel):
+    # What the recipe trains: pretrain, finetune or distill (each kind accepts its own sections).
     kind: Literal["pretrain"] = "pretrain"
+    # The recipe's name; left out, the file name (the default experiment name of trackers).
     name: str = "custom"
+    # One line on what the recipe is (shown by `bertkit recipes list`).
     description: str = ""
     model: ModelConfig = ModelConfig()
     data: DataConfig = DataConfig()
@@ -61,8 +64,11 @@ class PretrainRecipe(StrictModel):
 
 
 class FinetuneRecipe(StrictModel):
+    # What the recipe trains: pretrain, finetune or distill (each kind accepts its own sections).
     kind: Literal["finetune"] = "finetune"
+    # The recipe's name; left out, the file name (the default experiment name of trackers).
     name: str = "custom"
+    # One line on what the recipe is (shown by `bertkit recipes list`).
     description: str = ""
     task: TaskConfig = TaskConfig()
     optim: OptimConfig = OptimConfig(lr=5e-5)
@@ -82,8 +88,11 @@ class DistillRecipe(StrictModel):
     """A student (model), its data and training, and how it learns from the teacher (distill). Built from a
     student's pretrain recipe (`--student tinybert-4`) with a `distill` section, or read as is."""
 
+    # What the recipe trains: pretrain, finetune or distill (each kind accepts its own sections).
     kind: Literal["distill"] = "distill"
+    # The recipe's name; left out, the file name (the default experiment name of trackers).
     name: str = "custom"
+    # One line on what the recipe is (shown by `bertkit recipes list`).
     description: str = ""
     model: ModelConfig = ModelConfig()
     data: DataConfig = DataConfig()

@@ -32,25 +32,39 @@ class GeneratorConfig(StrictModel):
 class ModelConfig(StrictModel):
     """Shape of a BERT-family encoder. Defaults are BERT-base."""
 
+    # Architecture family: selects the encoder (and its checks) that the rest of the section configures.
     family: Family = "bert"
+    # Token embedding rows: at least the tokenizer's vocabulary size.
     vocab_size: int = Field(30522, gt=0)
+    # Width of the hidden states (H).
     hidden_size: int = Field(768, gt=0)
     # ALBERT/ELECTRA factorize the embeddings: tokens live in E dimensions, projected to H. None means E = H.
     embedding_size: int | None = Field(None, gt=0)
+    # Transformer layers in the encoder.
     num_layers: int = Field(12, gt=0)
+    # Attention heads per layer; must divide hidden_size.
     num_heads: int = Field(12, gt=0)
+    # Width of the feed-forward sub-layer.
     intermediate_size: int = Field(3072, gt=0)
+    # The longest sequence the model takes, plus position_offset (the position table's size, where there is one).
     max_position_embeddings: int = Field(512, gt=0)
     # 0 disables segment embeddings (RoBERTa keeps one all-zero type in HF; DistilBERT has none).
     type_vocab_size: int = Field(2, ge=0)
+    # Activation of the feed-forward sub-layer (gelu_new: the tanh approximation).
     hidden_act: Literal["gelu", "gelu_new", "relu"] = "gelu"
+    # Dropout on embeddings and sub-layer outputs.
     hidden_dropout: float = Field(0.1, ge=0.0, lt=1.0)
+    # Dropout on the attention probabilities.
     attention_dropout: float = Field(0.1, ge=0.0, lt=1.0)
+    # Epsilon of every LayerNorm.
     layer_norm_eps: float = Field(1e-12, gt=0)
+    # Id of the padding token (its embedding row gets no gradient).
     pad_token_id: int = Field(0, ge=0)
     # RoBERTa numbers positions from padding_idx + 1 = 2 (fairseq heritage); BERT from 0.
     position_offset: int = Field(0, ge=0)
+    # A dense + tanh pooler on [CLS] (BERT's; what NSP/SOP and classifiers read when present).
     pooler: bool = True
+    # LayerNorm placement: after each residual sub-layer (post, BERT) or before it (pre).
     norm: Literal["post", "pre"] = "post"
     # ALBERT's cross-layer parameter sharing: all-shared (one layer applied num_layers times), or only the
     # attention / only the feed-forward sub-layer shared (ALBERT paper, Table 4).
@@ -62,14 +76,19 @@ class ModelConfig(StrictModel):
     # memory grows linearly with the length. Sequences of at most (5 + 2 * num_random_blocks) * block_size
     # tokens use full attention, as transformers does.
     attention: Attention = "full"
+    # block_sparse only: tokens per attention block.
     block_size: int = 64
+    # block_sparse only: random blocks each query block attends to (0: none).
     num_random_blocks: int = 3
     # ModernBERT only (None for the other families; a modernbert model fills in the paper's values): rotary
     # position bases for global and sliding-window layers, the window (a token sees local_attention / 2 tokens
     # on each side), and how often a layer attends globally (layer i is global when i % n == 0).
     global_rope_theta: float | None = Field(None, gt=0)
+    # ModernBERT: rotary position base of the sliding-window layers (see global_rope_theta).
     local_rope_theta: float | None = Field(None, gt=0)
+    # ModernBERT: sliding-window width in tokens, local_attention / 2 on each side (see global_rope_theta).
     local_attention: int | None = Field(None, gt=0)
+    # ModernBERT: layer i attends globally when i % n == 0 (see global_rope_theta).
     global_attn_every_n_layers: int | None = Field(None, gt=0)
 
     @property
@@ -224,8 +243,11 @@ class ModelConfig(StrictModel):
 class MaskingConfig(StrictModel):
     """BERT's corruption: select `prob` of the maskable tokens; 80% [MASK], 10% random, 10% kept."""
 
+    # Share of the maskable tokens selected for prediction.
     prob: float = Field(0.15, gt=0.0, lt=1.0)
+    # Share of the selected tokens replaced by [MASK].
     mask_fraction: float = Field(0.8, ge=0.0, le=1.0)
+    # Share of the selected tokens replaced by a random token (the rest stay unchanged).
     random_fraction: float = Field(0.1, ge=0.0, le=1.0)
 
     @model_validator(mode="after")
@@ -243,7 +265,9 @@ CorpusURL = Annotated[str, StringConstraints(pattern=r"^[A-Za-z][A-Za-z0-9+.-]*:
 class DataConfig(StrictModel):
     """Where the corpus is and how batches are served."""
 
+    # Training corpus directory (from build-corpus), or its s3:// (fsspec) URL; --corpus sets it.
     train: CorpusURL | Path | None = None
+    # Held-out corpus, a directory or URL as for train.
     eval: CorpusURL | Path | None = None
     # Held out from `train` when no `eval` corpus is given (deterministic, by sequence index).
     eval_fraction: float = Field(0.02, ge=0.0, lt=0.5)
@@ -253,19 +277,24 @@ class DataConfig(StrictModel):
 class ObjectiveConfig(StrictModel):
     """Which losses to train, with their weights (0 turns a loss off)."""
 
+    # Masked language modelling (for ELECTRA: the generator's MLM).
     mlm: float = Field(1.0, ge=0.0)
     # Next-sentence prediction (BERT) and sentence-order prediction (ALBERT), on the pooled output.
     nsp: float = Field(0.0, ge=0.0)
+    # Sentence-order prediction (ALBERT); needs a --format sop corpus.
     sop: float = Field(0.0, ge=0.0)
     # Replaced-token detection (ELECTRA): loss = mlm (generator) + rtd * disc, rtd = 50 in the paper.
     rtd: float = Field(0.0, ge=0.0)
     # Span boundary objective (SpanBERT), and the longest span it has a relative-position embedding for.
     sbo: float = Field(0.0, ge=0.0)
+    # SpanBERT: the longest span the span boundary objective has a position embedding for.
     sbo_max_span: int = Field(10, gt=0)
     # Permutation language modelling (XLNet): predict the last 1/plm_k of a sampled factorization order,
     # chosen as spans of 1..plm_max_span tokens (K = 6 for base, 7 for large; spans up to 5).
     plm: float = Field(0.0, ge=0.0)
+    # XLNet: K, predict the last 1/K of each factorization order (6 base, 7 large).
     plm_k: int = 6
+    # XLNet: the longest span (in tokens) a prediction target is chosen as.
     plm_max_span: int = 5
 
     @model_validator(mode="after")
@@ -322,14 +351,20 @@ def check_model_objective(model: ModelConfig, objective: ObjectiveConfig) -> Non
 
 
 class OptimConfig(StrictModel):
+    """The optimizer and its hyper-parameters."""
+
     # adamw: BERT/RoBERTa. lamb: layer-wise trust ratio (You et al. 2019, used by ALBERT) for large batches.
     # stableadamw: AdamW whose step is clipped per tensor (Wortsman et al. 2023), as ModernBERT trains; from
     # torch-optimi (the `stableadamw` extra). weight_decay means the same for all three: decoupled and multiplied
     # by the scheduled rate (PyTorch's AdamW), so a run switches optimizer without rescaling it.
     name: Literal["adamw", "lamb", "stableadamw"] = "adamw"
+    # Peak learning rate, reached at the end of warm-up.
     lr: float = Field(1e-4, gt=0)
+    # Adam's beta1 and beta2 (moment decay rates).
     betas: tuple[float, float] = (0.9, 0.999)
+    # Adam's epsilon (added to the denominator).
     eps: float = Field(1e-6, gt=0)
+    # Decoupled weight decay; biases and LayerNorm weights are never decayed.
     weight_decay: float = Field(0.01, ge=0)
     grad_clip: float = Field(1.0, ge=0, description="max global grad norm; 0 disables clipping")
 
@@ -341,6 +376,8 @@ WARMUP_STEPS_OR_FRACTION = (
 
 
 class ScheduleConfig(StrictModel):
+    """The learning-rate schedule: warm-up to optim.lr, then decay."""
+
     # Warm-up as a count of steps, or as a share of the run's steps (BERT's warmup_proportion, transformers'
     # warmup_ratio): a share scales with the data, so a small fine-tuning set is never all warm-up. One of the two.
     warmup_steps: int = Field(0, ge=0)
@@ -349,6 +386,7 @@ class ScheduleConfig(StrictModel):
     # steps (so a run can be extended from a stable-phase checkpoint), shaped by `decay_shape`: linear, or
     # 1-sqrt (ModernBERT's, after Hägele et al. 2024), which stays higher longer and drops at the very end.
     decay: Literal["linear", "cosine", "constant", "wsd"] = "linear"
+    # Where the decay ends (linear, cosine or wsd), as a share of the peak rate (0: decays to 0).
     min_lr_ratio: float = Field(0.0, ge=0.0, le=1.0)
     decay_fraction: float = Field(0.2, gt=0.0, le=1.0, description="wsd only: share of steps spent decaying")
     decay_shape: Literal["linear", "1-sqrt"] = Field("linear", description="wsd only: shape of the final decay")
@@ -400,18 +438,24 @@ STEPS_OR_EPOCHS = (
 
 
 class TrainConfig(StrictModel):
+    """How long to train, on what batches, and when to log, evaluate and checkpoint."""
+
     # Optimizer steps. Left out (null) with `epochs` unset, it is 1000; with `epochs` set, the fine-tuning
     # pipeline derives it: epochs x ceil(training examples / batch_size).
     steps: int | None = Field(None, gt=0)
     # Passes over the training set (finetune only; the BERT paper fine-tunes for 2-4). Evaluates after each.
     epochs: int | None = Field(None, gt=0)
     batch_size: int = Field(32, gt=0, description="sequences per optimizer step, over all processes")
+    # Micro-batches accumulated per optimizer step; must divide batch_size.
     grad_accum: int = Field(1, gt=0)
+    # Random seed of the run (each process adds its rank).
     seed: int = 0
+    # Optimizer steps between two rows of metrics.jsonl (and progress lines).
     log_every: int = Field(10, gt=0)
     eval_every: int = Field(0, ge=0, description="0 evaluates only at the end")
     eval_batches: int = Field(20, gt=0, description="held-out batches of train.batch_size sequences per evaluation")
     checkpoint_every: int = Field(0, ge=0, description="0 saves only the final model")
+    # Checkpoints kept in the run directory; older ones are deleted.
     keep_last: int = Field(2, gt=0)
     # A wall-clock or token budget: 30m, 2h, 5Mtok. None trains for `steps`. With `budget_schedule` (the default)
     # the learning-rate schedule is laid over the budget's spent share, as cramming does (the rate at share p is
@@ -522,9 +566,12 @@ class DeepSpeedConfig(StrictModel):
 
 
 class EngineConfig(StrictModel):
+    """Where and how the training loop runs: processes, device, precision, compilation."""
+
     # single: one process. ddp/fsdp: launched with torchrun (FSDP2 fully_shard); without a launcher, a group of one.
     # deepspeed: ZeRO stage engine.deepspeed.zero_stage, launched with torchrun or the deepspeed launcher.
     backend: Literal["single", "ddp", "fsdp", "deepspeed"] = "single"
+    # auto: CUDA when available, else CPU.
     device: Literal["auto", "cpu", "cuda"] = "auto"
     # fp16 uses dynamic loss scaling and needs a GPU; bf16 autocast runs on CPU and GPU.
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
@@ -599,8 +646,10 @@ class PhaseConfig(StrictModel):
 
     epochs: float | None = Field(None, ge=0, description="passes over the training data; 0 skips the phase")
     steps: int | None = Field(None, ge=0, description="optimizer steps; 0 skips the phase")
+    # Peak learning rate of the phase.
     lr: float = Field(1e-4, gt=0)
     warmup_fraction: float = Field(0.0, ge=0.0, lt=1.0, description="share of the phase's steps spent warming up")
+    # After warm-up: linear decay to 0, or a constant rate.
     decay: Literal["linear", "constant"] = "linear"
 
     def planned_steps(self, examples: int, batch_size: int) -> int:
@@ -628,14 +677,23 @@ class DistillConfig(StrictModel):
     init: Literal["teacher-layers", "random"] | None = None
     # Softmax temperature of the logit losses; None: the method's (DistilBERT 2, TinyBERT 1).
     temperature: float | None = Field(None, gt=0, description="must be > 0")
+    # DistilBERT: soft cross-entropy on the teacher's MLM logits, at the temperature.
     alpha_ce: float = Field(5.0, ge=0)
+    # DistilBERT: the student's own masked LM loss.
     alpha_mlm: float = Field(2.0, ge=0)
+    # DistilBERT: cosine between student and teacher last hidden states.
     alpha_cos: float = Field(1.0, ge=0)
+    # TinyBERT: MSE between the embedding outputs.
     alpha_embedding: float = Field(1.0, ge=0)
+    # TinyBERT: MSE between mapped hidden states.
     alpha_hidden: float = Field(1.0, ge=0)
+    # TinyBERT: MSE between mapped attention scores.
     alpha_attention: float = Field(1.0, ge=0)
+    # TinyBERT task stage: soft cross-entropy on the teacher's task logits.
     alpha_prediction: float = Field(1.0, ge=0)
+    # MiniLM: KL between last-layer attention distributions.
     alpha_attention_kl: float = Field(1.0, ge=0)
+    # MiniLM: KL between last-layer value relations.
     alpha_value_relation: float = Field(1.0, ge=0)
     # TinyBERT: teacher layer (1-based) per student layer; None: the uniform map g(m) = m * L_T / L_S.
     layer_map: list[int] | None = None
@@ -653,6 +711,7 @@ class DistillConfig(StrictModel):
     # Task stage: the teacher's logits of every training example are computed once and read from
     # `cache_dir` (default: the run directory), keyed by teacher and data, instead of a teacher forward per step.
     cache_teacher: bool = True
+    # Where the teacher's logits are cached (None: the run directory).
     cache_dir: Path | None = None
 
     def resolved_method(self, student_recipe: str) -> DistillMethod:
@@ -715,11 +774,15 @@ class TaskConfig(StrictModel):
     kind: Literal["classification", "multi-label", "regression", "token-classification", "question-answering"] = (
         "classification"
     )
+    # Column / field holding the text (the question, for question answering).
     text_field: str = "text"
+    # Column / field holding the second text of a pair (the context, for question answering); None: single texts.
     text_pair_field: str | None = None
+    # Column / field holding the label (or labels, for multi-label).
     label_field: str = "label"
     # The split of a DatasetDict directory (datasets' save_to_disk) to train on / evaluate on.
     split: str | None = None
+    # The split of the --eval DatasetDict directory to evaluate on.
     eval_split: str | None = None
     # Rows with a missing or empty text or label: an error naming the row (false), or skipped and counted.
     skip_bad_rows: bool = False
@@ -733,7 +796,9 @@ class TaskConfig(StrictModel):
     early_stopping_patience: int = Field(0, ge=0)
     # Held out from the training file when no --eval file is given.
     eval_fraction: float = Field(0.1, ge=0.0, lt=0.5)
+    # Tokens per example (per window, for question answering), special tokens included.
     max_seq_len: int = Field(128, gt=2)
+    # Dropout before the task head.
     classifier_dropout: float = Field(0.1, ge=0.0, lt=1.0)
     # "finetune" trains encoder and head; "feature" freezes the encoder and trains the head alone.
     mode: Literal["finetune", "feature"] = "finetune"
@@ -743,14 +808,18 @@ class TaskConfig(StrictModel):
     # Multi-label: what joins the labels of a row held in one string (CSV/TSV, or a string in JSON/Parquet),
     # and the probability from which a label is predicted (metrics and bertkit predict).
     label_separator: str = Field("|", min_length=1)
+    # Multi-label: the probability from which a label is predicted.
     threshold: float = Field(0.5, gt=0.0, lt=1.0)
     # Question answering: context tokens two windows of a long context share, the candidates per window
     # (top start and end logits) and the longest answer (tokens) post-processing considers, and for SQuAD
     # v2.0 data (unanswerable questions) how far the null score must beat the best span's to answer nothing.
     # doc_stride null (the default) derives it from the window: max_seq_len // 3, 128 for 384 (see qa_doc_stride).
     doc_stride: int | None = Field(None, ge=0)
+    # Question answering: start and end candidates per window.
     n_best: int = Field(20, ge=1)
+    # Question answering: the longest answer, in tokens.
     max_answer_length: int = Field(30, ge=1)
+    # SQuAD v2.0: how far the null score must beat the best span's to answer nothing.
     null_threshold: float = 0.0
 
     @model_validator(mode="after")

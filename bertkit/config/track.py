@@ -18,6 +18,8 @@ TRACKERS: tuple[str, ...] = ("tensorboard", "mlflow", "wandb")
 
 
 class TrackConfig(StrictModel):
+    """Experiment trackers the run reports to (their own environment variables say where)."""
+
     # Off by default: a tracker is a service (or files) the user chose, never something a run starts on its own.
     report_to: list[Tracker] = Field(default_factory=list, description="trackers: tensorboard, mlflow, wandb")
     # None: the tracker's own default (MLFLOW_EXPERIMENT_NAME / WANDB_PROJECT, else the recipe's name).
