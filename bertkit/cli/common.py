@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -82,6 +83,12 @@ def guarded(func: F) -> F:
             fail(str(err), err.exit_code)
         except KeyboardInterrupt:
             fail("interrupted", 130)
+        except BrokenPipeError:
+            # The reader of stdout stopped early (`bertkit recipes show X | head`): it has what it wanted, and
+            # the work is done (stdout only gets the result). Leave quietly; stdout goes to devnull first so
+            # that the interpreter's final flush cannot fail on the closed pipe again.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise SystemExit(0) from None
         except OSError as err:  # full disk, permissions, a vanished file: the environment, not a bug
             fail(f"{err.strerror or err}{f': {err.filename}' if getattr(err, 'filename', None) else ''}")
         except MemoryError:

@@ -153,6 +153,18 @@ def test_feature_based_finetune_freezes_encoder(tmp_path: Path, pretrained_run: 
     assert "classifier.weight" in after
 
 
+def test_a_reader_that_stops_early_is_not_an_error() -> None:
+    """`bertkit recipes show X | head` under `set -o pipefail`: the pipe is closed before bertkit writes, so the
+    write fails with EPIPE; bertkit leaves quietly with status 0, not an `error: Broken pipe` line."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bertkit", "recipes", "show", "bert-base"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    proc.stdout.close()  # before the interpreter has even started: the first write meets a closed pipe
+    assert proc.wait(timeout=120) == 0
+    assert proc.stderr.read().decode() == ""
+
+
 def test_recipes_list_and_show() -> None:
     listed = run_json("recipes", "list")
     names = {r["name"] for r in listed["recipes"]}
