@@ -1,6 +1,7 @@
 """Model code: forward passes only. No losses, no I/O, no distributed code.
 
-layers.py       embeddings, self-attention, feed-forward, encoder layer (pre/post-LN, GeLU variants, dropout)
+attention.py    multi-head self-attention (SDPA, or the explicit path that returns scores and probabilities)
+layers.py       embeddings, feed-forward, encoder layer (pre/post-LN, GeLU variants, dropout), the attention choice
 unpad.py        unpadding: pack a batch's real tokens, varlen attention by cu_seqlens, re-pad (any family reuses it)
 block_sparse.py BigBird's block-sparse self-attention (model.attention=block_sparse), linear in the length
 bert.py         the encoder every family shares (ALBERT's factorized embeddings and layer sharing included)
