@@ -13,8 +13,9 @@ import torch
 from torch import nn
 
 from bertkit.config.schema import ModelConfig
+from bertkit.models.heads import gather_rows
 from bertkit.models.layers import init_weights
-from bertkit.models.pretraining import build_encoder, build_mlm_head, build_task_head, gather_rows
+from bertkit.models.pretraining import build_encoder, build_mlm_head, build_task_head
 from bertkit.tasks.classification import mean_pool
 
 
