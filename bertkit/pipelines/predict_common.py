@@ -93,8 +93,8 @@ def load_task_model(model_path: Path, device: str = "auto", threads: int = 0) ->
 def load_onnx_export(onnx_dir: Path, threads: int = 0) -> InferenceModel:
     """An ONNX export's session, metadata, model configuration and tokenizer."""
     from bertkit.fsutil import read_json
+    from bertkit.interop.onnx_runtime import ONNX_GRAPH, OnnxRunner
     from bertkit.modeldir import MODEL_META
-    from bertkit.pipelines.onnx_runtime import ONNX_GRAPH, OnnxRunner
     from bertkit.tokenizers.base import load_tokenizer
 
     meta = read_json(onnx_dir / MODEL_META, "model metadata")

@@ -112,7 +112,7 @@ def serve_int8(student: Path, teacher: Path, held_out_file: Path, output: Path, 
     the fine-tuned model it was distilled from (the teacher, in PyTorch), one thread each: the speed-up of the
     whole path, distillation then quantisation. Without the onnx extra the stage is skipped, saying so."""
     from bertkit.errors import BertkitError
-    from bertkit.interop.onnx_export import require_onnx
+    from bertkit.interop.onnx_runtime import require_onnx
 
     try:
         require_onnx()
