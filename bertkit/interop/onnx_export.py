@@ -26,7 +26,7 @@ from bertkit.errors import BertkitError
 from bertkit.fsutil import atomic_output_dir, check_output_dir, write_json_atomic
 from bertkit.interop.onnx_runtime import ONNX_GRAPH, OnnxRunner, quiet_loggers, require_onnx
 from bertkit.modeldir import MODEL_META, ONNX_FORMAT, load_model_dir
-from bertkit.pipelines.predict_common import TASK_ARCHITECTURES, build_task_model
+from bertkit.tasks.architectures import TASK_ARCHITECTURES, build_task_model
 
 DEFAULT_OPSET = 18  # the oldest opset the torch.export-based exporter emits natively (no down-conversion)
 # Measured with torch 2.13 and onnxruntime 1.32: below 17 the exporter silently keeps opset 18; from 23 it
