@@ -98,7 +98,6 @@ class GateScorer:
                 100 * evaluate_tagger(m, encoded, tags, labels, cpu, pad, with_entities, n)[self.metric]
             )
         else:
-            from bertkit.pipelines.finetune_common import read_task_file
             from bertkit.tasks.classification import (
                 ClassificationBatches,
                 encode_examples,
@@ -108,6 +107,7 @@ class GateScorer:
                 label_indices,
                 multi_hot,
             )
+            from bertkit.tasks.data import read_task_file
 
             data = read_task_file(self.eval_file, task, task.eval_split)
             if architecture == "sequence-regression":

@@ -76,7 +76,7 @@ def compress(
     from bertkit.config.recipe import load_recipe
     from bertkit.distill.teacher import Teacher
     from bertkit.engine.dist import env_world_size
-    from bertkit.pipelines.finetune import read_task_file
+    from bertkit.tasks.data import read_task_file
 
     opts = opts or CompressOptions()
     if env_world_size() > 1:
@@ -132,7 +132,8 @@ def _compress(teacher: Any, train_data: Any, train_file: Path, eval_file: Path, 
               distill_recipe: Any, baseline_recipe: Any, started: float, quiet: bool) -> dict[str, Any]:  # fmt: skip
     from bertkit.pipelines.augment import AugmentOptions, augment
     from bertkit.pipelines.distill_task import distill_task
-    from bertkit.pipelines.finetune import finetune, read_task_file
+    from bertkit.pipelines.finetune import finetune
+    from bertkit.tasks.data import read_task_file
 
     seconds: dict[str, float] = {}
 
