@@ -96,8 +96,8 @@ def export_onnx(
     else:
         from bertkit.engine.checkpoint import load_state
         from bertkit.modeldir import encoder_weights
+        from bertkit.models.pooling import PooledEncoder
         from bertkit.models.pretraining import build_encoder
-        from bertkit.pipelines.embed import PooledEncoder
 
         encoder = build_encoder(cfg)
         load_state(encoder, encoder_weights(weights), str(model_dir))

@@ -9,4 +9,5 @@ heads.py        MLM, NSP/SOP, RTD and SBO heads, and `gather_rows` (the rows a s
 electra.py      generator + discriminator with shared embeddings
 xlnet.py        XLNet: relative positions and segments, two-stream attention, the tied LM head
 pretraining.py  encoder + heads as one module per recipe; parameter counts on the meta device
+pooling.py      sentence embeddings: mean over the real tokens, an encoder that returns mean and [CLS] pooled
 """
