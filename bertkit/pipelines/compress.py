@@ -9,7 +9,7 @@
 2. The training data is augmented as TinyBERT does (bertkit/pipelines/augment.py). The number of copies
    per example scales with the data: about AUGMENTED_EXAMPLES examples in all (at most 20 copies, TinyBERT's
    count, and at least 1), so a small set gets many copies and a large one few; `--copies` sets it.
-3. The task stage (bertkit/pipelines/distill_task.py) on the augmented data: the prediction layer on the
+3. The task stage (bertkit/pipelines/distill/task.py) on the augmented data: the prediction layer on the
    teacher's cached logits, after the intermediate layers for a `--student` that did not start as a copy
    of the teacher's layers (a copy skips that phase: `distill.intermediate_for_copies` in
    recipes/distill-task.yaml says why).
@@ -131,8 +131,8 @@ def compress(
 def _compress(teacher: Any, train_data: Any, train_file: Path, eval_file: Path, output: Path, opts: CompressOptions,
               distill_recipe: Any, baseline_recipe: Any, started: float, quiet: bool) -> dict[str, Any]:  # fmt: skip
     from bertkit.pipelines.augment import AugmentOptions, augment
-    from bertkit.pipelines.distill_task import distill_task
-    from bertkit.pipelines.finetune import finetune
+    from bertkit.pipelines.distill.task import distill_task
+    from bertkit.pipelines.finetune.run import finetune
     from bertkit.tasks.data import read_task_file
 
     seconds: dict[str, float] = {}

@@ -22,7 +22,7 @@ from bertkit.errors import BertkitError
 from bertkit.modeldir import encoder_weights, load_model_dir, onnx_export_dir
 from bertkit.models.pooling import PooledEncoder
 from bertkit.models.pretraining import build_encoder
-from bertkit.pipelines.predict_common import InferenceModel, inference_device, load_onnx_export, torch_threads
+from bertkit.pipelines.predict.common import InferenceModel, inference_device, load_onnx_export, torch_threads
 from bertkit.progress import Tracker
 from bertkit.tasks.architectures import TASK_ARCHITECTURES
 from bertkit.tasks.data import read_texts

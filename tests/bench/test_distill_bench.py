@@ -289,7 +289,7 @@ def run_bertkit(method: str, teacher_dir: Path, corpus_dir: Path, tmp: Path) -> 
     from bertkit.distill.student import DistillStudent, init_from_teacher
     from bertkit.distill.teacher import Teacher
     from bertkit.engine.loop import train
-    from bertkit.pipelines.distill import freeze_unreached
+    from bertkit.pipelines.distill.general import freeze_unreached
 
     teacher_cfg, cfg, weights = student_config(teacher_dir)
     teacher = Teacher.load(teacher_dir)

@@ -57,7 +57,7 @@ def _outputs_match(run: Path, onnx_dir: Path, texts: list[str], pairs: list[str]
     """The largest |ONNX - PyTorch| over every output of the task model, on one padded batch of real texts
     (pairs: with their segment ids), both models loaded as predict loads them."""
     from bertkit.corpus.loader import pad_batch
-    from bertkit.pipelines.predict_common import load_task_model
+    from bertkit.pipelines.predict.common import load_task_model
     from bertkit.tasks.classification import encode_examples
 
     torch_model, onnx_model = load_task_model(run, "cpu"), load_task_model(onnx_dir)

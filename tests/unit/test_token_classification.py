@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bertkit.errors import BertkitError
-from bertkit.pipelines.predict import tag_record
+from bertkit.pipelines.predict.run import tag_record
 from bertkit.tasks.token_classification import (
     IGNORE,
     TokenClassificationObjective,

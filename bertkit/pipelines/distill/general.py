@@ -1,7 +1,7 @@
 """`bertkit distill`: a teacher and a student recipe in, a smaller encoder that imitates the teacher out.
 
 The general stage distils on a pretraining corpus built with the teacher's tokenizer; the task stage (see
-`distill_task`) distils a fine-tuned teacher's classifier into a generally distilled student on labelled
+task.py's `distill_task`) distils a fine-tuned teacher's classifier into a generally distilled student on labelled
 data. Both are the one training loop with `DistillationObjective` (bertkit/distill/objective.py).
 """
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.config.schema import qa_context_room
-from bertkit.pipelines.predict_common import InferenceModel, jsonl_sink
+from bertkit.pipelines.predict.common import InferenceModel, jsonl_sink
 from bertkit.progress import Tracker
 from bertkit.tasks.architectures import window_length
 from bertkit.tasks.qa import best_answers, encode_qa, read_qa_file, window_logits

@@ -1,8 +1,8 @@
 """What `bertkit predict` shares across tasks: the model to run (a bertkit model in PyTorch, or an ONNX export in
-ONNX Runtime behind the same call), where predictions go, the device and threads to run on and the window
-length. `predict.py` (sequence and token tasks, and the dispatch on the model's architecture), `predict_qa.py`
-and `embed.py` import it; it imports none of them. The task architectures, building a fine-tuned model from its
-weights and the window length are bertkit/tasks/architectures.py's, which the ONNX export shares."""
+ONNX Runtime behind the same call), where predictions go, the device and threads to run on. `run.py` (sequence
+and token tasks, and the dispatch on the model's architecture), `qa.py`, `speed.py` and bertkit/pipelines/embed.py
+import it; it imports none of them. The task architectures, building a fine-tuned model from its weights and the
+window length are bertkit/tasks/architectures.py's, which the ONNX export shares."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """What every fine-tuning pipeline shares: subsets of a task file, the epoch plan, best-model keeping and the
-summary entries of the loop. `finetune.py` (sequence tasks, and the dispatch on `task.kind`), `finetune_tokens.py`,
-`finetune_qa.py` and the distillation task stage all import it; it imports none of them."""
+summary entries of the loop. `run.py` (sequence tasks, and the dispatch on `task.kind`), `tokens.py`, `qa.py`
+and the distillation task stage all import it; it imports none of them."""
 
 from __future__ import annotations
 

@@ -23,9 +23,9 @@ from bertkit.engine.loop import train
 from bertkit.errors import BertkitError
 from bertkit.modeldir import encoder_weights, load_model_dir, save_model_dir
 from bertkit.models.pretraining import build_encoder
-from bertkit.pipelines.finetune_common import BestModel, plan_epochs, skipped_summary, subset, training_summary
-from bertkit.pipelines.finetune_qa import finetune_qa
-from bertkit.pipelines.finetune_tokens import finetune_tokens
+from bertkit.pipelines.finetune.common import BestModel, plan_epochs, skipped_summary, subset, training_summary
+from bertkit.pipelines.finetune.qa import finetune_qa
+from bertkit.pipelines.finetune.tokens import finetune_tokens
 from bertkit.pipelines.rundir import join_job, prepare_run_dir, write_summary
 from bertkit.tasks.classification import (
     ClassificationBatches,
