@@ -19,7 +19,7 @@ from bertkit.config.schema import ModelConfig
 from bertkit.distill.model import DistillOutput, EncoderWithHeads
 from bertkit.engine.checkpoint import load_state
 from bertkit.errors import BertkitError
-from bertkit.modeldir import find_model_dir, load_model_dir
+from bertkit.modelio.modeldir import find_model_dir, load_model_dir
 from bertkit.tokenizers.base import Tokenizer
 
 # Short names for common teachers. Anything else that looks like a hub name is passed through as it is
@@ -132,7 +132,7 @@ def teacher_task(spec: str) -> str:
     `question-answering` for a bertkit tagger or QA model, else `classification` (the task stage then checks
     that it is a classifier)."""
     from bertkit.fsutil import read_json
-    from bertkit.modeldir import MODEL_META
+    from bertkit.modelio.modeldir import MODEL_META
 
     meta_path = resolve_teacher(spec) / MODEL_META
     architecture = read_json(meta_path, "model metadata").get("architecture") if meta_path.is_file() else None

@@ -25,7 +25,7 @@ from torch import nn
 from bertkit.errors import BertkitError
 from bertkit.fsutil import atomic_output_dir, check_output_dir, write_json_atomic
 from bertkit.interop.onnx_runtime import ONNX_GRAPH, OnnxRunner, quiet_loggers, require_onnx
-from bertkit.modeldir import MODEL_META, ONNX_FORMAT, load_model_dir
+from bertkit.modelio.modeldir import MODEL_META, ONNX_FORMAT, load_model_dir
 from bertkit.tasks.architectures import TASK_ARCHITECTURES, build_task_model
 
 DEFAULT_OPSET = 18  # the oldest opset the torch.export-based exporter emits natively (no down-conversion)
@@ -95,7 +95,7 @@ def export_onnx(
         names = ["start_logits", "end_logits"] if architecture == "question-answering" else ["logits"]
     else:
         from bertkit.engine.checkpoint import load_state
-        from bertkit.modeldir import encoder_weights
+        from bertkit.modelio.modeldir import encoder_weights
         from bertkit.models.pooling import PooledEncoder
         from bertkit.models.pretraining import build_encoder
 

@@ -260,7 +260,7 @@ def copy_layers(teacher: Any, layers: int, out: Path) -> None:
     TinyBERT's layer map follows the copy."""
     from bertkit.distill.layer_map import distilbert_init_layers
     from bertkit.distill.student import DistillStudent, init_from_teacher
-    from bertkit.modeldir import save_model_dir
+    from bertkit.modelio.modeldir import save_model_dir
 
     depth = teacher.config.num_layers
     _check_layers(layers, depth)

@@ -19,7 +19,7 @@ import torch
 
 from bertkit.engine.checkpoint import load_state
 from bertkit.errors import BertkitError
-from bertkit.modeldir import encoder_weights, load_model_dir, onnx_export_dir
+from bertkit.modelio.modeldir import encoder_weights, load_model_dir, onnx_export_dir
 from bertkit.models.pooling import PooledEncoder
 from bertkit.models.pretraining import build_encoder
 from bertkit.pipelines.predict.common import InferenceModel, inference_device, load_onnx_export, torch_threads

@@ -378,7 +378,7 @@ def test_a_family_that_cannot_be_traced_is_one_line(tmp_path: Path, tokenizer_di
     2e-2 off beyond about 200 tokens): refused before anything is written. The model: bigbird-tiny, random
     weights, with the WordPiece tokenizer the suite trains on Python's documentation."""
     from bertkit.config.recipe import load_recipe
-    from bertkit.modeldir import save_model_dir
+    from bertkit.modelio.modeldir import save_model_dir
     from bertkit.models.pretraining import build_pretraining_model
     from bertkit.tokenizers.base import load_tokenizer
 

@@ -23,8 +23,9 @@ from bertkit.distill.layer_map import (
     validate_layer_map,
 )
 from bertkit.distill.student import DistillStudent, check_compatible, init_from_teacher
-from bertkit.engine.checkpoint import load_state, read_weights, save_weights
+from bertkit.engine.checkpoint import load_state
 from bertkit.errors import BertkitError
+from bertkit.modelio.weights import read_weights, save_weights
 from bertkit.models.bert import BertEncoder
 from bertkit.models.pretraining import PretrainingModel
 from bertkit.tasks.classification import SequenceClassifier

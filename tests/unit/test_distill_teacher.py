@@ -17,7 +17,7 @@ from bertkit.config.schema import ModelConfig, ObjectiveConfig
 from bertkit.data.samples import python_docs_documents
 from bertkit.distill.teacher import Teacher, resolve_teacher
 from bertkit.errors import BertkitError
-from bertkit.modeldir import save_model_dir
+from bertkit.modelio.modeldir import save_model_dir
 from bertkit.models.bert import BertEncoder
 from bertkit.models.pretraining import PretrainingModel
 from bertkit.tasks.classification import SequenceClassifier
@@ -119,7 +119,7 @@ def test_hf_classifier_config_names_its_task_and_classes(
 
     from hf_helpers import save_hf_classifier
 
-    from bertkit.modeldir import load_model_dir
+    from bertkit.modelio.modeldir import load_model_dir
 
     def edited(name: str, **changes: object) -> Path:
         copy = tmp_path / name

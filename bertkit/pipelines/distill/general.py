@@ -27,7 +27,7 @@ from bertkit.distill.teacher import Teacher
 from bertkit.engine.dist import is_main
 from bertkit.engine.loop import TrainResult, train
 from bertkit.errors import BertkitError
-from bertkit.modeldir import save_model_dir
+from bertkit.modelio.modeldir import save_model_dir
 from bertkit.pipelines.pretrain import CheckedBatches, mlm_masking_spec
 from bertkit.pipelines.rundir import join_job, prepare_run_dir, write_summary
 from bertkit.tokenizers.base import load_tokenizer

@@ -46,7 +46,7 @@ from bertkit.engine.dist import is_main
 from bertkit.engine.loop import TrainResult, train
 from bertkit.errors import BertkitError
 from bertkit.fsutil import save_safetensors_atomic, write_json_atomic
-from bertkit.modeldir import encoder_weights, load_model_dir, save_model_dir
+from bertkit.modelio.modeldir import encoder_weights, load_model_dir, save_model_dir
 from bertkit.pipelines.distill.task_data import TaskSetup, prepare_task
 from bertkit.pipelines.rundir import join_job, prepare_run_dir, write_summary
 from bertkit.progress import stderr_console

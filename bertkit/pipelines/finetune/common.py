@@ -15,9 +15,10 @@ from safetensors.torch import save_file
 from torch import nn
 
 from bertkit.config.schema import LOWER_IS_BETTER, TrainConfig
-from bertkit.engine.checkpoint import list_checkpoints, load_state, read_weights
+from bertkit.engine.checkpoint import list_checkpoints, load_state
 from bertkit.engine.dist import is_main
 from bertkit.engine.loop import TrainResult
+from bertkit.modelio.weights import read_weights
 from bertkit.tasks.data import TaskData
 
 BEST_WEIGHTS = "best.safetensors"  # the best evaluation's weights while training; model/ gets them at the end

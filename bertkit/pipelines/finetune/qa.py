@@ -17,7 +17,7 @@ from bertkit.engine.device import resolve_device
 from bertkit.engine.dist import is_main
 from bertkit.engine.loop import train
 from bertkit.errors import BertkitError
-from bertkit.modeldir import encoder_weights, load_model_dir, save_model_dir
+from bertkit.modelio.modeldir import encoder_weights, load_model_dir, save_model_dir
 from bertkit.models.pretraining import build_encoder
 from bertkit.pipelines.finetune.common import BestModel, plan_epochs, skipped_summary, training_summary
 from bertkit.pipelines.rundir import prepare_run_dir, write_summary

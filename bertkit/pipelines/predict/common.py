@@ -40,7 +40,7 @@ class InferenceModel:
 def load_task_model(model_path: Path, device: str = "auto", threads: int = 0) -> InferenceModel:
     """A fine-tuned model for `predict`: a bertkit/HF model directory (PyTorch on `device`) or an ONNX export
     (ONNX Runtime on the CPU, `threads` intra-op threads), recognised by its metadata."""
-    from bertkit.modeldir import load_model_dir, onnx_export_dir
+    from bertkit.modelio.modeldir import load_model_dir, onnx_export_dir
 
     onnx_dir = onnx_export_dir(model_path)
     if onnx_dir is not None:
@@ -65,7 +65,7 @@ def load_onnx_export(onnx_dir: Path, threads: int = 0) -> InferenceModel:
     """An ONNX export's session, metadata, model configuration and tokenizer."""
     from bertkit.fsutil import read_json
     from bertkit.interop.onnx_runtime import ONNX_GRAPH, OnnxRunner
-    from bertkit.modeldir import MODEL_META
+    from bertkit.modelio.modeldir import MODEL_META
     from bertkit.tokenizers.base import load_tokenizer
 
     meta = read_json(onnx_dir / MODEL_META, "model metadata")

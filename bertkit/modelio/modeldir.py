@@ -15,9 +15,9 @@ import torch
 from torch import nn
 
 from bertkit.config.schema import ModelConfig
-from bertkit.engine.checkpoint import WEIGHTS, read_weights, save_weights
 from bertkit.errors import BertkitError
 from bertkit.fsutil import atomic_output_dir, read_json
+from bertkit.modelio.weights import WEIGHTS, read_weights, save_weights
 from bertkit.tokenizers.base import Tokenizer, load_tokenizer
 
 MODEL_META = "bertkit_model.json"
