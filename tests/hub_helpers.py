@@ -8,7 +8,7 @@ import hashlib
 import shutil
 from pathlib import Path
 
-from bertkit.distill.teacher import HUB_FILES
+from bertkit.modelio.hub import HUB_FILES
 
 REPO = "sentence-transformers/all-MiniLM-L6-v2"
 COMMIT = "c9745ed1d9f207416be6d2e6f8de32d1f16199bf"  # any 40-hex name: the cache only needs refs/main to match

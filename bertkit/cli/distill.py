@@ -71,7 +71,7 @@ def distill_command(
     """Distil a teacher into a smaller student: DistilBERT, TinyBERT (general and task stage) or MiniLM."""
     from bertkit.config.recipe import load_distill_recipe, resolve_recipe_path
     from bertkit.errors import BertkitError
-    from bertkit.pipelines.distill import STUDENT_ALIASES, distill_general
+    from bertkit.pipelines.distill.general import STUDENT_ALIASES, distill_general
     from bertkit.pipelines.rundir import resume_mode
 
     resume_mode(resume, overwrite)  # a bad --resume fails before anything is loaded
@@ -92,7 +92,7 @@ def distill_command(
             )
         from bertkit.config.recipe import default_recipe
         from bertkit.distill.teacher import teacher_task
-        from bertkit.pipelines.distill_task import distill_task
+        from bertkit.pipelines.distill.task import distill_task
 
         # The task stage's recipe follows what the teacher was fine-tuned for (distill-task-KIND for a tagger
         # or QA model), as finetune's follows --task.

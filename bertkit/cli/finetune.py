@@ -73,7 +73,7 @@ def finetune_command(
     """Fine-tune a pretrained encoder for text classification (one label or several per text) or regression
     (single texts or pairs), for token classification (NER, POS), or for extractive question answering (SQuAD)."""
     from bertkit.config.recipe import default_recipe, load_recipe
-    from bertkit.pipelines.finetune import finetune
+    from bertkit.pipelines.finetune.run import finetune
     from bertkit.pipelines.rundir import resume_mode
 
     resume_mode(resume, overwrite)  # a bad --resume fails before the examples are encoded

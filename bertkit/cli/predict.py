@@ -52,7 +52,7 @@ def predict_command(
     """Predictions of a fine-tuned model (PyTorch, or ONNX Runtime for an ONNX export), one JSON line per input
     row, in input order."""
     from bertkit.errors import BertkitError
-    from bertkit.pipelines.predict import predict
+    from bertkit.pipelines.predict.run import predict
 
     if device not in ("auto", "cpu", "cuda"):
         raise BertkitError(f"--device takes auto, cpu or cuda, not '{device}'")

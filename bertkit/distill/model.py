@@ -13,9 +13,10 @@ import torch
 from torch import nn
 
 from bertkit.config.schema import ModelConfig
+from bertkit.models.heads import gather_rows
 from bertkit.models.layers import init_weights
-from bertkit.models.pretraining import build_encoder, build_mlm_head, build_task_head, gather_rows
-from bertkit.tasks.classification import mean_pool
+from bertkit.models.pooling import mean_pool
+from bertkit.models.pretraining import build_encoder, build_mlm_head, build_task_head
 
 
 class DistillOutput(NamedTuple):

@@ -1,14 +1,13 @@
 """The teacher: found from a name or a directory, loaded once, frozen.
 
-`resolve_teacher` turns `--teacher` into a local directory: a bertkit run or model directory, a Hugging
-Face checkpoint directory, or a Hugging Face hub name (downloaded into the hub cache, or read from it
-offline). `Teacher` is a plain frozen nn.Module with the student's output structure; placing it on a
-device or sharding it is the engine's job, not its own.
+`--teacher` is a bertkit run or model directory, a Hugging Face checkpoint directory, or a Hugging Face hub
+name (downloaded into the hub cache, or read from it offline): bertkit/modelio/modeldir.py's
+`resolve_model_path(spec, hub=True)` turns it into a local directory. `Teacher` is a plain frozen nn.Module
+with the student's output structure; placing it on a device or sharding it is the engine's job, not its own.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -19,112 +18,12 @@ from bertkit.config.schema import ModelConfig
 from bertkit.distill.model import DistillOutput, EncoderWithHeads
 from bertkit.engine.checkpoint import load_state
 from bertkit.errors import BertkitError
-from bertkit.modeldir import find_model_dir, load_model_dir
+from bertkit.modelio.modeldir import load_model_dir
 from bertkit.tokenizers.base import Tokenizer
 
-# Short names for common teachers. Anything else that looks like a hub name is passed through as it is
-# (`roberta-base`, `roberta-large`, `bert-base-cased`, `org/name`).
-ALIASES = {
-    "bert-base": "bert-base-uncased",
-    "bert-large": "bert-large-uncased",
-    "distilbert": "distilbert-base-uncased",
-    "albert-base": "albert-base-v2",
-    "electra-small": "google/electra-small-discriminator",
-    "electra-base": "google/electra-base-discriminator",
-}
-# Only what bertkit reads: configs, tokenizer files and safetensors weights. Never pickled weights
-# (*.bin, *.pt) and never code (*.py): nothing downloaded is ever executed.
-HUB_FILES = [
-    "config.json",
-    "model.safetensors",
-    "bertkit_model.json",
-    "bertkit_tokenizer.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "vocab.txt",
-    "vocab.json",
-    "merges.txt",
-    "spm.model",
-    "spiece.model",
-    "sentencepiece.bpe.model",
-]
-_TRUE = {"1", "ON", "YES", "TRUE"}
 # The heads of fine-tuned taggers (`classifier.*` on every token) and QA models (`qa_outputs.*`).
 TASK_HEAD_KEYS = ("classifier.", "qa_outputs.", "head.")  # `head.`: ModernBERT's dense-act-norm before them
 TOKEN_HEADS = ("token-classification", "question-answering")
-
-
-def _looks_like_path(spec: str) -> bool:
-    return spec.startswith(("/", "./", "../", "~")) or spec in (".", "..")
-
-
-def _hub_cache() -> Path:
-    """The hub cache as the environment says now. huggingface_hub reads HF_HOME / HF_HUB_CACHE once, at
-    import; reading them here honours a change made after that (a test, or a caller setting them)."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
-    if os.environ.get("HF_HOME"):
-        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
-    from huggingface_hub import constants
-
-    return Path(constants.HF_HUB_CACHE)
-
-
-def _offline() -> bool:
-    from huggingface_hub import constants
-
-    flag = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
-    return flag.upper() in _TRUE or bool(constants.HF_HUB_OFFLINE)
-
-
-def _download(repo_id: str) -> Path:
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import (
-        GatedRepoError,
-        HfHubHTTPError,
-        HFValidationError,
-        LocalEntryNotFoundError,
-        RepositoryNotFoundError,
-        RevisionNotFoundError,
-    )
-
-    cache, offline = _hub_cache(), _offline()
-    local = "pass a local model directory instead (a bertkit model/run directory or a Hugging Face checkpoint)"
-    try:
-        folder = snapshot_download(repo_id, cache_dir=cache, allow_patterns=HUB_FILES, local_files_only=offline)
-    except GatedRepoError:
-        raise BertkitError(f"{repo_id} is gated on the hub; log in with `hf auth login`, or {local}") from None
-    except RepositoryNotFoundError:
-        raise BertkitError(f"no model named {repo_id} on the Hugging Face hub (or it is private); {local}") from None
-    except RevisionNotFoundError:
-        raise BertkitError(f"{repo_id} has no main revision on the Hugging Face hub; {local}") from None
-    except LocalEntryNotFoundError:
-        why = "HF_HUB_OFFLINE is set" if offline else "the hub cannot be reached"
-        raise BertkitError(
-            f"cannot get teacher {repo_id}: {why} and there is no complete cached copy under {cache}; "
-            f"download it where there is network (same HF_HOME), or {local}"
-        ) from None
-    except HFValidationError:
-        raise BertkitError(f"teacher {repo_id!r} is neither an existing directory nor a valid hub model name") from None
-    except (HfHubHTTPError, OSError) as err:
-        raise BertkitError(f"cannot download teacher {repo_id}: {str(err).splitlines()[0]}; {local}") from None
-    path = Path(folder)
-    if not (path / "model.safetensors").is_file():
-        raise BertkitError(
-            f"{repo_id} has no model.safetensors on the hub (bertkit never loads pickled .bin weights); "
-            f"convert it to safetensors and {local}"
-        )
-    return path
-
-
-def resolve_teacher(spec: str) -> Path:
-    """A local model directory for `--teacher`: an existing directory as it is (a run directory gives its
-    `model/`), else a hub name or one of ALIASES, resolved through the hub cache (HF_HOME, HF_HUB_OFFLINE)."""
-    path = Path(spec).expanduser()
-    if path.exists() or _looks_like_path(spec):
-        return find_model_dir(path)  # one clear error for a missing or foreign directory
-    return _download(ALIASES.get(spec, spec))
 
 
 def teacher_task(spec: str) -> str:
@@ -132,9 +31,9 @@ def teacher_task(spec: str) -> str:
     `question-answering` for a bertkit tagger or QA model, else `classification` (the task stage then checks
     that it is a classifier)."""
     from bertkit.fsutil import read_json
-    from bertkit.modeldir import MODEL_META
+    from bertkit.modelio.modeldir import MODEL_META, resolve_model_path
 
-    meta_path = resolve_teacher(spec) / MODEL_META
+    meta_path = resolve_model_path(spec, hub=True) / MODEL_META
     architecture = read_json(meta_path, "model metadata").get("architecture") if meta_path.is_file() else None
     return str(architecture) if architecture in TOKEN_HEADS else "classification"
 
@@ -181,7 +80,7 @@ class Teacher(EncoderWithHeads):
 
     @classmethod
     def load(cls, spec: str | Path) -> Teacher:
-        model_dir, meta, cfg, weights, tokenizer = load_model_dir(resolve_teacher(str(spec)))
+        model_dir, meta, cfg, weights, tokenizer = load_model_dir(str(spec), hub=True)
         if cfg.family == "xlnet":
             raise BertkitError(
                 f"the teacher {model_dir} is an XLNet model; distillation reads BERT-family encoders (BERT, RoBERTa, "

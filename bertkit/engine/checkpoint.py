@@ -14,34 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import nn
 
 from bertkit.errors import BertkitError
 from bertkit.fsutil import read_json, write_json_atomic
+from bertkit.modelio.weights import WEIGHTS, read_weights
 
-WEIGHTS = "model.safetensors"
 TRAINING_STATE = "training_state.pt"
 TRAINER_JSON = "trainer_state.json"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
-
-
-def save_weights(model: nn.Module | dict[str, torch.Tensor], path: Path, prefix: str = "") -> None:
-    """Save a module's state dict, or a state dict, (contiguous CPU copies) as safetensors, via a temporary name."""
-    state = model.state_dict() if isinstance(model, nn.Module) else model
-    tensors = {prefix + k: v.detach().cpu().contiguous() for k, v in state.items()}
-    tmp = path.with_name(f".{path.name}.tmp")
-    save_file(tensors, str(tmp), metadata={"format": "pt", "producer": "bertkit"})
-    os.replace(tmp, path)
-
-
-def read_weights(path: Path) -> dict[str, torch.Tensor]:
-    if not path.is_file():
-        raise BertkitError(f"weights not found: {path}")
-    try:
-        return load_file(str(path))
-    except Exception as err:  # safetensors raises plain errors on a corrupt or truncated file
-        raise BertkitError(f"cannot read {path}: {str(err).splitlines()[0]}") from None
 
 
 def load_state(model: nn.Module, tensors: dict[str, torch.Tensor], source: str, strict: bool = True) -> None:

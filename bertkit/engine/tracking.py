@@ -30,42 +30,16 @@ import shlex
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
+from bertkit.engine.trackers.base import Backend, RunInfo
 from bertkit.errors import BertkitError
 
 RUN_FILE = "tracking.json"  # the trackers' run ids, in the run directory
 EXTRAS = {"mlflow": "mlflow", "wandb": "wandb"}  # tracker -> the bertkit extra that installs it
 # How long the end of a run waits for a tracker to take what is still queued before giving up on it.
 FLUSH_SECONDS = float(os.environ.get("BERTKIT_TRACK_FLUSH_SECONDS", "120"))
-
-
-@dataclass
-class RunInfo:
-    """What a tracker is told about the job when its run opens."""
-
-    run_dir: Path
-    name: str
-    experiment: str | None
-    params: dict[str, str]
-    tags: dict[str, str]
-    resumed: bool
-    log_model: bool
-    parent: dict[str, str] = field(default_factory=dict)  # tracker -> the parent run's id (compress's stages)
-
-
-class Backend(Protocol):
-    name: str
-
-    def ids(self) -> dict[str, str]: ...
-
-    def log_metrics(self, step: int, metrics: dict[str, float]) -> None: ...
-
-    def finish(self, summary: dict[str, Any], model_dir: Path | None) -> None: ...
-
-    def abort(self, status: str) -> None: ...
 
 
 def trackers_asked(recipe: Any) -> list[str]:

@@ -16,7 +16,7 @@ from bertkit.interop.hf import (
     to_hf_task_checkpoint,
     write_hf_dir,
 )
-from bertkit.modeldir import load_model_dir
+from bertkit.modelio.modeldir import load_model_dir
 
 HEADS: tuple[str, ...] = ("auto", "pretraining", "mlm", "base", "generator", "classifier")
 

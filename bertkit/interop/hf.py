@@ -16,10 +16,10 @@ from typing import Any, Literal
 import torch
 
 from bertkit.config.schema import ModelConfig, ObjectiveConfig
-from bertkit.engine.checkpoint import read_weights
 from bertkit.errors import BertkitError
 from bertkit.interop import hf_albert, hf_bert, hf_bigbird, hf_distilbert, hf_electra, hf_modernbert, hf_xlnet
 from bertkit.interop.keymap import Entry, linear, to_hf, to_ours
+from bertkit.modelio.weights import read_weights
 
 HFHead = Literal["pretraining", "mlm", "base", "generator", "classifier"]
 HF_CONFIG, HF_WEIGHTS = "config.json", "model.safetensors"

@@ -12,12 +12,9 @@ the fp32 one on `--eval FILE` when given (bertkit/interop/onnx_quantize.py).
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import sys
 import tempfile
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +24,9 @@ from torch import nn
 
 from bertkit.errors import BertkitError
 from bertkit.fsutil import atomic_output_dir, check_output_dir, write_json_atomic
-from bertkit.modeldir import MODEL_META, ONNX_FORMAT, load_model_dir
-from bertkit.pipelines.onnx_runtime import INSTALL_HINT, ONNX_GRAPH, OnnxRunner
-from bertkit.pipelines.predict_common import TASK_ARCHITECTURES, build_task_model
+from bertkit.interop.onnx_runtime import ONNX_GRAPH, OnnxRunner, quiet_loggers, require_onnx
+from bertkit.modelio.modeldir import MODEL_META, ONNX_FORMAT, load_model_dir
+from bertkit.tasks.architectures import TASK_ARCHITECTURES, build_task_model
 
 DEFAULT_OPSET = 18  # the oldest opset the torch.export-based exporter emits natively (no down-conversion)
 # Measured with torch 2.13 and onnxruntime 1.32: below 17 the exporter silently keeps opset 18; from 23 it
@@ -51,17 +48,6 @@ class _GraphOutputs(nn.Module):
     ) -> tuple[torch.Tensor, ...]:
         out = self.model(input_ids, attention_mask, token_type_ids)
         return tuple(out[name] for name in self.names)
-
-
-def require_onnx() -> None:
-    """The export needs onnx (the exporter writes through it), onnxscript (torch.export's ONNX translator) and
-    onnxruntime (the parity check, quantisation): all three come with the `onnx` extra."""
-    import importlib.util
-
-    missing = [name for name in ("onnx", "onnxscript", "onnxruntime") if importlib.util.find_spec(name) is None]
-    if missing:
-        raise BertkitError(f"--to onnx needs {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} "
-                           f"not installed: {INSTALL_HINT}")  # fmt: skip
 
 
 def export_onnx(
@@ -109,9 +95,9 @@ def export_onnx(
         names = ["start_logits", "end_logits"] if architecture == "question-answering" else ["logits"]
     else:
         from bertkit.engine.checkpoint import load_state
-        from bertkit.modeldir import encoder_weights
+        from bertkit.modelio.modeldir import encoder_weights
+        from bertkit.models.pooling import PooledEncoder
         from bertkit.models.pretraining import build_encoder
-        from bertkit.pipelines.embed import PooledEncoder
 
         encoder = build_encoder(cfg)
         load_state(encoder, encoder_weights(weights), str(model_dir))
@@ -220,15 +206,3 @@ def check_parity(model: nn.Module, runner: OnnxRunner, names: list[str], tokeniz
         raise BertkitError(f"the ONNX graph differs from the PyTorch model by {worst:.2e} (over {PARITY_TOLERANCE}): "
                            "this model does not export faithfully; serve it with PyTorch")  # fmt: skip
     return worst
-
-
-@contextlib.contextmanager
-def quiet_loggers() -> Iterator[None]:
-    """torch.export, onnxscript and the quantiser log their passes (up to WARNING level, e.g. "consider
-    pre-processing") on the root logger: progress of theirs, not the user's business. Restored afterwards."""
-    before = logging.root.manager.disable
-    logging.disable(logging.WARNING)
-    try:
-        yield
-    finally:
-        logging.disable(before)

@@ -18,7 +18,7 @@ import torch
 
 from bertkit.config.schema import ModelConfig, TaskConfig, qa_context_room
 from bertkit.errors import BertkitError
-from bertkit.pipelines.predict_common import TASK_ARCHITECTURES, window_length
+from bertkit.tasks.architectures import TASK_ARCHITECTURES, window_length
 
 # Dynamic quantisation computes each activation's scale over the whole batch tensor, padding included, so an
 # int8 prediction depends on which examples share its batch (measured: all-MiniLM-L6-v2 fine-tuned for 20
@@ -34,7 +34,7 @@ def quantize_int8(fp32: Path, int8: Path) -> None:
     uint8 activations quantised at run time."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    from bertkit.interop.onnx_export import quiet_loggers
+    from bertkit.interop.onnx_runtime import quiet_loggers
 
     with quiet_loggers():
         quantize_dynamic(str(fp32), str(int8), weight_type=QuantType.QInt8)
@@ -98,7 +98,6 @@ class GateScorer:
                 100 * evaluate_tagger(m, encoded, tags, labels, cpu, pad, with_entities, n)[self.metric]
             )
         else:
-            from bertkit.pipelines.finetune_common import read_task_file
             from bertkit.tasks.classification import (
                 ClassificationBatches,
                 encode_examples,
@@ -108,6 +107,7 @@ class GateScorer:
                 label_indices,
                 multi_hot,
             )
+            from bertkit.tasks.data import read_task_file
 
             data = read_task_file(self.eval_file, task, task.eval_split)
             if architecture == "sequence-regression":

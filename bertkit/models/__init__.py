@@ -1,11 +1,13 @@
 """Model code: forward passes only. No losses, no I/O, no distributed code.
 
-layers.py       embeddings, self-attention, feed-forward, encoder layer (pre/post-LN, GeLU variants, dropout)
+attention.py    multi-head self-attention (SDPA, or the explicit path that returns scores and probabilities)
+layers.py       embeddings, feed-forward, encoder layer (pre/post-LN, GeLU variants, dropout), the attention choice
 unpad.py        unpadding: pack a batch's real tokens, varlen attention by cu_seqlens, re-pad (any family reuses it)
 block_sparse.py BigBird's block-sparse self-attention (model.attention=block_sparse), linear in the length
 bert.py         the encoder every family shares (ALBERT's factorized embeddings and layer sharing included)
-heads.py        MLM, NSP/SOP, RTD and SBO heads
+heads.py        MLM, NSP/SOP, RTD and SBO heads, and `gather_rows` (the rows a sparse head reads)
 electra.py      generator + discriminator with shared embeddings
 xlnet.py        XLNet: relative positions and segments, two-stream attention, the tied LM head
 pretraining.py  encoder + heads as one module per recipe; parameter counts on the meta device
+pooling.py      sentence embeddings: mean over the real tokens, an encoder that returns mean and [CLS] pooled
 """

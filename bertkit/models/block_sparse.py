@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from bertkit.config.schema import ModelConfig
-from bertkit.models.layers import AttentionOutput, SelfAttention
+from bertkit.models.attention import AttentionOutput, SelfAttention
 
 # Sequence lengths for which the reference draws from the plan of the paper's code (random blocks among
 # the first 1024 tokens of the longest sequence); other lengths use its per-head plan.

@@ -12,8 +12,7 @@ from torch import nn
 
 from bertkit.config.schema import ModelConfig, ObjectiveConfig
 from bertkit.models.bert import BertEncoder
-from bertkit.models.heads import MLMHead, RTDHead
-from bertkit.models.pretraining import gather_rows
+from bertkit.models.heads import MLMHead, RTDHead, gather_rows
 from bertkit.models.unpad import document_positions
 
 

@@ -9,6 +9,11 @@ from bertkit.config.schema import ModelConfig
 from bertkit.models.layers import ACTIVATIONS, init_weights
 
 
+def gather_rows(hidden: torch.Tensor, flat_positions: torch.Tensor) -> torch.Tensor:
+    """Rows of a (B, T, H) tensor at flat indices into B*T."""
+    return hidden.reshape(-1, hidden.shape[-1]).index_select(0, flat_positions)
+
+
 class MLMHead(nn.Module):
     """dense (H -> E) -> activation -> LayerNorm -> decoder whose weight *is* the word-embedding matrix.
 

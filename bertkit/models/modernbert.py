@@ -25,8 +25,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertkit.config.schema import ModelConfig
+from bertkit.models.attention import AttentionOutput, attend
 from bertkit.models.bert import EncoderOutput, attention_layers
-from bertkit.models.layers import ACTIVATIONS, AttentionOutput, attend
+from bertkit.models.layers import ACTIVATIONS
 from bertkit.models.unpad import (
     Packing,
     document_mask,

@@ -11,15 +11,10 @@ from torch import nn
 
 from bertkit.config.schema import ModelConfig, ObjectiveConfig
 from bertkit.models.bert import BertEncoder
-from bertkit.models.heads import MLMHead, PairHead, SBOHead
+from bertkit.models.heads import MLMHead, PairHead, SBOHead, gather_rows
 
 # Only RoBERTa's LM head fixes its activation (GeLU); the others follow the encoder's hidden_act.
 MLM_HEAD_ACT = {"roberta": "gelu"}
-
-
-def gather_rows(hidden: torch.Tensor, flat_positions: torch.Tensor) -> torch.Tensor:
-    """Rows of a (B, T, H) tensor at flat indices into B*T."""
-    return hidden.reshape(-1, hidden.shape[-1]).index_select(0, flat_positions)
 
 
 class PretrainingModel(nn.Module):

@@ -9,7 +9,7 @@
 2. The training data is augmented as TinyBERT does (bertkit/pipelines/augment.py). The number of copies
    per example scales with the data: about AUGMENTED_EXAMPLES examples in all (at most 20 copies, TinyBERT's
    count, and at least 1), so a small set gets many copies and a large one few; `--copies` sets it.
-3. The task stage (bertkit/pipelines/distill_task.py) on the augmented data: the prediction layer on the
+3. The task stage (bertkit/pipelines/distill/task.py) on the augmented data: the prediction layer on the
    teacher's cached logits, after the intermediate layers for a `--student` that did not start as a copy
    of the teacher's layers (a copy skips that phase: `distill.intermediate_for_copies` in
    recipes/distill-task.yaml says why).
@@ -76,7 +76,7 @@ def compress(
     from bertkit.config.recipe import load_recipe
     from bertkit.distill.teacher import Teacher
     from bertkit.engine.dist import env_world_size
-    from bertkit.pipelines.finetune import read_task_file
+    from bertkit.tasks.data import read_task_file
 
     opts = opts or CompressOptions()
     if env_world_size() > 1:
@@ -131,8 +131,9 @@ def compress(
 def _compress(teacher: Any, train_data: Any, train_file: Path, eval_file: Path, output: Path, opts: CompressOptions,
               distill_recipe: Any, baseline_recipe: Any, started: float, quiet: bool) -> dict[str, Any]:  # fmt: skip
     from bertkit.pipelines.augment import AugmentOptions, augment
-    from bertkit.pipelines.distill_task import distill_task
-    from bertkit.pipelines.finetune import finetune, read_task_file
+    from bertkit.pipelines.distill.task import distill_task
+    from bertkit.pipelines.finetune.run import finetune
+    from bertkit.tasks.data import read_task_file
 
     seconds: dict[str, float] = {}
 
@@ -259,7 +260,7 @@ def copy_layers(teacher: Any, layers: int, out: Path) -> None:
     TinyBERT's layer map follows the copy."""
     from bertkit.distill.layer_map import distilbert_init_layers
     from bertkit.distill.student import DistillStudent, init_from_teacher
-    from bertkit.modeldir import save_model_dir
+    from bertkit.modelio.modeldir import save_model_dir
 
     depth = teacher.config.num_layers
     _check_layers(layers, depth)

@@ -16,22 +16,15 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
 from bertkit.engine.checkpoint import load_state
 from bertkit.errors import BertkitError
-from bertkit.modeldir import encoder_weights, load_model_dir, onnx_export_dir
+from bertkit.modelio.modeldir import encoder_weights, load_model_dir, onnx_export_dir
+from bertkit.models.pooling import PooledEncoder
 from bertkit.models.pretraining import build_encoder
-from bertkit.models.xlnet import last_token
-from bertkit.pipelines.predict_common import (
-    TASK_ARCHITECTURES,
-    InferenceModel,
-    inference_device,
-    load_onnx_export,
-    torch_threads,
-)
+from bertkit.pipelines.predict.common import InferenceModel, inference_device, load_onnx_export, torch_threads
 from bertkit.progress import Tracker
-from bertkit.tasks.classification import mean_pool
+from bertkit.tasks.architectures import TASK_ARCHITECTURES
 from bertkit.tasks.data import read_texts
 
 OUTPUT_SUFFIXES = (".npy", ".parquet")
@@ -44,28 +37,6 @@ def check_output(output: Path, overwrite: bool) -> None:
         raise BertkitError(f"--output {output} is a directory; give a file name ending in .npy or .parquet")
     if output.exists() and not overwrite:
         raise BertkitError(f"output {output} already exists; pass --overwrite to replace it or choose another path")
-
-
-class PooledEncoder(nn.Module):
-    """An encoder whose outputs are sentence embeddings of one layer: `mean` (over the non-padding tokens) and
-    `cls` (the [CLS] state; XLNet's is its last token). `bertkit embed` runs it, and `bertkit export --to onnx`
-    traces it, so an exported encoder pools inside the graph exactly as embed pools in PyTorch."""
-
-    def __init__(self, encoder: nn.Module, layer: int = -1) -> None:
-        super().__init__()
-        self.encoder, self.layer = encoder, layer
-        self.xlnet = encoder.config.family == "xlnet"
-        self.last = layer in (-1, encoder.config.num_layers)
-
-    def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
-    ) -> dict[str, torch.Tensor]:
-        out = self.encoder(input_ids, attention_mask, token_type_ids, output_hidden_states=not self.last)
-        # hidden_states[0] is the embeddings' output, [k] layer k's; the last layer's state is taken
-        # after the final norm of pre-LN models (last_hidden_state).
-        hidden = out.last_hidden_state if self.last else out.hidden_states[self.layer]
-        cls_state = last_token(hidden, attention_mask) if self.xlnet else hidden[:, 0]
-        return {"mean": mean_pool(hidden, attention_mask), "cls": cls_state}
 
 
 def load_embedder(model_path: Path, layer: int = -1, device: str = "auto", threads: int = 0) -> InferenceModel:

@@ -27,7 +27,7 @@ from bertkit.engine.checkpoint import load_state
 from bertkit.engine.dist import is_main
 from bertkit.engine.loop import train
 from bertkit.errors import BertkitError
-from bertkit.modeldir import load_model_dir, save_model_dir
+from bertkit.modelio.modeldir import load_model_dir, save_model_dir
 from bertkit.models.pretraining import build_pretraining_model
 from bertkit.objectives import build_objective
 from bertkit.objectives.base import Objective

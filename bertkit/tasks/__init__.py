@@ -1,1 +1,2 @@
-"""Fine-tuning tasks: data, heads and metrics."""
+"""Fine-tuning tasks: data, heads and metrics, and the fine-tuned task models that predict and export build
+(architectures.py)."""

@@ -14,6 +14,7 @@ from bertkit.corpus.loader import EpochSampler, LoaderState, pad_batch
 from bertkit.errors import BertkitError
 from bertkit.models.bert import BertEncoder
 from bertkit.models.layers import init_weights
+from bertkit.models.pooling import mean_pool
 from bertkit.models.pretraining import build_task_head
 from bertkit.objectives.base import Counts, Metrics, Objective, correct, sequences, share
 from bertkit.tokenizers.base import Tokenizer
@@ -145,14 +146,6 @@ class SequenceClassifier(nn.Module):
         if self.head is not None:
             pooled = self.head(pooled)
         return {"logits": self.classifier(self.dropout(pooled))}
-
-
-def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
-    """Mean over the tokens the mask keeps (all of them without a mask): padding never dilutes it."""
-    if attention_mask is None:
-        return hidden.mean(dim=1)
-    mask = attention_mask.to(hidden.dtype).unsqueeze(-1)
-    return (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
 
 
 def _logits(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bertkit.config.schema import TaskConfig
 from bertkit.errors import BertkitError
 from bertkit.inputs.sources import is_dataset_dir, read_text, split_lines
 
@@ -58,6 +59,19 @@ class TaskData:
         if self.skipped_rows:
             out["skipped_examples"] = self.skipped_rows[:3]
         return out
+
+
+def read_task_file(path: Path, task: TaskConfig, split: str | None) -> TaskData:
+    return read_task_data(
+        path,
+        task.text_field,
+        task.label_field,
+        task.text_pair_field,
+        split,
+        task.skip_bad_rows,
+        {"regression": "float", "multi-label": "list"}.get(task.kind, "str"),
+        task.label_separator,
+    )
 
 
 def file_format(path: Path) -> str:

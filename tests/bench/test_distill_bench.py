@@ -128,7 +128,7 @@ def finetune(model: Path, data: dict[str, Path], out: Path) -> dict:
 def load_classifier(model_dir: Path):
     """The fine-tuned model as `bertkit finetune` saved it: encoder + mean pooling + linear head, eval mode."""
     from bertkit.engine.checkpoint import load_state
-    from bertkit.modeldir import load_model_dir
+    from bertkit.modelio.modeldir import load_model_dir
     from bertkit.models.bert import BertEncoder
     from bertkit.tasks.classification import SequenceClassifier
 
@@ -264,7 +264,7 @@ def test_teacher_vs_student_table(
 
 def student_config(minilm_dir: Path):
     from bertkit.config.schema import ModelConfig
-    from bertkit.modeldir import load_model_dir
+    from bertkit.modelio.modeldir import load_model_dir
 
     _, _, teacher_cfg, weights, _ = load_model_dir(minilm_dir)
     # The teacher's config with fewer layers: same vocabulary, width, heads, FFN, dropout (0.1), positions.
@@ -289,7 +289,7 @@ def run_bertkit(method: str, teacher_dir: Path, corpus_dir: Path, tmp: Path) -> 
     from bertkit.distill.student import DistillStudent, init_from_teacher
     from bertkit.distill.teacher import Teacher
     from bertkit.engine.loop import train
-    from bertkit.pipelines.distill import freeze_unreached
+    from bertkit.pipelines.distill.general import freeze_unreached
 
     teacher_cfg, cfg, weights = student_config(teacher_dir)
     teacher = Teacher.load(teacher_dir)

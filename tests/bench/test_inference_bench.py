@@ -121,7 +121,7 @@ def test_predict_throughput_vs_transformers_pipeline(
     tmp_path: Path, minilm_dir: Path, reviews, threads, capsys
 ) -> None:
     transformers = pytest.importorskip("transformers")
-    from bertkit.pipelines.predict import predict
+    from bertkit.pipelines.predict.run import predict
 
     texts, train_rows = reviews
     train = tmp_path / "train.csv"

@@ -7,7 +7,7 @@ snippets are held out. Student: `bertkit compress --layers 2` of that teacher (2
 gold-label baseline, to keep the bench short). Each is exported with `bertkit export --to onnx`, fp32 and int8
 (int8 gated on the held-out reviews with the default --max-drop of 1 point).
 
-The table (bertkit/pipelines/inference_speed.py): sentences/s at batch 1 (the first 200 held-out reviews, one at
+The table (bertkit/pipelines/predict/speed.py): sentences/s at batch 1 (the first 200 held-out reviews, one at
 a time) and batch 32 (all 500, in file order), max length 128, THREADS CPU thread(s) for torch and ONNX Runtime
 alike, best of 3 interleaved rounds; accuracy on the 500 held-out reviews from the batch-32 pass. Targets (the
 issue's): int8 at batch 1 at least 2x PyTorch fp32 of the same model and within 1 point of its accuracy; the
@@ -42,7 +42,7 @@ def reviews(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.mark.bench
 def test_distillation_x_quantisation(minilm_dir: Path, reviews: dict[str, Path], tmp_path: Path, capsys) -> None:
-    from bertkit.pipelines.inference_speed import speed_table
+    from bertkit.pipelines.predict.speed import speed_table
 
     teacher = run_json("finetune", "-m", str(minilm_dir), "--train", str(reviews["train"]), "--pool", "mean",
                        "--set", "train.epochs=1", "-o", str(tmp_path / "teacher"))  # fmt: skip

@@ -22,7 +22,7 @@ ROUNDS, STEPS = 6, 3
 def test_fused_adamw_step_vs_foreach(minilm_dir: Path, capsys) -> None:
     from bertkit.config.schema import ModelConfig, OptimConfig
     from bertkit.engine.optim import build_optimizer, parameter_groups
-    from bertkit.modeldir import load_model_dir
+    from bertkit.modelio.modeldir import load_model_dir
     from bertkit.models.bert import BertEncoder
 
     _, _, teacher_cfg, _, _ = load_model_dir(minilm_dir)

@@ -57,7 +57,7 @@ def run(minilm_dir: Path, reviews: tuple[list[str], np.ndarray], unpad: bool, tm
     """(real tokens/s, padding share of the batches) of STEPS fine-tuning steps after WARMUP ones."""
     from bertkit.engine.checkpoint import load_state
     from bertkit.engine.loop import train
-    from bertkit.modeldir import encoder_weights, load_model_dir
+    from bertkit.modelio.modeldir import encoder_weights, load_model_dir
     from bertkit.models.bert import BertEncoder
     from bertkit.tasks.classification import (
         ClassificationBatches,
@@ -110,7 +110,7 @@ def test_cpu_attention_strategies(minilm_dir: Path, reviews: tuple[list[str], np
 
     from bertkit.corpus.loader import pad_batch
     from bertkit.engine.unpad import configure_unpad
-    from bertkit.modeldir import load_model_dir
+    from bertkit.modelio.modeldir import load_model_dir
     from bertkit.models import layers
     from bertkit.models.bert import BertEncoder
     from bertkit.models.unpad import Packing, varlen_attention
@@ -178,7 +178,7 @@ def modern_setup(minilm_dir: Path, reviews: tuple[list[str], np.ndarray], tmp_pa
     from bertkit.config.recipe import load_recipe
     from bertkit.config.schema import ModelConfig
     from bertkit.interop.hf import to_hf_task_checkpoint, write_hf_dir
-    from bertkit.modeldir import load_model_dir
+    from bertkit.modelio.modeldir import load_model_dir
     from bertkit.tasks.classification import encode_examples
 
     _, _, _, _, tokenizer = load_model_dir(minilm_dir)

@@ -51,7 +51,7 @@ def teacher(pretrained_run: Path):
     """The teacher rebuilt the plain way: PretrainingModel + load_state, and its tokenizer."""
     from bertkit.config.schema import ObjectiveConfig
     from bertkit.engine.checkpoint import load_state
-    from bertkit.modeldir import load_model_dir
+    from bertkit.modelio.modeldir import load_model_dir
     from bertkit.models.pretraining import PretrainingModel
 
     model_dir, meta, cfg, weights, tokenizer = load_model_dir(pretrained_run)
@@ -267,7 +267,7 @@ def test_pairs_jsonl_and_parquet_keep_columns(pretrained_run: Path, reviews: Pat
 def test_teacher_without_mlm_head_takes_embedding_neighbours(minilm_dir: Path, reviews: Path, tmp_path: Path) -> None:
     """The real all-MiniLM-L6-v2 (a sentence-embedding model, no MLM head): `auto` gives every word its
     nearest neighbours in the model's own word-embedding table, and the summary says so."""
-    from bertkit.modeldir import load_model_dir
+    from bertkit.modelio.modeldir import load_model_dir
 
     out = tmp_path / "neighbours.csv"
     summary = run_json("augment", "-m", str(minilm_dir), "-i", str(reviews), "-o", str(out), "--copies", "2", *THREADS)

@@ -17,7 +17,7 @@ import torch
 from cli_helpers import run_error, run_json
 
 import bertkit.models.block_sparse as block_sparse
-from bertkit.engine.checkpoint import read_weights
+from bertkit.modelio.weights import read_weights
 
 SEQ = 512  # 32 blocks of 16: well past bigbird-tiny's full-attention limit of 176 tokens
 FAST = ["--set", "engine.threads=1", "--set", "train.eval_batches=1"]
@@ -79,7 +79,7 @@ def test_bigbird_tiny_pretrains_sparse_and_exports(bigbird_run: tuple[Path, dict
     assert model.config.attention_type == "block_sparse" and model.config.block_size == 16
 
     # The exported encoder computes what bertkit's does on a long input (block-sparse, eval pattern).
-    from bertkit.modeldir import load_model_dir
+    from bertkit.modelio.modeldir import load_model_dir
     from bertkit.models.bert import BertEncoder
 
     _, _, cfg, weights, _ = load_model_dir(run)
@@ -109,7 +109,7 @@ def test_warm_start_from_a_roberta_run(tmp_path: Path, text_file: Path, tokenize
     assert summary["family"] == "bigbird" and set(summary["init_extended"]) == {"positions", "token_types"}
     before = read_weights(roberta / "model" / "model.safetensors")
     after = read_weights(bigbird / "model" / "model.safetensors")
-    from bertkit.modeldir import load_model_dir
+    from bertkit.modelio.modeldir import load_model_dir
 
     offset = load_model_dir(roberta)[2].position_offset  # pad + 1: 1 with this WordPiece vocabulary
     assert offset == 1 and load_model_dir(bigbird)[2].position_offset == 0

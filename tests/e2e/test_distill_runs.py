@@ -128,7 +128,7 @@ def test_every_term_falls_with_a_narrower_student(
         # ... from the model, but kept in the run directory, where the task stage finds them (RUN/model -> RUN)
         # and starts its own W_e / W_h from them.
         from bertkit.distill.student import DistillStudent, load_projections
-        from bertkit.modeldir import load_model_dir
+        from bertkit.modelio.modeldir import load_model_dir
 
         carried = load_projections(tmp_path / method / "model")
         names = ["embedding_proj.bias", "embedding_proj.weight", "hidden_proj.bias", "hidden_proj.weight"]

@@ -165,7 +165,7 @@ def test_steps_on_the_command_line_replace_recipe_epochs() -> None:
 def test_mean_pooling_ignores_padding(minilm_dir: Path) -> None:
     """task.pool=mean on the real MiniLM: a text's logits do not depend on the padding its batch adds."""
     from bertkit.engine.checkpoint import load_state
-    from bertkit.modeldir import encoder_weights, load_model_dir
+    from bertkit.modelio.modeldir import encoder_weights, load_model_dir
     from bertkit.models.bert import BertEncoder
     from bertkit.tasks.classification import SequenceClassifier
 

@@ -43,7 +43,7 @@ def test_modernbert_tiny_pretrains_on_real_text(modernbert_run: tuple[Path, dict
 
 def test_pretrained_export_runs_in_transformers(modernbert_run: tuple[Path, dict], tmp_path: Path) -> None:
     transformers = pytest.importorskip("transformers")
-    from bertkit.modeldir import load_model_dir
+    from bertkit.modelio.modeldir import load_model_dir
     from bertkit.models.pretraining import build_pretraining_model
 
     run, _ = modernbert_run

@@ -72,7 +72,7 @@ def test_predict_agrees_with_the_finetune_evaluation(tmp_path: Path, review_run)
     assert round(float(accuracy), 4) == summary["eval"]["accuracy"]
     # Model-by-model: bertkit's evaluation code on the saved model gives these labels one by one.
     from bertkit.engine.checkpoint import load_state
-    from bertkit.modeldir import load_model_dir
+    from bertkit.modelio.modeldir import load_model_dir
     from bertkit.models.bert import BertEncoder
     from bertkit.tasks.classification import ClassificationBatches, SequenceClassifier, _predict, encode_examples
 
@@ -116,7 +116,7 @@ def test_export_sequence_classifier_matches_transformers(tmp_path: Path, review_
     tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
     batch = tok(texts, padding=True, truncation=True, max_length=64, return_tensors="pt")
     from bertkit.engine.checkpoint import load_state
-    from bertkit.modeldir import load_model_dir
+    from bertkit.modelio.modeldir import load_model_dir
     from bertkit.models.bert import BertEncoder
     from bertkit.tasks.classification import SequenceClassifier
 
@@ -225,7 +225,7 @@ def test_export_token_classifier_matches_transformers(tmp_path: Path, ner_run) -
     assert not info["missing_keys"] and not info["unexpected_keys"]
     assert hf.config.id2label == dict(enumerate(out["labels"]))
     from bertkit.engine.checkpoint import load_state
-    from bertkit.modeldir import load_model_dir
+    from bertkit.modelio.modeldir import load_model_dir
     from bertkit.models.bert import BertEncoder
     from bertkit.tasks.token_classification import TokenClassifier
 

@@ -57,7 +57,7 @@ def _outputs_match(run: Path, onnx_dir: Path, texts: list[str], pairs: list[str]
     """The largest |ONNX - PyTorch| over every output of the task model, on one padded batch of real texts
     (pairs: with their segment ids), both models loaded as predict loads them."""
     from bertkit.corpus.loader import pad_batch
-    from bertkit.pipelines.predict_common import load_task_model
+    from bertkit.pipelines.predict.common import load_task_model
     from bertkit.tasks.classification import encode_examples
 
     torch_model, onnx_model = load_task_model(run, "cpu"), load_task_model(onnx_dir)
@@ -378,7 +378,7 @@ def test_a_family_that_cannot_be_traced_is_one_line(tmp_path: Path, tokenizer_di
     2e-2 off beyond about 200 tokens): refused before anything is written. The model: bigbird-tiny, random
     weights, with the WordPiece tokenizer the suite trains on Python's documentation."""
     from bertkit.config.recipe import load_recipe
-    from bertkit.modeldir import save_model_dir
+    from bertkit.modelio.modeldir import save_model_dir
     from bertkit.models.pretraining import build_pretraining_model
     from bertkit.tokenizers.base import load_tokenizer
 

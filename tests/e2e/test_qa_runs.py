@@ -112,7 +112,7 @@ def test_qa_export_matches_transformers(tmp_path: Path, qa_run, squad: dict) -> 
     hf, info = transformers.AutoModelForQuestionAnswering.from_pretrained(tmp_path / "hf", output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"]
     from bertkit.engine.checkpoint import load_state
-    from bertkit.modeldir import load_model_dir
+    from bertkit.modelio.modeldir import load_model_dir
     from bertkit.models.bert import BertEncoder
     from bertkit.tasks.qa import QuestionAnswerer, encode_qa, read_qa_file
 

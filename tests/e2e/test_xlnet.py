@@ -47,7 +47,7 @@ def test_export_loads_into_xlnet_lm_head_model_and_agrees(
     from bertkit.corpus.loader import PLMBatches
     from bertkit.corpus.permutation import PermutationSpec
     from bertkit.corpus.shards import Corpus
-    from bertkit.modeldir import load_model_dir
+    from bertkit.modelio.modeldir import load_model_dir
     from bertkit.models.pretraining import build_pretraining_model
 
     run, _ = xlnet_run

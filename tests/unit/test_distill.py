@@ -23,8 +23,9 @@ from bertkit.distill.layer_map import (
     validate_layer_map,
 )
 from bertkit.distill.student import DistillStudent, check_compatible, init_from_teacher
-from bertkit.engine.checkpoint import load_state, read_weights, save_weights
+from bertkit.engine.checkpoint import load_state
 from bertkit.errors import BertkitError
+from bertkit.modelio.weights import read_weights, save_weights
 from bertkit.models.bert import BertEncoder
 from bertkit.models.pretraining import PretrainingModel
 from bertkit.tasks.classification import SequenceClassifier
@@ -444,7 +445,7 @@ def test_stopping_at_the_last_attention_gives_minilm_the_same_loss_and_gradients
 def test_layer_map_follows_a_copied_student() -> None:
     """A student copied from teacher layers 0 and 5 (0-based) learns from layers 1 and 6 (1-based numbers);
     one that was not copied, or copied from a deeper teacher, has no map of its own (TinyBERT's uniform)."""
-    from bertkit.pipelines.distill_task import default_layer_map
+    from bertkit.pipelines.distill.task import default_layer_map
 
     assert default_layer_map({"copied_layers": [0, 5]}, 6) == [1, 6]
     assert default_layer_map({"copied_layers": [0, 2, 4, 7, 9, 11]}, 12) == [1, 3, 5, 8, 10, 12]
@@ -607,7 +608,7 @@ def test_minilm_freezes_exactly_what_its_loss_does_not_reach(shape: dict) -> Non
     reference is autograd itself (a backward of the loss through the full forward). A pre-LN student's last
     attention norm sits before its attention, and an ALBERT all-shared student's one layer is every layer:
     both are reached and must train."""
-    from bertkit.pipelines.distill import freeze_unreached
+    from bertkit.pipelines.distill.general import freeze_unreached
 
     torch.manual_seed(0)
     cfg = ModelConfig(**{**TINY, "num_layers": 3, **shape})

@@ -15,9 +15,9 @@ from hub_helpers import REPO, fill_hub_cache
 
 from bertkit.config.schema import ModelConfig, ObjectiveConfig
 from bertkit.data.samples import python_docs_documents
-from bertkit.distill.teacher import Teacher, resolve_teacher
+from bertkit.distill.teacher import Teacher
 from bertkit.errors import BertkitError
-from bertkit.modeldir import save_model_dir
+from bertkit.modelio.modeldir import resolve_model_path, save_model_dir
 from bertkit.models.bert import BertEncoder
 from bertkit.models.pretraining import PretrainingModel
 from bertkit.tasks.classification import SequenceClassifier
@@ -119,7 +119,7 @@ def test_hf_classifier_config_names_its_task_and_classes(
 
     from hf_helpers import save_hf_classifier
 
-    from bertkit.modeldir import load_model_dir
+    from bertkit.modelio.modeldir import load_model_dir
 
     def edited(name: str, **changes: object) -> Path:
         copy = tmp_path / name
@@ -168,7 +168,7 @@ def offline_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_hub_name_resolves_from_the_cache_offline(offline_hub: Path, minilm_dir: Path, minilm_teacher: Teacher) -> None:
     snapshot = fill_hub_cache(offline_hub / "hub", minilm_dir)
-    assert resolve_teacher(REPO) == snapshot
+    assert resolve_model_path(REPO, hub=True) == snapshot
     teacher = Teacher.load(REPO)
     ids, mask = _prose_batch(teacher.tokenizer)
     assert torch.equal(ids, _prose_batch(minilm_teacher.tokenizer)[0])
@@ -181,10 +181,23 @@ def test_hub_name_resolves_from_the_cache_offline(offline_hub: Path, minilm_dir:
     assert all(torch.equal(a, b) for a, b in pairs)
 
 
+def test_only_a_teacher_takes_a_hub_name(offline_hub: Path, minilm_dir: Path) -> None:
+    """The one resolution order: a hub name resolves where a teacher is loaded (`hub=True`); any other model
+    argument is a directory, and a name that is not one is the missing-directory error, whatever the cache holds."""
+    from bertkit.modelio.modeldir import load_model_dir
+
+    snapshot = fill_hub_cache(offline_hub / "hub", minilm_dir)
+    assert resolve_model_path(REPO, hub=True) == snapshot
+    assert load_model_dir(REPO, hub=True)[0] == snapshot
+    for resolve in (resolve_model_path, load_model_dir):
+        with pytest.raises(BertkitError, match="model directory not found"):
+            resolve(REPO)
+
+
 def test_offline_without_a_cached_copy_is_one_line(offline_hub: Path) -> None:
     for spec, repo in (("bert-base", "bert-base-uncased"), ("google/electra-small-discriminator", None)):
         with pytest.raises(BertkitError) as err:
-            resolve_teacher(spec)
+            resolve_model_path(spec, hub=True)
         message = str(err.value)
         assert "\n" not in message
         assert f"cannot get teacher {repo or spec}" in message and "HF_HUB_OFFLINE" in message
@@ -192,11 +205,11 @@ def test_offline_without_a_cached_copy_is_one_line(offline_hub: Path) -> None:
 
 
 def test_local_paths_never_reach_the_hub(tmp_path: Path, minilm_dir: Path) -> None:
-    assert resolve_teacher(str(minilm_dir)) == minilm_dir
+    assert resolve_model_path(str(minilm_dir), hub=True) == minilm_dir
     with pytest.raises(BertkitError, match="model directory not found"):
-        resolve_teacher(str(tmp_path / "missing"))
+        resolve_model_path(str(tmp_path / "missing"), hub=True)
     with pytest.raises(BertkitError, match="model directory not found"):
-        resolve_teacher("./no-such-teacher")
+        resolve_model_path("./no-such-teacher", hub=True)
     (tmp_path / "empty").mkdir()
     with pytest.raises(BertkitError, match="not a bertkit model or run directory"):
-        resolve_teacher(str(tmp_path / "empty"))
+        resolve_model_path(str(tmp_path / "empty"), hub=True)

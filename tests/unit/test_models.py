@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from bertkit.config.schema import GeneratorConfig, ModelConfig, ObjectiveConfig
-from bertkit.engine.checkpoint import load_weights, save_weights
+from bertkit.engine.checkpoint import load_weights
+from bertkit.modelio.weights import save_weights
 from bertkit.models.bert import BertEncoder
 from bertkit.models.pretraining import build_pretraining_model
 

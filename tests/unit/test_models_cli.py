@@ -13,7 +13,7 @@ import torch
 from cli_helpers import run_error, run_json
 
 from bertkit.config.recipe import load_recipe
-from bertkit.modeldir import save_model_dir
+from bertkit.modelio.modeldir import save_model_dir
 from bertkit.models.pretraining import build_pretraining_model
 from bertkit.tokenizers import load_tokenizer
 
@@ -52,7 +52,7 @@ def test_electra_export_loads_as_discriminator(electra_run: Path, tmp_path: Path
     tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
     batch = tokenizer(["The for statement iterates over a sequence.", "Classes bundle data."], return_tensors="pt",
                       padding=True)  # fmt: skip
-    from bertkit.modeldir import load_model_dir
+    from bertkit.modelio.modeldir import load_model_dir
 
     _, meta, cfg, weights, _ = load_model_dir(electra_run)
     ours = build_pretraining_model(cfg, load_recipe("electra-tiny").objective).eval()  # type: ignore[union-attr]
@@ -101,8 +101,8 @@ def test_export_every_family_loads_cleanly(name: str, tmp_path: Path, tokenizer_
 
 def test_init_from_real_minilm(tmp_path: Path, minilm_dir: Path, text_file: Path) -> None:
     from bertkit.corpus.build import BuildOptions, build_corpus
-    from bertkit.engine.checkpoint import read_weights
     from bertkit.interop.hf import load_hf_dir
+    from bertkit.modelio.weights import read_weights
 
     build_corpus([text_file], minilm_dir, tmp_path / "corpus", BuildOptions(max_seq_len=32))
     common = ["pretrain", "--recipe", "bert-tiny", "--corpus", str(tmp_path / "corpus"), "--init-from", str(minilm_dir)]
@@ -154,7 +154,7 @@ def test_real_minilm_loads_as_a_model_dir_with_parity(minilm_dir: Path) -> None:
     transformers' hidden states, and its encoder fits the encoder that finetune builds, strictly."""
     transformers = pytest.importorskip("transformers")
     from bertkit.engine.checkpoint import load_state
-    from bertkit.modeldir import encoder_weights, load_model_dir
+    from bertkit.modelio.modeldir import encoder_weights, load_model_dir
     from bertkit.models.bert import BertEncoder
 
     _, meta, cfg, weights, tokenizer = load_model_dir(minilm_dir)
@@ -178,7 +178,7 @@ def test_real_minilm_loads_as_a_model_dir_with_parity(minilm_dir: Path) -> None:
 def test_electra_generator_exports_as_masked_lm(electra_run: Path, tmp_path: Path) -> None:
     """The generator (with the shared embeddings) as HF ElectraForMaskedLM: same hidden states and MLM logits."""
     transformers = pytest.importorskip("transformers")
-    from bertkit.modeldir import load_model_dir
+    from bertkit.modelio.modeldir import load_model_dir
 
     run_json("export", str(electra_run), "--output", str(tmp_path / "gen"), "--head", "generator")
     assert _loading_info(transformers.ElectraForMaskedLM, tmp_path / "gen") == {}

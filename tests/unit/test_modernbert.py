@@ -15,7 +15,7 @@ from bertkit.distill.model import EncoderWithHeads
 from bertkit.distill.objective import DistillationObjective
 from bertkit.distill.student import DistillStudent, init_from_teacher
 from bertkit.errors import BertkitError
-from bertkit.pipelines.distill import freeze_unreached
+from bertkit.pipelines.distill.general import freeze_unreached
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

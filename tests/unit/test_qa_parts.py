@@ -29,7 +29,7 @@ def squad(squad_dev_file: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def minilm_tokenizer(minilm_dir: Path):
-    from bertkit.modeldir import load_model_dir
+    from bertkit.modelio.modeldir import load_model_dir
 
     return load_model_dir(minilm_dir)[4]
 

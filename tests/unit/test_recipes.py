@@ -15,7 +15,7 @@ from bertkit.config.recipe import TASK_KINDS, default_recipe, load_recipe, recip
 from bertkit.config.schema import ScheduleConfig, TaskConfig, qa_context_room, qa_doc_stride, qa_question_tokens
 from bertkit.engine.optim import lr_multiplier
 from bertkit.errors import BertkitError
-from bertkit.pipelines.finetune_common import plan_epochs
+from bertkit.pipelines.finetune.common import plan_epochs
 
 SMALL_SET = 100  # examples: a fine-tuning set small enough that a fixed warm-up count would be all of its run
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bertkit.errors import BertkitError
-from bertkit.pipelines.predict import tag_record
+from bertkit.pipelines.predict.run import tag_record
 from bertkit.tasks.token_classification import (
     IGNORE,
     TokenClassificationObjective,
@@ -224,7 +224,7 @@ def test_training_steps_match_transformers_token_classification(tmp_path: Path, 
     from cli_helpers import run_json
     from safetensors.torch import load_file
 
-    from bertkit.modeldir import load_model_dir
+    from bertkit.modelio.modeldir import load_model_dir
     from bertkit.models.bert import BertEncoder
     from bertkit.tasks.token_classification import TokenClassifier
 

@@ -250,7 +250,7 @@ def test_unpad_true_is_refused_where_it_cannot_apply() -> None:
 def test_task_heads_read_the_same_outputs_unpadded(family: str) -> None:
     """Fine-tuning and inference heads: the classifier (pooled [CLS], mean pooling), token classification and
     QA (every token), and embed's pooled layer give the padded path's outputs at the real tokens."""
-    from bertkit.pipelines.embed import PooledEncoder
+    from bertkit.models.pooling import PooledEncoder
     from bertkit.tasks.classification import SequenceClassifier
     from bertkit.tasks.qa import QuestionAnswerer
     from bertkit.tasks.token_classification import TokenClassifier

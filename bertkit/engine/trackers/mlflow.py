@@ -12,10 +12,9 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # at run time bertkit.engine.tracking imports this module, not the reverse
-    from bertkit.engine.tracking import RunInfo
+from bertkit.engine.trackers.base import RunInfo
 
 _PARAMS_PER_CALL, _METRICS_PER_CALL = 100, 1000  # MLflow's log_batch limits
 _PARAM_CHARS = 6000  # MLflow's limit on one parameter's value

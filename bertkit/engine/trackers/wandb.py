@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # at run time bertkit.engine.tracking imports this module, not the reverse
-    from bertkit.engine.tracking import RunInfo
+from bertkit.engine.trackers.base import RunInfo
 
 
 class WandbBackend:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bertkit.pipelines.predict_common import load_task_model, torch_threads
+from bertkit.pipelines.predict.common import load_task_model, torch_threads
 
 MAX_LEN, ROUNDS = 128, 3
 

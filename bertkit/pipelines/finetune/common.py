@@ -1,6 +1,6 @@
-"""What every fine-tuning pipeline shares: reading a task file, the epoch plan, best-model keeping and the
-summary entries of the loop. `finetune.py` (sequence tasks, and the dispatch on `task.kind`), `finetune_tokens.py`,
-`finetune_qa.py` and the distillation task stage all import it; it imports none of them."""
+"""What every fine-tuning pipeline shares: subsets of a task file, the epoch plan, best-model keeping and the
+summary entries of the loop. `run.py` (sequence tasks, and the dispatch on `task.kind`), `tokens.py`, `qa.py`
+and the distillation task stage all import it; it imports none of them."""
 
 from __future__ import annotations
 
@@ -14,26 +14,14 @@ import numpy as np
 from safetensors.torch import save_file
 from torch import nn
 
-from bertkit.config.schema import LOWER_IS_BETTER, TaskConfig, TrainConfig
-from bertkit.engine.checkpoint import list_checkpoints, load_state, read_weights
+from bertkit.config.schema import LOWER_IS_BETTER, TrainConfig
+from bertkit.engine.checkpoint import list_checkpoints, load_state
 from bertkit.engine.dist import is_main
 from bertkit.engine.loop import TrainResult
-from bertkit.tasks.data import TaskData, read_task_data
+from bertkit.modelio.weights import read_weights
+from bertkit.tasks.data import TaskData
 
 BEST_WEIGHTS = "best.safetensors"  # the best evaluation's weights while training; model/ gets them at the end
-
-
-def read_task_file(path: Path, task: TaskConfig, split: str | None) -> TaskData:
-    return read_task_data(
-        path,
-        task.text_field,
-        task.label_field,
-        task.text_pair_field,
-        split,
-        task.skip_bad_rows,
-        {"regression": "float", "multi-label": "list"}.get(task.kind, "str"),
-        task.label_separator,
-    )
 
 
 def subset(data: TaskData, indices: np.ndarray) -> TaskData:

@@ -31,8 +31,9 @@ from bertkit.distill.task_kinds import KINDS
 from bertkit.distill.teacher import Teacher
 from bertkit.errors import BertkitError
 from bertkit.models.pretraining import build_encoder
-from bertkit.pipelines.finetune_common import read_task_file, subset
+from bertkit.pipelines.finetune.common import subset
 from bertkit.tasks.classification import ClassificationBatches, encode_examples, evaluate_classifier, label_indices
+from bertkit.tasks.data import read_task_file
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """What `bertkit predict` shares across tasks: the model to run (a bertkit model in PyTorch, or an ONNX export in
-ONNX Runtime behind the same call), where predictions go, the device and threads to run on and the window
-length. `predict.py` (sequence and token tasks, and the dispatch on the model's architecture), `predict_qa.py`,
-`embed.py` and the ONNX export import it; it imports none of them."""
+ONNX Runtime behind the same call), where predictions go, the device and threads to run on. `run.py` (sequence
+and token tasks, and the dispatch on the model's architecture), `qa.py`, `speed.py` and bertkit/pipelines/embed.py
+import it; it imports none of them. The task architectures, building a fine-tuned model from its weights and the
+window length are bertkit/tasks/architectures.py's, which the ONNX export shares."""
 
 from __future__ import annotations
 
@@ -15,19 +16,11 @@ from pathlib import Path
 from typing import IO, Any
 
 import torch
-from torch import nn
 
 from bertkit.config.schema import ModelConfig
 from bertkit.errors import BertkitError
+from bertkit.tasks.architectures import TASK_ARCHITECTURES, build_task_model
 from bertkit.tokenizers.base import Tokenizer
-
-TASK_ARCHITECTURES = (
-    "sequence-classification",
-    "sequence-multi-label",
-    "sequence-regression",
-    "token-classification",
-    "question-answering",
-)
 
 
 @dataclass
@@ -44,32 +37,10 @@ class InferenceModel:
     backend: str  # "pytorch" or "onnxruntime"
 
 
-def build_task_model(architecture: str, meta: dict[str, Any], cfg: ModelConfig, weights: dict[str, torch.Tensor],
-                     source: str) -> nn.Module:  # fmt: skip
-    """The fine-tuned model of a task architecture with its weights loaded, in eval mode (dropout off)."""
-    from bertkit.engine.checkpoint import load_state
-    from bertkit.models.pretraining import build_encoder
-    from bertkit.tasks.classification import SequenceClassifier
-    from bertkit.tasks.qa import QuestionAnswerer
-    from bertkit.tasks.token_classification import TokenClassifier
-
-    labels = list(meta.get("labels") or [])
-    task = meta.get("task") or {}
-    if architecture == "question-answering":
-        model: nn.Module = QuestionAnswerer(build_encoder(cfg))
-    elif architecture == "token-classification":
-        model = TokenClassifier(build_encoder(cfg), len(labels), 0.0)
-    else:
-        outputs = 1 if architecture == "sequence-regression" else len(labels)
-        model = SequenceClassifier(build_encoder(cfg), outputs, 0.0, task.get("pool", "cls"))
-    load_state(model, weights, source)
-    return model.eval()
-
-
 def load_task_model(model_path: Path, device: str = "auto", threads: int = 0) -> InferenceModel:
     """A fine-tuned model for `predict`: a bertkit/HF model directory (PyTorch on `device`) or an ONNX export
     (ONNX Runtime on the CPU, `threads` intra-op threads), recognised by its metadata."""
-    from bertkit.modeldir import load_model_dir, onnx_export_dir
+    from bertkit.modelio.modeldir import load_model_dir, onnx_export_dir
 
     onnx_dir = onnx_export_dir(model_path)
     if onnx_dir is not None:
@@ -93,8 +64,8 @@ def load_task_model(model_path: Path, device: str = "auto", threads: int = 0) ->
 def load_onnx_export(onnx_dir: Path, threads: int = 0) -> InferenceModel:
     """An ONNX export's session, metadata, model configuration and tokenizer."""
     from bertkit.fsutil import read_json
-    from bertkit.modeldir import MODEL_META
-    from bertkit.pipelines.onnx_runtime import ONNX_GRAPH, OnnxRunner
+    from bertkit.interop.onnx_runtime import ONNX_GRAPH, OnnxRunner
+    from bertkit.modelio.modeldir import MODEL_META
     from bertkit.tokenizers.base import load_tokenizer
 
     meta = read_json(onnx_dir / MODEL_META, "model metadata")
@@ -147,9 +118,3 @@ def jsonl_sink(output: Path | None) -> Iterator[IO[str]]:
 def inference_device(device: str) -> torch.device:
     """`auto` is the GPU when there is one, else the CPU; `cpu` and `cuda` are taken as given."""
     return torch.device("cuda" if device == "auto" and torch.cuda.is_available() else device.replace("auto", "cpu"))
-
-
-def window_length(cfg: ModelConfig, task: dict[str, Any], max_seq_len: int | None) -> int:
-    """Tokens per input: --max-seq-len, else what the model was fine-tuned with, never more than its positions."""
-    limit = cfg.max_position_embeddings - cfg.position_offset
-    return min(max_seq_len or task.get("max_seq_len") or limit, limit)

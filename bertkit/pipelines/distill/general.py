@@ -1,7 +1,7 @@
 """`bertkit distill`: a teacher and a student recipe in, a smaller encoder that imitates the teacher out.
 
 The general stage distils on a pretraining corpus built with the teacher's tokenizer; the task stage (see
-`distill_task`) distils a fine-tuned teacher's classifier into a generally distilled student on labelled
+task.py's `distill_task`) distils a fine-tuned teacher's classifier into a generally distilled student on labelled
 data. Both are the one training loop with `DistillationObjective` (bertkit/distill/objective.py).
 """
 
@@ -27,7 +27,7 @@ from bertkit.distill.teacher import Teacher
 from bertkit.engine.dist import is_main
 from bertkit.engine.loop import TrainResult, train
 from bertkit.errors import BertkitError
-from bertkit.modeldir import save_model_dir
+from bertkit.modelio.modeldir import save_model_dir
 from bertkit.pipelines.pretrain import CheckedBatches, mlm_masking_spec
 from bertkit.pipelines.rundir import join_job, prepare_run_dir, write_summary
 from bertkit.tokenizers.base import load_tokenizer

@@ -3,7 +3,7 @@
 A fine-tuned teacher (a run of `bertkit finetune`: a classifier, a tagger or an extractive QA model; or a
 Hugging Face BERT/ALBERT/RoBERTa *ForSequenceClassification checkpoint, classes from its id2label) is
 distilled into a student on the task's labelled data (for classifiers augmented first with `bertkit
-augment`, as TinyBERT does). The teacher decides the kind (bertkit/pipelines/distill_task_data.py reads
+augment`, as TinyBERT does). The teacher decides the kind (bertkit/pipelines/distill/task_data.py reads
 the data for it; bertkit/distill/task_kinds.py says what a target is: a sequence, a word, a QA window):
 
 1. intermediate (tinybert only): embeddings, hidden states and attention scores through W_e / W_h along
@@ -46,8 +46,8 @@ from bertkit.engine.dist import is_main
 from bertkit.engine.loop import TrainResult, train
 from bertkit.errors import BertkitError
 from bertkit.fsutil import save_safetensors_atomic, write_json_atomic
-from bertkit.modeldir import encoder_weights, load_model_dir, save_model_dir
-from bertkit.pipelines.distill_task_data import TaskSetup, prepare_task
+from bertkit.modelio.modeldir import encoder_weights, load_model_dir, save_model_dir
+from bertkit.pipelines.distill.task_data import TaskSetup, prepare_task
 from bertkit.pipelines.rundir import join_job, prepare_run_dir, write_summary
 from bertkit.progress import stderr_console
 

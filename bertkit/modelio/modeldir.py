@@ -1,9 +1,10 @@
 """A bertkit model directory: `model.safetensors` + `bertkit_model.json` + the tokenizer files.
 
-`pretrain` and `finetune` write one as `RUN_DIR/model`; every command that takes a model accepts either
-that directory or the run directory around it, or a local Hugging Face checkpoint directory
-(`config.json` + `model.safetensors` + tokenizer files) of a supported family, read through the explicit
-key maps in bertkit/interop.
+`pretrain` and `finetune` write one as `RUN_DIR/model`. Every command that takes a model resolves its argument
+here, through `resolve_model_path`, in one order: that directory, or the run directory around it, or a local
+Hugging Face checkpoint directory (`config.json` + `model.safetensors` + tokenizer files) of a supported family,
+read through the explicit key maps in bertkit/interop; and, only where a teacher is loaded (`hub=True`), a
+Hugging Face hub name (bertkit/modelio/hub.py).
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ import torch
 from torch import nn
 
 from bertkit.config.schema import ModelConfig
-from bertkit.engine.checkpoint import WEIGHTS, read_weights, save_weights
 from bertkit.errors import BertkitError
 from bertkit.fsutil import atomic_output_dir, read_json
+from bertkit.modelio.weights import WEIGHTS, read_weights, save_weights
 from bertkit.tokenizers.base import Tokenizer, load_tokenizer
 
 MODEL_META = "bertkit_model.json"
@@ -51,6 +52,20 @@ def save_model_dir(
     return path
 
 
+def resolve_model_path(spec: str | Path, hub: bool = False) -> Path:
+    """The local model directory a model argument names: an existing directory as it is (a run directory gives
+    its `model/`), else with `hub` a hub name or one of hub.ALIASES, resolved through the hub cache (HF_HOME,
+    HF_HUB_OFFLINE). Without `hub` (every model argument but a teacher's) only a directory is a model."""
+    if hub:
+        from bertkit.modelio.hub import ALIASES, download, looks_like_path
+
+        path = Path(spec).expanduser()
+        if path.exists() or looks_like_path(str(spec)):
+            return find_model_dir(path)  # one clear error for a missing or foreign directory
+        return download(ALIASES.get(str(spec), str(spec)))
+    return find_model_dir(Path(spec))
+
+
 def find_model_dir(path: Path) -> Path:
     from bertkit.interop.hf import is_hf_dir
 
@@ -77,15 +92,18 @@ def onnx_export_dir(path: Path) -> Path | None:
     return None
 
 
-def load_model_dir(path: Path) -> tuple[Path, dict[str, Any], ModelConfig, dict[str, torch.Tensor], Tokenizer]:
-    """Return (model dir, metadata, model config, weights, tokenizer), checking they agree.
+def load_model_dir(
+    path: str | Path, hub: bool = False
+) -> tuple[Path, dict[str, Any], ModelConfig, dict[str, torch.Tensor], Tokenizer]:
+    """Return (model dir, metadata, model config, weights, tokenizer) of the model `path` names (resolved by
+    `resolve_model_path`; `hub`: a hub name too), checking they agree.
 
     Weights are in the key space of bertkit's pretraining model (`encoder.*`, `mlm_head.*`, ...) or of its
     fine-tuned models (`encoder.*`, `classifier.*`). For a Hugging Face directory the metadata names the HF
     architecture and the heads found, as `objective`; a BERT, ALBERT or RoBERTa *ForSequenceClassification
     checkpoint is described as a bertkit fine-tuned classifier (architecture, labels from id2label).
     """
-    model_dir = find_model_dir(path)
+    model_dir = resolve_model_path(path, hub)
     if (model_dir / MODEL_META).is_file():
         meta = read_json(model_dir / MODEL_META, "model metadata")
         if meta.get("format") == ONNX_FORMAT:

@@ -4,10 +4,16 @@
 `bertkit predict`, `bertkit embed` and the export's accuracy gate hand an `OnnxRunner` to the same code they hand
 a torch module (tokenisation, length-sorted batching, the task's scoring and output writing), so the two
 back-ends cannot drift apart: only the forward pass differs.
+
+Also what the export (onnx_export.py) and its quantiser (onnx_quantize.py) share with it: the graph's file name,
+the check that the `onnx` extra is installed, and the silencing of the ONNX tools' loggers.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -28,6 +34,29 @@ def import_onnxruntime() -> ModuleType:
     except ImportError:
         raise BertkitError(f"ONNX models need onnx and onnxruntime, which are not installed: {INSTALL_HINT}") from None
     return onnxruntime
+
+
+def require_onnx() -> None:
+    """The export needs onnx (the exporter writes through it), onnxscript (torch.export's ONNX translator) and
+    onnxruntime (the parity check, quantisation): all three come with the `onnx` extra."""
+    import importlib.util
+
+    missing = [name for name in ("onnx", "onnxscript", "onnxruntime") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise BertkitError(f"--to onnx needs {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} "
+                           f"not installed: {INSTALL_HINT}")  # fmt: skip
+
+
+@contextlib.contextmanager
+def quiet_loggers() -> Iterator[None]:
+    """torch.export, onnxscript and the quantiser log their passes (up to WARNING level, e.g. "consider
+    pre-processing") on the root logger: progress of theirs, not the user's business. Restored afterwards."""
+    before = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        yield
+    finally:
+        logging.disable(before)
 
 
 class OnnxRunner:

@@ -21,21 +21,11 @@ from bertkit.engine.device import resolve_device
 from bertkit.engine.dist import is_main
 from bertkit.engine.loop import train
 from bertkit.errors import BertkitError
-from bertkit.modeldir import encoder_weights, load_model_dir, save_model_dir
+from bertkit.modelio.modeldir import encoder_weights, load_model_dir, save_model_dir
 from bertkit.models.pretraining import build_encoder
-
-# plan_epochs, read_task_file and subset are also imported from here (bertkit/pipelines/distill_task.py): their
-# home is finetune_common, re-exported so that imports of the old place keep working.
-from bertkit.pipelines.finetune_common import (
-    BestModel,
-    plan_epochs,
-    read_task_file,
-    skipped_summary,
-    subset,
-    training_summary,
-)
-from bertkit.pipelines.finetune_qa import finetune_qa
-from bertkit.pipelines.finetune_tokens import finetune_tokens
+from bertkit.pipelines.finetune.common import BestModel, plan_epochs, skipped_summary, subset, training_summary
+from bertkit.pipelines.finetune.qa import finetune_qa
+from bertkit.pipelines.finetune.tokens import finetune_tokens
 from bertkit.pipelines.rundir import join_job, prepare_run_dir, write_summary
 from bertkit.tasks.classification import (
     ClassificationBatches,
@@ -50,7 +40,7 @@ from bertkit.tasks.classification import (
     multi_label_objective,
     regression_objective,
 )
-from bertkit.tasks.data import TaskData
+from bertkit.tasks.data import TaskData, read_task_file
 
 # What bertkit_model.json calls each task's model (predict and export read it).
 ARCHITECTURES = {

@@ -22,9 +22,10 @@ import torch
 
 from bertkit.corpus.loader import pad_batch
 from bertkit.errors import BertkitError
-from bertkit.pipelines.predict_common import jsonl_sink, load_task_model, torch_threads, window_length
-from bertkit.pipelines.predict_qa import predict_qa
+from bertkit.pipelines.predict.common import jsonl_sink, load_task_model, torch_threads
+from bertkit.pipelines.predict.qa import predict_qa
 from bertkit.progress import Tracker
+from bertkit.tasks.architectures import window_length
 from bertkit.tasks.classification import encode_examples
 from bertkit.tasks.data import file_format
 from bertkit.tasks.token_classification import encode_words, entities, split_words, word_offsets

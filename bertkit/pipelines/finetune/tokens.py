@@ -1,5 +1,5 @@
 """`bertkit finetune --task token-classification`: NER or POS tagging. The same run directory, loop, epoch
-plan and best-model keeping as sequence tasks (bertkit/pipelines/finetune_common.py); here only the data, the head
+plan and best-model keeping as sequence tasks (bertkit/pipelines/finetune/common.py); here only the data, the head
 and the metrics differ. Every file is read and its tags checked before the run directory is created."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from bertkit.engine.device import resolve_device
 from bertkit.engine.dist import is_main
 from bertkit.engine.loop import train
 from bertkit.errors import BertkitError
-from bertkit.modeldir import encoder_weights, load_model_dir, save_model_dir
+from bertkit.modelio.modeldir import encoder_weights, load_model_dir, save_model_dir
 from bertkit.models.pretraining import build_encoder
-from bertkit.pipelines.finetune_common import BestModel, plan_epochs, training_summary
+from bertkit.pipelines.finetune.common import BestModel, plan_epochs, training_summary
 from bertkit.pipelines.rundir import prepare_run_dir, write_summary
 from bertkit.tasks.token_classification import (
     TokenBatches,

@@ -1,5 +1,5 @@
 """`bertkit finetune --task question-answering`: extractive QA on SQuAD v1.1 / v2.0 data. The same run
-directory, loop, epoch plan and best-model keeping as the other tasks (bertkit/pipelines/finetune_common.py); the
+directory, loop, epoch plan and best-model keeping as the other tasks (bertkit/pipelines/finetune/common.py); the
 data, head, post-processing and metrics live in bertkit/tasks/qa.py. Every file is read and every training
 answer checked before the run directory is created."""
 
@@ -17,9 +17,9 @@ from bertkit.engine.device import resolve_device
 from bertkit.engine.dist import is_main
 from bertkit.engine.loop import train
 from bertkit.errors import BertkitError
-from bertkit.modeldir import encoder_weights, load_model_dir, save_model_dir
+from bertkit.modelio.modeldir import encoder_weights, load_model_dir, save_model_dir
 from bertkit.models.pretraining import build_encoder
-from bertkit.pipelines.finetune_common import BestModel, plan_epochs, skipped_summary, training_summary
+from bertkit.pipelines.finetune.common import BestModel, plan_epochs, skipped_summary, training_summary
 from bertkit.pipelines.rundir import prepare_run_dir, write_summary
 from bertkit.tasks.qa import (
     QABatches,
