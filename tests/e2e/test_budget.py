@@ -80,6 +80,8 @@ def test_wsd_decay_share_lands_on_the_deadline(corpus_dir: Path, tmp_path: Path)
     assert summary["stopped"] == "budget"
 
 
+# A slow check (the default suite's time limit): tests/e2e/test_resume.py kills and resumes step runs bitwise there.
+@pytest.mark.slow
 def test_token_budget_killed_at_half_resumes_bitwise(corpus_dir: Path, tmp_path: Path) -> None:
     """SIGKILL after the checkpoint at step 12 of a ~24-step budget; resumed, the same curve and weights."""
     budget = ["--budget", "11000tok"]
