@@ -44,7 +44,7 @@ def export_command(
     from bertkit.errors import BertkitError
 
     if to == "onnx":
-        from bertkit.interop.onnx_export import export_onnx
+        from bertkit.export.onnx import export_onnx
 
         if head != "auto":
             raise BertkitError("--head applies to --to hf; an ONNX export keeps a fine-tuned model's task head")
@@ -54,6 +54,6 @@ def export_command(
         raise BertkitError(f"--to {to} is not supported; use --to hf or --to onnx")
     if quantize != "none" or eval_file is not None:
         raise BertkitError("--quantize and --eval apply to --to onnx")
-    from bertkit.interop.export import export_hf
+    from bertkit.export.hf import export_hf
 
     emit(export_hf(model, output, head, overwrite), json_out, "export done")

@@ -24,11 +24,12 @@ import numpy as np
 
 from bertkit.corpus.masking import STRATEGIES, MaskingSpec, mask_tokens
 from bertkit.corpus.pack import FORMATS, LAYOUTS, PAIR_FORMATS, Document, Packer, PackStats
-from bertkit.corpus.remote import build_to_url, is_url, local_tokenizer
+from bertkit.corpus.remote import build_to_url
 from bertkit.corpus.sentences import get_splitter
 from bertkit.corpus.shards import MANIFEST, ShardWriter
 from bertkit.errors import BertkitError
 from bertkit.fsutil import atomic_output_dir, read_json
+from bertkit.inputs.remote import is_url, local_tokenizer
 from bertkit.inputs.sources import ReadStats, expand_inputs, iter_documents
 from bertkit.tokenizers.base import Tokenizer, load_tokenizer
 

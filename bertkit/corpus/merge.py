@@ -27,7 +27,7 @@ from bertkit.corpus.build import (
     write_corpus,
 )
 from bertkit.corpus.pack import Document
-from bertkit.corpus.remote import build_to_url, is_url
+from bertkit.corpus.remote import build_to_url
 from bertkit.corpus.shards import sha256_file
 from bertkit.corpus.tasks import (
     DOCUMENTS,
@@ -43,6 +43,7 @@ from bertkit.corpus.tasks import (
 )
 from bertkit.errors import BertkitError
 from bertkit.fsutil import atomic_output_dir, read_json
+from bertkit.inputs.remote import is_url
 from bertkit.inputs.sources import ReadStats
 from bertkit.tokenizers.base import load_tokenizer
 

@@ -39,11 +39,11 @@ from bertkit.corpus.build import (
     document_chars,
     tokenize_blocks,
 )
-from bertkit.corpus.remote import local_tokenizer
 from bertkit.corpus.sentences import get_splitter
 from bertkit.corpus.shards import _Stream, sha256_file, token_dtype
 from bertkit.errors import BertkitError
 from bertkit.fsutil import atomic_output_dir, read_json, write_json_atomic
+from bertkit.inputs.remote import local_tokenizer
 from bertkit.inputs.sources import ReadStats, expand_inputs, iter_documents
 from bertkit.tokenizers.base import Tokenizer, load_tokenizer
 

@@ -54,7 +54,7 @@ def _dataset_splits(path: Path) -> list[Path]:
 def expand_inputs(inputs: list[str] | list[Path]) -> list[Path]:
     """Expand globs, keep order, and fail early (before any output exists) on a missing file. URLs give
     `RemoteFile`s, which read like Paths."""
-    from bertkit.corpus.remote import RemoteFile, expand_url, is_url
+    from bertkit.inputs.remote import RemoteFile, expand_url, is_url
 
     paths: list[Path] = []
     for item in inputs:
@@ -63,7 +63,7 @@ def expand_inputs(inputs: list[str] | list[Path]) -> list[Path]:
             continue
         text = str(item)
         if is_url(item):
-            # An s3:// (fsspec) URL or URL glob: files read streaming from the bucket (bertkit/corpus/remote.py).
+            # An s3:// (fsspec) URL or URL glob: files read streaming from the bucket (bertkit/inputs/remote.py).
             paths.extend(expand_url(text))  # type: ignore[arg-type]
             continue
         matches = sorted(glob.glob(text)) if any(ch in text for ch in "*?[") else [text]

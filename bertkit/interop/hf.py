@@ -1,15 +1,14 @@
-"""Hugging Face interchange: read HF checkpoints into bertkit's models and write bertkit models as HF
-checkpoints (config.json + model.safetensors + tokenizer files), through one explicit key map per family
-(hf_bert, hf_albert, hf_electra, hf_distilbert, hf_bigbird, hf_xlnet, hf_modernbert). Every HF tensor is either mapped,
-knowingly ignored (buffers and tied copies), or an error. `transformers` itself is never imported here.
+"""Hugging Face interchange: translate HF checkpoints (config.json dict + state dict) into bertkit's configs and
+weights and back, through one explicit key map per family (hf_bert, hf_albert, hf_electra, hf_distilbert,
+hf_bigbird, hf_xlnet, hf_modernbert). Every HF tensor is either mapped, knowingly ignored (buffers and tied copies),
+or an error. No file is read or written here (an HF directory on disk is bertkit/modelio/hf_dir.py's), and
+`transformers` itself is never imported.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
 
@@ -19,10 +18,8 @@ from bertkit.config.schema import ModelConfig, ObjectiveConfig
 from bertkit.errors import BertkitError
 from bertkit.interop import hf_albert, hf_bert, hf_bigbird, hf_distilbert, hf_electra, hf_modernbert, hf_xlnet
 from bertkit.interop.keymap import Entry, linear, to_hf, to_ours
-from bertkit.modelio.weights import read_weights
 
 HFHead = Literal["pretraining", "mlm", "base", "generator", "classifier"]
-HF_CONFIG, HF_WEIGHTS = "config.json", "model.safetensors"
 
 # HF model_type -> (key map module, prefix of the base model inside task models, class prefix)
 _MODEL_TYPES: dict[str, tuple[ModuleType, str, str]] = {
@@ -228,37 +225,6 @@ def _check_shapes(cfg: ModelConfig, weights: dict[str, torch.Tensor], source: st
             )
 
 
-def is_hf_dir(path: Path) -> bool:
-    return (Path(path) / HF_CONFIG).is_file()
-
-
-def load_hf_dir(directory: Path) -> HFModel:
-    """Read `config.json` and `model.safetensors` from a local HF directory (never pickle files)."""
-    directory = Path(directory)
-    config_file, weights_file = directory / HF_CONFIG, directory / HF_WEIGHTS
-    if not config_file.is_file():
-        raise BertkitError(f"{directory} has no config.json; not a Hugging Face model directory")
-    if not weights_file.is_file():
-        raise BertkitError(f"{directory} has no model.safetensors (bertkit never loads pickled .bin weights)")
-    try:
-        hf_config = json.loads(config_file.read_text("utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise BertkitError(f"{config_file} is not valid JSON: {err}") from None
-    try:
-        return from_hf_state(hf_config, read_weights(weights_file), str(directory))
-    except KeyError as err:
-        raise BertkitError(f"{config_file} lacks the field {err}") from None
-    except ValueError as err:  # pydantic's ValidationError: a config bertkit's ModelConfig rejects
-        detail = " ".join(str(err).split())
-        raise BertkitError(f"{config_file} describes a model bertkit cannot build: {detail[:300]}") from None
-
-
-def load_hf_encoder(directory: Path) -> tuple[ModelConfig, dict[str, torch.Tensor]]:
-    """The encoder alone (keys without the `encoder.` prefix), as the walking skeleton exposed it."""
-    model = load_hf_dir(directory)
-    return model.config, {k.removeprefix("encoder."): v for k, v in model.weights.items() if k.startswith("encoder.")}
-
-
 # ---------------------------------------------------------------------------------------------- export
 
 
@@ -394,10 +360,3 @@ def to_hf_task_checkpoint(
             "sequence-multi-label": "multi_label_classification",
         }.get(architecture, "single_label_classification")
     return config, to_hf(entries, weights)
-
-
-def write_hf_dir(directory: Path, config: dict[str, Any], state: dict[str, torch.Tensor]) -> None:
-    from safetensors.torch import save_file
-
-    (directory / HF_CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    save_file(state, str(directory / HF_WEIGHTS), metadata={"format": "pt"})

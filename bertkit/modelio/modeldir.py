@@ -3,8 +3,8 @@
 `pretrain` and `finetune` write one as `RUN_DIR/model`. Every command that takes a model resolves its argument
 here, through `resolve_model_path`, in one order: that directory, or the run directory around it, or a local
 Hugging Face checkpoint directory (`config.json` + `model.safetensors` + tokenizer files) of a supported family,
-read through the explicit key maps in bertkit/interop; and, only where a teacher is loaded (`hub=True`), a
-Hugging Face hub name (bertkit/modelio/hub.py).
+read by bertkit/modelio/hf_dir.py through the explicit key maps in bertkit/interop; and, only where a teacher is
+loaded (`hub=True`), a Hugging Face hub name (bertkit/modelio/hub.py).
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def resolve_model_path(spec: str | Path, hub: bool = False) -> Path:
 
 
 def find_model_dir(path: Path) -> Path:
-    from bertkit.interop.hf import is_hf_dir
+    from bertkit.modelio.hf_dir import is_hf_dir
 
     path = Path(path)
     for candidate in (path, path / "model"):
@@ -118,7 +118,7 @@ def load_model_dir(
             raise BertkitError(f"{model_dir / MODEL_META} has an invalid model section: {err}") from None
         weights = read_weights(model_dir / WEIGHTS)
     else:
-        from bertkit.interop.hf import load_hf_dir
+        from bertkit.modelio.hf_dir import load_hf_dir
 
         hf = load_hf_dir(model_dir)
         cfg, weights = hf.config, hf.weights

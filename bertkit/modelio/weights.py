@@ -1,6 +1,6 @@
 """Model weights on disk: one safetensors file (`model.safetensors`), written under a temporary name and renamed,
 and read back with one clear error for a missing, corrupt or truncated file. Model directories
-(bertkit/modelio/modeldir.py), Hugging Face checkpoints (bertkit/interop/hf.py) and training checkpoints
+(bertkit/modelio/modeldir.py), Hugging Face checkpoints (bertkit/modelio/hf_dir.py) and training checkpoints
 (bertkit/engine/checkpoint.py) all go through it."""
 
 from __future__ import annotations

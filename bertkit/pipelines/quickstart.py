@@ -10,8 +10,8 @@ from typing import Any
 from bertkit.config.recipe import load_distill_recipe, load_recipe
 from bertkit.corpus.build import BuildOptions, build_corpus
 from bertkit.data.samples import write_sample_data
+from bertkit.export.onnx import export_onnx
 from bertkit.fsutil import check_output_dir
-from bertkit.interop.onnx_export import export_onnx
 from bertkit.pipelines.compress import CompressOptions, compress
 from bertkit.pipelines.distill.general import distill_general
 from bertkit.pipelines.finetune.run import finetune
@@ -124,7 +124,7 @@ def serve_int8(student: Path, teacher: Path, held_out_file: Path, output: Path, 
     the fine-tuned model it was distilled from (the teacher, in PyTorch), one thread each: the speed-up of the
     whole path, distillation then quantisation. Without the onnx extra the stage is skipped, saying so."""
     from bertkit.errors import BertkitError
-    from bertkit.interop.onnx_runtime import require_onnx
+    from bertkit.export.onnx_runtime import require_onnx
 
     try:
         require_onnx()

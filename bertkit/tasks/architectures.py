@@ -1,6 +1,6 @@
 """The fine-tuned models bertkit serves: the task architectures a model directory's metadata names, the
 task model built from its weights, and the window length it reads. `bertkit predict`, `bertkit embed` and
-the ONNX export (bertkit/interop) all import it."""
+the ONNX export (bertkit/export) all import it."""
 
 from __future__ import annotations
 

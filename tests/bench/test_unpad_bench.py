@@ -177,7 +177,8 @@ def modern_setup(minilm_dir: Path, reviews: tuple[list[str], np.ndarray], tmp_pa
     transformers = pytest.importorskip("transformers")
     from bertkit.config.recipe import load_recipe
     from bertkit.config.schema import ModelConfig
-    from bertkit.interop.hf import to_hf_task_checkpoint, write_hf_dir
+    from bertkit.interop.hf import to_hf_task_checkpoint
+    from bertkit.modelio.hf_dir import write_hf_dir
     from bertkit.modelio.modeldir import load_model_dir
     from bertkit.tasks.classification import encode_examples
 

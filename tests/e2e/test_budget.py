@@ -188,7 +188,7 @@ def test_target_accuracy_stops_and_says_when(corpus_dir: Path, tmp_path: Path) -
 
 def test_snapshots_at_shares_load_in_transformers(corpus_dir: Path, tmp_path: Path) -> None:
     pytest.importorskip("transformers")
-    from bertkit.interop.export import export_hf
+    from bertkit.export.hf import export_hf
 
     run = tmp_path / "run"
     summary = pretrain(corpus_dir, run, *sets(train__snapshot_every_share=0.5), "--budget", "6000tok")

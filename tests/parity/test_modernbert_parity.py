@@ -20,8 +20,9 @@ transformers = pytest.importorskip("transformers")
 from bertkit.engine.unpad import configure_unpad  # noqa: E402
 from bertkit.errors import BertkitError  # noqa: E402
 from bertkit.interop import hf_modernbert  # noqa: E402
-from bertkit.interop.hf import load_hf_dir, to_hf_checkpoint, to_hf_task_checkpoint, write_hf_dir  # noqa: E402
+from bertkit.interop.hf import to_hf_checkpoint, to_hf_task_checkpoint  # noqa: E402
 from bertkit.interop.keymap import to_ours  # noqa: E402
+from bertkit.modelio.hf_dir import load_hf_dir, write_hf_dir  # noqa: E402
 from bertkit.models import modernbert as modernbert_module  # noqa: E402
 from bertkit.models.pretraining import build_encoder, build_pretraining_model  # noqa: E402
 from bertkit.tasks.classification import SequenceClassifier  # noqa: E402

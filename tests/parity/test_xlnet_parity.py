@@ -12,7 +12,8 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from bertkit.interop.hf import load_hf_dir, to_hf_checkpoint, write_hf_dir  # noqa: E402
+from bertkit.interop.hf import to_hf_checkpoint  # noqa: E402
+from bertkit.modelio.hf_dir import load_hf_dir, write_hf_dir  # noqa: E402
 from bertkit.models.pretraining import build_pretraining_model  # noqa: E402
 
 TOL = 1e-4

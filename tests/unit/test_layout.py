@@ -2,6 +2,7 @@
 functions and under `if TYPE_CHECKING:` included, since each one is a dependency a reader has to follow.
 
 - no two bertkit modules import each other, directly or through others;
+- nor do two packages (bertkit.X: a subpackage, or a top-level module such as errors.py), so they stack in layers;
 - only the CLI (and `python -m bertkit`) imports the CLI;
 - only the CLI and the pipelines import the pipelines: the parts below them never reach up;
 - models are forward passes: nothing of training, data, distillation, pipelines or the CLI.
@@ -113,6 +114,27 @@ def test_the_graph_sees_every_kind_of_import() -> None:
 
 def test_no_import_cycles() -> None:
     assert _cycles(_import_graph()) == []
+
+
+def _package(module: str) -> str:
+    """bertkit.X for the modules of subpackage X and for the top-level module X; `bertkit` for the root itself."""
+    return ".".join(module.split(".")[:2])
+
+
+def _package_graph() -> dict[str, set[str]]:
+    """Package -> the other packages its modules import."""
+    graph: dict[str, set[str]] = defaultdict(set)
+    for name, targets in _import_graph().items():
+        package = _package(name)
+        graph[package].update(_package(t) for t in targets if _package(t) != package)
+    return dict(graph)
+
+
+def test_no_import_cycles_between_packages() -> None:
+    graph = _package_graph()
+    assert {"bertkit.cli", "bertkit.modelio", "bertkit.errors", "bertkit.fsutil", "bertkit.__main__"} <= set(graph)
+    assert "bertkit.cli" in graph["bertkit.__main__"]
+    assert _cycles(graph) == []
 
 
 def test_only_the_cli_imports_the_cli() -> None:

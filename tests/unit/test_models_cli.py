@@ -101,7 +101,7 @@ def test_export_every_family_loads_cleanly(name: str, tmp_path: Path, tokenizer_
 
 def test_init_from_real_minilm(tmp_path: Path, minilm_dir: Path, text_file: Path) -> None:
     from bertkit.corpus.build import BuildOptions, build_corpus
-    from bertkit.interop.hf import load_hf_dir
+    from bertkit.modelio.hf_dir import load_hf_dir
     from bertkit.modelio.weights import read_weights
 
     build_corpus([text_file], minilm_dir, tmp_path / "corpus", BuildOptions(max_seq_len=32))

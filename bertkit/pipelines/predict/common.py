@@ -63,8 +63,8 @@ def load_task_model(model_path: Path, device: str = "auto", threads: int = 0) ->
 
 def load_onnx_export(onnx_dir: Path, threads: int = 0) -> InferenceModel:
     """An ONNX export's session, metadata, model configuration and tokenizer."""
+    from bertkit.export.onnx_runtime import ONNX_GRAPH, OnnxRunner
     from bertkit.fsutil import read_json
-    from bertkit.interop.onnx_runtime import ONNX_GRAPH, OnnxRunner
     from bertkit.modelio.modeldir import MODEL_META
     from bertkit.tokenizers.base import load_tokenizer
 

@@ -7,7 +7,7 @@
 A fine-tuned model is traced with its task head (outputs `logits`, or `start_logits`/`end_logits` for question
 answering); any other model as its encoder pooled inside the graph (outputs `mean` and `cls`, what `bertkit
 embed` computes). The graph is checked against PyTorch before anything is written, and the int8 graph against
-the fp32 one on `--eval FILE` when given (bertkit/interop/onnx_quantize.py).
+the fp32 one on `--eval FILE` when given (bertkit/export/onnx_quantize.py).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import torch
 from torch import nn
 
 from bertkit.errors import BertkitError
+from bertkit.export.onnx_runtime import ONNX_GRAPH, OnnxRunner, quiet_loggers, require_onnx
 from bertkit.fsutil import atomic_output_dir, check_output_dir, write_json_atomic
-from bertkit.interop.onnx_runtime import ONNX_GRAPH, OnnxRunner, quiet_loggers, require_onnx
 from bertkit.modelio.modeldir import MODEL_META, ONNX_FORMAT, load_model_dir
 from bertkit.tasks.architectures import TASK_ARCHITECTURES, build_task_model
 
@@ -61,7 +61,7 @@ def export_onnx(
 ) -> dict[str, Any]:
     """Write the ONNX directory (see the module docstring) and return a summary. With `quantize="int8"` and an
     `eval_file`, refuse (BertkitError, nothing written) when int8 scores more than `max_drop` points below fp32."""
-    from bertkit.interop.onnx_quantize import GateScorer, quantize_int8
+    from bertkit.export.onnx_quantize import GateScorer, quantize_int8
 
     if quantize not in QUANTIZE:
         raise BertkitError(f"--quantize takes none or int8, not '{quantize}'")

@@ -34,7 +34,7 @@ def quantize_int8(fp32: Path, int8: Path) -> None:
     uint8 activations quantised at run time."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    from bertkit.interop.onnx_runtime import quiet_loggers
+    from bertkit.export.onnx_runtime import quiet_loggers
 
     with quiet_loggers():
         quantize_dynamic(str(fp32), str(int8), weight_type=QuantType.QInt8)

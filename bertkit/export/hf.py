@@ -7,15 +7,8 @@ from typing import Any
 
 from bertkit.errors import BertkitError
 from bertkit.fsutil import atomic_output_dir
-from bertkit.interop.hf import (
-    HF_CONFIG,
-    HF_WEIGHTS,
-    TASK_CLASSES,
-    HFHead,
-    to_hf_checkpoint,
-    to_hf_task_checkpoint,
-    write_hf_dir,
-)
+from bertkit.interop.hf import TASK_CLASSES, HFHead, to_hf_checkpoint, to_hf_task_checkpoint
+from bertkit.modelio.hf_dir import HF_CONFIG, HF_WEIGHTS, write_hf_dir
 from bertkit.modelio.modeldir import load_model_dir
 
 HEADS: tuple[str, ...] = ("auto", "pretraining", "mlm", "base", "generator", "classifier")

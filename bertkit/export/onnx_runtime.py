@@ -5,7 +5,7 @@
 a torch module (tokenisation, length-sorted batching, the task's scoring and output writing), so the two
 back-ends cannot drift apart: only the forward pass differs.
 
-Also what the export (onnx_export.py) and its quantiser (onnx_quantize.py) share with it: the graph's file name,
+Also what the export (onnx.py) and its quantiser (onnx_quantize.py) share with it: the graph's file name,
 the check that the `onnx` extra is installed, and the silencing of the ONNX tools' loggers.
 """
 
