@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from bertkit.cli.common import JSON_HELP, OVERWRITE_HELP, QUIET_HELP, guarded
+from bertkit.cli.common import JSON_HELP, OVERWRITE_HELP, QUIET_HELP, emit, guarded
 
 
 @guarded
@@ -29,12 +29,7 @@ def quickstart_command(
     from bertkit.pipelines.quickstart import quickstart, sample_data
 
     if data_only:
-        written = sample_data(output, overwrite, quiet)
-        if json_out:
-            print(json.dumps(written, default=str))
-        elif not quiet:
-            for name, path in written.items():
-                typer.echo(f"{name}: {path}")
+        emit(sample_data(output, overwrite), json_out, "sample data written")
         return
     result = quickstart(output, overwrite, quiet, pretrain_steps, finetune_steps)
     if json_out:

@@ -10,7 +10,9 @@ from bertkit.cli.pretrain import SET_HELP
 app = typer.Typer(help="List recipes and show them resolved and validated.", no_args_is_help=True)
 
 
-def _describe(name: str, overrides: list[str] | None = None) -> dict:
+def describe_recipe(name: str, overrides: list[str] | None = None) -> dict:
+    """Name, kind, description and (pretraining recipes) parameter count: what `recipes list` shows, and the
+    recipes reference page (docs/_gen/reference.py) reads."""
     from bertkit.config.recipe import load_recipe
 
     recipe = load_recipe(name, overrides)
@@ -33,7 +35,7 @@ def list_command(
 
     from bertkit.config.recipe import recipe_names
 
-    rows = [_describe(name) for name in recipe_names()]
+    rows = [describe_recipe(name) for name in recipe_names()]
     if json_out:
         print(json.dumps({"recipes": rows}))
         return
@@ -94,7 +96,7 @@ def show_command(
         )
     recipe = load_recipe(name, list(set_))
     resolved = recipe.model_dump(mode="json")
-    info = _describe(name, list(set_))
+    info = describe_recipe(name, list(set_))
     if used_by is not None:
         info["used_by"] = used_by
     if json_out:

@@ -11,7 +11,7 @@ from bertkit.config.recipe import load_distill_recipe, load_recipe
 from bertkit.corpus.build import BuildOptions, build_corpus
 from bertkit.data.samples import write_sample_data
 from bertkit.export.onnx import export_onnx
-from bertkit.fsutil import check_output_dir
+from bertkit.fsutil import atomic_output_dir, check_output_dir
 from bertkit.pipelines.compress import CompressOptions, compress
 from bertkit.pipelines.distill.general import distill_general
 from bertkit.pipelines.finetune.run import finetune
@@ -107,11 +107,9 @@ def quickstart(
 HELD_OUT_REVIEWS, COMPRESS_REVIEWS = 1000, 2000
 
 
-def sample_data(output: Path, overwrite: bool = False, quiet: bool = False) -> dict[str, str]:
+def sample_data(output: Path, overwrite: bool = False) -> dict[str, str]:
     """Only the quickstart's data, under OUTPUT/data: pretraining text and the review splits, for a user who runs
     each command by hand (the getting-started guide). Built beside the output and renamed, like every output."""
-    from bertkit.fsutil import atomic_output_dir
-
     with atomic_output_dir(output, overwrite=overwrite) as tmp:
         data = write_sample_data(tmp / "data")
         splits = split_reviews(data["sentiment"], tmp / "data")

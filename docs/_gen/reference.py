@@ -626,19 +626,15 @@ KIND_NOTES = {
 
 
 def shipped_recipes() -> list[tuple[str, Path, Any, int | None]]:
-    """(name, file, resolved recipe, parameter count or None) of every recipe `bertkit recipes list` shows."""
+    """(name, file, resolved recipe, parameter count or None) of every recipe `bertkit recipes list` shows,
+    counted by the same function that command uses."""
+    from bertkit.cli.recipes import describe_recipe
     from bertkit.config.recipe import load_recipe, recipe_names, resolve_recipe_path
 
-    found = []
-    for name in recipe_names():
-        recipe = load_recipe(name)
-        parameters = None
-        if recipe.kind == "pretrain":
-            from bertkit.models.pretraining import count_parameters
-
-            parameters = count_parameters(recipe.model, objective=recipe.objective)
-        found.append((name, resolve_recipe_path(name), recipe, parameters))
-    return found
+    return [
+        (name, resolve_recipe_path(name), load_recipe(name), describe_recipe(name).get("parameters"))
+        for name in recipe_names()
+    ]
 
 
 def _leading_comment(text: str) -> str:
