@@ -149,6 +149,11 @@ def score(model_dir: Path, evaluation: dict, batch: int = 50) -> float:
     return right / total
 
 
+def overrides(sets: dict[str, object]) -> list[str]:
+    """bertkit's `--set key=value` arguments for these recipe fields."""
+    return [arg for key, value in sets.items() for arg in ("--set", f"{key}={value}")]
+
+
 def pinned(cores: set[int]):
     """Run the child on these cores (side by side: one core each; one after the other: all of them)."""
     return lambda: os.sched_setaffinity(0, cores)
@@ -161,9 +166,7 @@ def launch_bertkit(paths: dict[str, Path], output: Path, recipe: str, budget: st
             "train.log_every": 50, "train.snapshot_every_share": 1 / SNAPSHOTS, "train.eval_every_share": 1 / SNAPSHOTS,
             "train.eval_batches": 4}  # fmt: skip
     args = [sys.executable, "-m", "bertkit", "pretrain", "-r", recipe, "-c", str(paths["corpus"]), "-o", str(output),
-            "--budget", budget, "--overwrite", "--json", "--quiet"]  # fmt: skip
-    for key, value in sets.items():
-        args += ["--set", f"{key}={value}"]
+            "--budget", budget, "--overwrite", "--json", "--quiet", *overrides(sets)]  # fmt: skip
     return subprocess.Popen([*args, *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=pinned(cores))  # fmt: skip
 
@@ -218,10 +221,9 @@ PROBE = ["--feature-based", "--pool", "mean", "--set", "optim.lr=1e-3", "--set",
 def untrained(paths: dict[str, Path], work: Path, recipe: str) -> Path:
     """bertkit's encoder at its initial weights (one step at a rate of 1e-12): the floor of the downstream rows."""
     output = work / "untrained"
-    args = ["pretrain", "-r", recipe, "-c", paths["corpus"], "-o", output, "--overwrite"]
-    for key, value in {**shape_of(recipe), "train.steps": 1, "optim.lr": 1e-12, "engine.threads": 2}.items():
-        args += ["--set", f"{key}={value}"]
-    return Path(bertkit(*args)["model_dir"])
+    sets = {**shape_of(recipe), "train.steps": 1, "optim.lr": 1e-12, "engine.threads": 2}
+    summary = bertkit("pretrain", "-r", recipe, "-c", paths["corpus"], "-o", output, "--overwrite", *overrides(sets))
+    return Path(summary["model_dir"])
 
 
 def downstream(work: Path, models: dict[str, Path]) -> dict[str, dict[str, float]]:
