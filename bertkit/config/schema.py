@@ -90,6 +90,10 @@ class ModelConfig(StrictModel):
     local_attention: int | None = Field(None, gt=0)
     # ModernBERT: layer i attends globally when i % n == 0 (see global_rope_theta).
     global_attn_every_n_layers: int | None = Field(None, gt=0)
+    # ModernBERT: biases in every linear layer and LayerNorm of the encoder and of the heads' dense and norm
+    # (transformers' attention_bias, mlp_bias, norm_bias and classifier_bias together). False is the paper's (and
+    # cramming's) bias-free layout; true puts BERT's biases back.
+    bias: bool | None = None
 
     @property
     def embedding_dim(self) -> int:
@@ -142,7 +146,7 @@ class ModelConfig(StrictModel):
         """ModernBERT (bertkit/models/modernbert.py) has rotary positions (no position or segment tables), a
         pre-norm stack without biases and no pooler, so the other families' options that contradict it are
         refused, each with the setting that fixes it. Its own fields are refused on the other families."""
-        own = ("global_rope_theta", "local_rope_theta", "local_attention", "global_attn_every_n_layers")
+        own = ("global_rope_theta", "local_rope_theta", "local_attention", "global_attn_every_n_layers", "bias")
         if self.family != "modernbert":
             for name in own:
                 if getattr(self, name) is not None:
@@ -170,7 +174,7 @@ class ModelConfig(StrictModel):
         # The paper's values where the recipe leaves them out; set through __dict__ (validate_assignment would
         # re-run this validator), so the resolved config written into each run says them explicitly.
         defaults = {"global_rope_theta": 160_000.0, "local_rope_theta": 10_000.0, "local_attention": 128,
-                    "global_attn_every_n_layers": 3}  # fmt: skip
+                    "global_attn_every_n_layers": 3, "bias": False}  # fmt: skip
         for name, value in defaults.items():
             if getattr(self, name) is None:
                 self.__dict__[name] = value

@@ -77,12 +77,12 @@ def _entries(cfg: ModelConfig, prefix: str, pooler: bool, heads: set[str]) -> li
 SEQUENCE_HEAD_TYPES = ("bert", "albert", "roberta", "modernbert")
 
 
-def _sequence_head_entries(model_type: str) -> list[Entry]:
+def _sequence_head_entries(model_type: str, cfg: ModelConfig) -> list[Entry]:
     """The classifier past the encoder (and, for RoBERTa, the pooler), for a type in SEQUENCE_HEAD_TYPES."""
     if model_type == "roberta":
         return linear("encoder.pooler.dense", "classifier.dense") + linear("classifier", "classifier.out_proj")
     if model_type == "modernbert":
-        return hf_modernbert.task_head_entries("classifier")
+        return hf_modernbert.task_head_entries(cfg, "classifier")
     return linear("classifier", "classifier")
 
 
@@ -133,7 +133,7 @@ def from_hf_state(hf_config: dict[str, Any], state: dict[str, torch.Tensor], sou
         and any(key.startswith("classifier.") for key in state)
     )
     if classifier:
-        entries += _sequence_head_entries(model_type)
+        entries += _sequence_head_entries(model_type, cfg)
     weights = to_ours(entries, state, source)
     used = {key for entry in entries for key in entry.hf if key in state}
     leftover = [k for k in state if k not in used and not _IGNORED.search(k) and not _TASK_HEADS.match(k)]
@@ -307,7 +307,7 @@ def to_hf_task_checkpoint(
         # Every ModernBert*For* class: `head` (dense, activation, norm), dropout, `classifier`, as bertkit's
         # modernbert task models; the sequence classifier pools [CLS] or the mean (classifier_pooling).
         last = "qa_outputs" if architecture == "question-answering" else "classifier"
-        entries += hf_modernbert.task_head_entries(last)
+        entries += hf_modernbert.task_head_entries(cfg, last)
     elif architecture == "question-answering":
         # *ForQuestionAnswering: qa_outputs (hidden -> start, end) on every token, no pooler. BigBird's and
         # XLNet's QA classes put their own layers there, which bertkit's one linear head lacks.
@@ -336,7 +336,7 @@ def to_hf_task_checkpoint(
         if model_type != "roberta":
             # BERT/ALBERT: the pooler (dense + tanh on [CLS]) is the base model's, then the classifier.
             entries += module.encoder_entries(cfg, prefix, True)[len(entries) :]
-        entries += _sequence_head_entries(model_type)
+        entries += _sequence_head_entries(model_type, cfg)
     missing = [e.ours for e in entries if e.ours not in weights]
     if missing:
         raise BertkitError(f"this model has no tensor {missing[0]} needed for {name}; is the model directory complete?")

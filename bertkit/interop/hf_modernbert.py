@@ -4,8 +4,9 @@ task classes, which keep the base model under `model.`).
 Every tensor is a one-to-one rename: transformers fuses Q, K and V into `Wqkv` as bertkit does, in the same
 (3, heads, head_dim) layout, and GeGLU's `Wi` holds (input, gate) in the order bertkit's `ffn.up` splits them.
 Nothing has a bias (linear layers and norms alike) except the MLM decoder, whose weight is the tied word
-embedding. Layer 0 has no attention norm (transformers' nn.Identity). The `head` (dense, activation, norm)
-before the MLM decoder is bertkit's `mlm_head`; before a task classifier it is bertkit's task `head`.
+embedding; with `model.bias` every linear layer and norm has one (transformers' four bias flags, all set).
+Layer 0 has no attention norm (transformers' nn.Identity). The `head` (dense, activation, norm) before the MLM
+decoder is bertkit's `mlm_head`; before a task classifier it is bertkit's task `head`.
 """
 
 from __future__ import annotations
@@ -16,17 +17,24 @@ from bertkit.config.schema import ModelConfig
 from bertkit.errors import BertkitError
 from bertkit.interop.keymap import Entry, linear, tensor
 
+# transformers' bias flags, which bertkit's one model.bias sets together.
+_BIASES = ("norm_bias", "attention_bias", "mlp_bias", "classifier_bias")
 # transformers' ACT2FN names that are bertkit's activations of the same name.
 _ACTIVATIONS = ("gelu", "gelu_new")
 
 
+def _module(cfg: ModelConfig, ours: str, hf: str) -> list[Entry]:
+    """A linear layer or norm: its weight, and its bias when the model has them (model.bias)."""
+    return linear(ours, hf) if cfg.bias else tensor(f"{ours}.weight", f"{hf}.weight")
+
+
 def layer_entries(cfg: ModelConfig, ours: str, hf: str, index: int) -> list[Entry]:
-    entries = [] if index == 0 else tensor(f"{ours}attn_norm.weight", f"{hf}attn_norm.weight")
-    entries += tensor(f"{ours}attention.qkv.weight", f"{hf}attn.Wqkv.weight")
-    entries += tensor(f"{ours}attention.out.weight", f"{hf}attn.Wo.weight")
-    entries += tensor(f"{ours}ffn_norm.weight", f"{hf}mlp_norm.weight")
-    entries += tensor(f"{ours}ffn.up.weight", f"{hf}mlp.Wi.weight")
-    entries += tensor(f"{ours}ffn.down.weight", f"{hf}mlp.Wo.weight")
+    entries = [] if index == 0 else _module(cfg, f"{ours}attn_norm", f"{hf}attn_norm")
+    entries += _module(cfg, f"{ours}attention.qkv", f"{hf}attn.Wqkv")
+    entries += _module(cfg, f"{ours}attention.out", f"{hf}attn.Wo")
+    entries += _module(cfg, f"{ours}ffn_norm", f"{hf}mlp_norm")
+    entries += _module(cfg, f"{ours}ffn.up", f"{hf}mlp.Wi")
+    entries += _module(cfg, f"{ours}ffn.down", f"{hf}mlp.Wo")
     return entries
 
 
@@ -34,11 +42,11 @@ def encoder_entries(cfg: ModelConfig, prefix: str, pooler: bool) -> list[Entry]:
     # `pooler` is ignored: ModernBERT has none (its classifiers' `head` belongs to the task model).
     entries = [
         *tensor("encoder.embeddings.word_embeddings.weight", f"{prefix}embeddings.tok_embeddings.weight"),
-        *tensor("encoder.embeddings.norm.weight", f"{prefix}embeddings.norm.weight"),
+        *_module(cfg, "encoder.embeddings.norm", f"{prefix}embeddings.norm"),
     ]
     for i in range(cfg.num_layers):
         entries += layer_entries(cfg, f"encoder.layers.{i}.", f"{prefix}layers.{i}.", i)
-    entries += tensor("encoder.final_norm.weight", f"{prefix}final_norm.weight")
+    entries += _module(cfg, "encoder.final_norm", f"{prefix}final_norm")
     return entries
 
 
@@ -46,18 +54,18 @@ def head_entries(cfg: ModelConfig, heads: set[str]) -> list[Entry]:
     if "mlm" not in heads:
         return []
     return [
-        *tensor("mlm_head.dense.weight", "head.dense.weight"),
-        *tensor("mlm_head.norm.weight", "head.norm.weight"),
+        *_module(cfg, "mlm_head.dense", "head.dense"),
+        *_module(cfg, "mlm_head.norm", "head.norm"),
         *tensor("mlm_head.bias", "decoder.bias"),
     ]
 
 
-def task_head_entries(classifier: str) -> list[Entry]:
+def task_head_entries(cfg: ModelConfig, classifier: str) -> list[Entry]:
     """A fine-tuned model's `head` and its last linear layer (`classifier` for sequences and tags,
     `qa_outputs` for QA), which transformers calls `classifier` in every task class."""
     return [
-        *tensor("head.dense.weight", "head.dense.weight"),
-        *tensor("head.norm.weight", "head.norm.weight"),
+        *_module(cfg, "head.dense", "head.dense"),
+        *_module(cfg, "head.norm", "head.norm"),
         *linear(classifier, "classifier"),
     ]
 
@@ -87,10 +95,7 @@ def config_to_hf(cfg: ModelConfig) -> dict[str, Any]:
         "attention_dropout": cfg.attention_dropout,
         "embedding_dropout": cfg.hidden_dropout,
         "mlp_dropout": cfg.hidden_dropout,
-        "norm_bias": False,
-        "attention_bias": False,
-        "mlp_bias": False,
-        "classifier_bias": False,
+        **dict.fromkeys(_BIASES, bool(cfg.bias)),
         "decoder_bias": True,
         "local_attention": cfg.local_attention,
         # transformers 5 reads layer_types and rope_parameters; 4.x read the three fields after them.
@@ -133,10 +138,15 @@ def _rope_theta(hf: dict[str, Any], kind: str, legacy: str, default: float) -> f
 
 
 def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
-    biases = [name for name in ("norm_bias", "attention_bias", "mlp_bias", "classifier_bias") if hf.get(name)]
-    if biases or not hf.get("decoder_bias", True):
-        what = f"sets {biases[0]}" if biases else "has no decoder bias"
-        raise BertkitError(f"this ModernBERT checkpoint {what}; bertkit's ModernBERT is ModernBERT's bias-free layout")
+    # transformers' defaults: no bias but the decoder's.
+    biases = {name: bool(hf.get(name, False)) for name in _BIASES}
+    if len(set(biases.values())) > 1:
+        on = ", ".join(name for name, value in biases.items() if value)
+        raise BertkitError(
+            f"this ModernBERT checkpoint sets {on} but not the others; bertkit's model.bias turns all four on or off"
+        )
+    if not hf.get("decoder_bias", True):
+        raise BertkitError("this ModernBERT checkpoint has no decoder bias; bertkit's ModernBERT MLM head has one")
     act = hf.get("hidden_activation", "gelu")
     if act not in _ACTIVATIONS or hf.get("classifier_activation", "gelu") != act:
         raise BertkitError(
@@ -166,4 +176,5 @@ def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
         local_rope_theta=_rope_theta(hf, "sliding_attention", "local_rope_theta", 10_000.0),
         local_attention=int(hf.get("local_attention", 128)),
         global_attn_every_n_layers=_global_every(hf, layers),
+        bias=biases["norm_bias"],
     )

@@ -3,7 +3,8 @@
 Token embeddings (no position or segment tables) -> LayerNorm -> dropout; then pre-norm layers whose attention
 rotates queries and keys (RoPE, one base for global layers and another for local ones), every n-th layer global
 and the others limited to a sliding window of `local_attention` tokens (|i - j| <= local_attention / 2, as
-transformers' mask); GeGLU feed-forward; a final norm. No linear layer and no norm has a bias.
+transformers' mask); GeGLU feed-forward; a final norm. No linear layer and no norm has a bias (the paper's
+layout; `model.bias` puts them back, as transformers' attention_bias, mlp_bias, norm_bias and classifier_bias).
 
 Unpadding (engine.unpad, as the paper trains): everything but attention runs on the batch's packed real tokens,
 rotations by each token's position within its sequence or document, attention through varlen_attention with each
@@ -44,7 +45,11 @@ Rope = tuple[torch.Tensor, torch.Tensor]
 
 
 def _norm(cfg: ModelConfig) -> nn.LayerNorm:
-    return nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, bias=False)
+    return nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, bias=bool(cfg.bias))
+
+
+def _linear(cfg: ModelConfig, inputs: int, outputs: int) -> nn.Linear:
+    return nn.Linear(inputs, outputs, bias=bool(cfg.bias))
 
 
 class ModernBertEmbeddings(nn.Module):
@@ -85,8 +90,8 @@ def apply_rotary(x: torch.Tensor, rope: Rope) -> torch.Tensor:
 
 
 class ModernBertAttention(nn.Module):
-    """Fused QKV without bias, RoPE on queries and keys, SDPA (or the explicit path when the scores are asked
-    for), output projection without bias and its dropout."""
+    """Fused QKV (no bias unless model.bias), RoPE on queries and keys, SDPA (or the explicit path when the
+    scores are asked for), output projection and its dropout."""
 
     def __init__(self, cfg: ModelConfig, window: tuple[int, int] = (-1, -1)) -> None:
         super().__init__()
@@ -95,8 +100,8 @@ class ModernBertAttention(nn.Module):
         # (left, right) for varlen_attention on the packed path: (-1, -1) for a global layer. The padded path
         # gets the same band from the encoder's mask instead.
         self.window = window
-        self.qkv = nn.Linear(cfg.hidden_size, 3 * cfg.hidden_size, bias=False)
-        self.out = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=False)
+        self.qkv = _linear(cfg, cfg.hidden_size, 3 * cfg.hidden_size)
+        self.out = _linear(cfg, cfg.hidden_size, cfg.hidden_size)
         self.dropout_p = cfg.attention_dropout
         # transformers applies attention_dropout to the probabilities and again after the output projection.
         self.out_dropout = nn.Dropout(cfg.attention_dropout)
@@ -140,8 +145,8 @@ class GeGLU(nn.Module):
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.up = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
-        self.down = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.up = _linear(cfg, cfg.hidden_size, 2 * cfg.intermediate_size)
+        self.down = _linear(cfg, cfg.intermediate_size, cfg.hidden_size)
         self.act = ACTIVATIONS[cfg.hidden_act]
         self.dropout = nn.Dropout(cfg.hidden_dropout)
 
@@ -323,12 +328,12 @@ class ModernBertEncoder(nn.Module):
 
 
 class ModernBertPredictionHead(nn.Module):
-    """dense (no bias) -> activation -> LayerNorm (no bias): what transformers' ModernBERT puts before its MLM
+    """dense -> activation -> LayerNorm (no biases unless model.bias): what transformers' ModernBERT puts before its MLM
     decoder and before every task classifier (`head`)."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=False)
+        self.dense = _linear(cfg, cfg.hidden_size, cfg.hidden_size)
         self.act = ACTIVATIONS[cfg.hidden_act]
         self.norm = _norm(cfg)
         init_modernbert(self, cfg)
@@ -357,7 +362,8 @@ def _trunc_normal(weight: torch.Tensor, std: float) -> None:
 def init_modernbert(module: nn.Module, cfg: ModelConfig, std: float = 0.02) -> None:
     """transformers' ModernBERT initialisation: embeddings and input projections (QKV, GeGLU's up) at `std`,
     the projections that write into the residual stream (attention out, GeGLU's down, the heads' dense) at
-    std / sqrt(2 * layers), so the residual's variance does not grow with depth; norms at identity."""
+    std / sqrt(2 * layers), so the residual's variance does not grow with depth; norms at identity; biases (with
+    model.bias) at zero."""
     out_std = std / math.sqrt(2.0 * cfg.num_layers)
     for name, sub in module.named_modules():
         if isinstance(sub, nn.Embedding):
@@ -366,3 +372,5 @@ def init_modernbert(module: nn.Module, cfg: ModelConfig, std: float = 0.02) -> N
             _trunc_normal(sub.weight, std if name.endswith(("qkv", "up")) else out_std)
         elif isinstance(sub, nn.LayerNorm):
             nn.init.ones_(sub.weight)
+        if isinstance(sub, nn.Linear | nn.LayerNorm) and sub.bias is not None:
+            nn.init.zeros_(sub.bias)

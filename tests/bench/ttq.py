@@ -277,12 +277,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--work", type=Path, default=Path("runs/ttq"))
     parser.add_argument("--minutes", type=float, default=55.0)
+    parser.add_argument("--bertkit-minutes", type=float,
+                        help="bertkit's budget when it differs from the Trainer's --minutes (a third of it: the "
+                             "target, run outright)")  # fmt: skip
     parser.add_argument("--recipe", default="crammed-bert")  # at SHAPE, batch 32
     parser.add_argument("--lr", type=float, default=1e-3, help="the Trainer's peak rate")
     parser.add_argument("--set", dest="sets", action="append", default=[], help="bertkit --set overrides")
     parser.add_argument("--no-trainer", action="store_true", help="bertkit alone (for recipe ablations)")
     parser.add_argument("--tokens", help="a token budget instead of --minutes (ablations: independent of load)")
     parser.add_argument("--name", default="bertkit")
+    parser.add_argument("--no-downstream", action="store_true", help="pretraining figures only")
     parser.add_argument("--core", type=int, default=0, help="the core bertkit runs on (the Trainer takes the other)")
     parser.add_argument("--sequential", action="store_true",
                         help="the Trainer first, then bertkit, each on both cores (the issue's setting), "
@@ -292,7 +296,7 @@ def main() -> None:
     paths = prepare(args.work)
     budget = args.minutes * 60
     extra = [x for s in args.sets for x in ("--set", s)]
-    budget_text = args.tokens or f"{budget:g}s"
+    budget_text = args.tokens or f"{(args.bertkit_minutes or args.minutes) * 60:g}s"
     both = {0, 1}
     if args.sequential:  # one after the other, each with the whole machine: its clock is its own
         results = {} if args.no_trainer else {
@@ -331,13 +335,19 @@ def main() -> None:
         report["bertkit_final"] = curves[args.name][-1]["eval_mlm_acc"]
         report["bertkit_seconds_to_trainer_final"] = time_to(curves[args.name], final)
         report["trainer_seconds"] = curves["trainer"][-1]["train_seconds"]
-        # At equal time: bertkit's last scored point within the Trainer's training time.
-        report["bertkit_at_trainer_seconds"] = at_time(curves[args.name], report["trainer_seconds"])
+        report["bertkit_seconds"] = curves[args.name][-1]["train_seconds"]
+        # At equal time: each side's last scored point within the shorter of the two runs' training times (the
+        # Trainer's own schedule can end before or after its budget; bertkit's may be given less on purpose).
+        equal = min(report["trainer_seconds"], report["bertkit_seconds"])
+        report["equal_seconds"] = equal
+        report["bertkit_at_equal"] = at_time(curves[args.name], equal)
+        report["trainer_at_equal"] = at_time(curves["trainer"], equal)
+        # The pretraining figures first, so a fine-tuning failure loses nothing of the hour before it.
+        (args.work / f"report-{args.name}.json").write_text(json.dumps(report, indent=1))
+    if "trainer" in results and not args.no_downstream:
         trainer_final = Path(
             json.loads((args.work / "trainer" / "trainer_summary.json").read_text())["rows"][-1]["path"]
         )
-        # The pretraining figures first, so a fine-tuning failure loses nothing of the hour before it.
-        (args.work / f"report-{args.name}.json").write_text(json.dumps(report, indent=1))
         models = {args.name: args.work / args.name, "trainer": trainer_final}
         report["downstream"] = downstream(args.work, {**models, "untrained": untrained(paths, args.work, args.recipe)})
     (args.work / f"report-{args.name}.json").write_text(json.dumps(report, indent=1))

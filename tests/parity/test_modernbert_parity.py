@@ -171,21 +171,27 @@ def test_export_loads_in_transformers_with_no_missing_keys(hf_mlm, head: str, tm
 def _import_task(model, architecture_prefix: str, last: str) -> dict[str, torch.Tensor]:
     """A transformers task model's weights in bertkit's key space, through the ModernBERT key map."""
     cfg = hf_modernbert.config_from_hf(model.config.to_dict())
-    entries = hf_modernbert.encoder_entries(cfg, architecture_prefix, False) + hf_modernbert.task_head_entries(last)
+    entries = hf_modernbert.encoder_entries(cfg, architecture_prefix, False)
+    entries += hf_modernbert.task_head_entries(cfg, last)
     state = model.state_dict()
     weights = to_ours(entries, state, "hf")
     assert {key for e in entries for key in e.hf} == set(state)  # every HF tensor placed
     return weights
 
 
-@pytest.mark.parametrize("pool", ["cls", "mean"])
-def test_sequence_classifier_both_ways(pool: str, tmp_path: Path) -> None:
+BIASES = dict.fromkeys(("attention_bias", "mlp_bias", "norm_bias", "classifier_bias"), True)
+
+
+@pytest.mark.parametrize(("pool", "bias"), [("cls", False), ("mean", False), ("cls", True)])
+def test_sequence_classifier_both_ways(pool: str, bias: bool, tmp_path: Path) -> None:
     torch.manual_seed(0)
-    config = _config(num_labels=3, classifier_pooling=pool, id2label={0: "a", 1: "b", 2: "c"}, label2id=None)
+    config = _config(num_labels=3, classifier_pooling=pool, id2label={0: "a", 1: "b", 2: "c"}, label2id=None,
+                     **(BIASES if bias else {}))  # fmt: skip
     hf = _perturbed(transformers.ModernBertForSequenceClassification(config))
     hf.save_pretrained(tmp_path / "hf")
     loaded = load_hf_dir(tmp_path / "hf")  # the importer reads the head and the pooling
     assert (loaded.task, loaded.labels, loaded.pool) == ("sequence-classification", ["a", "b", "c"], pool)
+    assert loaded.config.bias is bias
     ours = SequenceClassifier(build_encoder(loaded.config), 3, 0.0, loaded.pool).eval()
     ours.load_state_dict(loaded.weights, strict=True)
     batch = _inputs()
@@ -237,10 +243,42 @@ def test_token_and_qa_heads_both_ways(kind: str, tmp_path: Path) -> None:
         assert (getattr(expected, theirs) - getattr(again, theirs))[valid].abs().max().item() <= TOL
 
 
+def test_biases_both_ways(tmp_path: Path) -> None:
+    """model.bias: a ModernBERT with transformers' four bias flags set gives the same hidden states and MLM logits in
+    bertkit (padded and unpadded), and exports back to the same tensors and flags."""
+    torch.manual_seed(0)
+    hf = _perturbed(transformers.ModernBertForMaskedLM(_config(**BIASES)))
+    hf.save_pretrained(tmp_path / "hf")
+    loaded = load_hf_dir(tmp_path / "hf")
+    assert loaded.config.bias is True
+    assert any(key.endswith("attention.qkv.bias") for key in loaded.weights)
+    ours = build_pretraining_model(loaded.config, loaded.objective).eval()
+    ours.load_state_dict(loaded.weights, strict=True)
+    batch = _inputs()
+    valid = batch["attention_mask"]
+    with torch.no_grad():
+        expected = hf(**batch).logits
+        for unpad in (False, True):
+            configure_unpad(ours, unpad)
+            logits = ours(batch["input_ids"], batch["attention_mask"])["mlm_logits"].view(expected.shape)
+            assert (expected - logits)[valid].abs().max().item() <= TOL
+        # The biases are read, not dropped: zeroed, the logits move (the test can fail).
+        for name, param in ours.named_parameters():
+            if name.endswith(".bias") and name != "mlm_head.bias":
+                param.zero_()
+        moved = ours(batch["input_ids"], batch["attention_mask"])["mlm_logits"].view(expected.shape)
+    assert (expected - moved)[valid].abs().max().item() > 1e-2
+    config, state = to_hf_checkpoint(loaded.config, loaded.weights, "pretraining")
+    assert all(config[name] for name in BIASES)
+    saved = {k: v for k, v in load_file(str(tmp_path / "hf" / "model.safetensors")).items() if k != "decoder.weight"}
+    assert set(state) == set(saved) and all(torch.equal(state[k], v) for k, v in saved.items())
+
+
 def test_checkpoints_bertkit_cannot_build_are_one_error(tmp_path: Path) -> None:
-    """A bias bertkit's ModernBERT does not have, or a layer pattern it does not build, is refused by name."""
+    """Biases on some parts only (bertkit's model.bias sets all four), or a layer pattern bertkit does not build,
+    are refused by name."""
     config = json.loads(_config().to_json_string())
-    with pytest.raises(BertkitError, match="sets norm_bias"):
+    with pytest.raises(BertkitError, match="sets norm_bias but not the others"):
         hf_modernbert.config_from_hf({**config, "norm_bias": True})
     with pytest.raises(BertkitError, match="layer_types are not 'global every n-th layer"):
         hf_modernbert.config_from_hf({**config, "layer_types": ["sliding_attention"] + config["layer_types"][1:]})

@@ -32,6 +32,7 @@ def test_config_fills_in_the_paper_and_refuses_what_does_not_apply() -> None:
     cfg = ModelConfig(**{**MODERN, "local_attention": None})
     assert (cfg.global_rope_theta, cfg.local_rope_theta, cfg.local_attention, cfg.global_attn_every_n_layers) == (
         160_000.0, 10_000.0, 128, 3)  # fmt: skip
+    assert cfg.bias is False  # the paper's bias-free layout unless model.bias says otherwise
     assert [cfg.is_global_layer(i) for i in range(7)] == [True, False, False, True, False, False, True]
     assert ModelConfig.model_validate(cfg.model_dump()) == cfg  # the resolved values survive a run's metadata
     refused = {
@@ -47,6 +48,8 @@ def test_config_fills_in_the_paper_and_refuses_what_does_not_apply() -> None:
             modern(**{field: value})
     with pytest.raises(ValidationError, match="model.local_attention is ModernBERT's; set model.family=modernbert"):
         ModelConfig(local_attention=128)
+    with pytest.raises(ValidationError, match="model.bias is ModernBERT's"):
+        ModelConfig(bias=False)
     with pytest.raises(ValidationError, match="head size"):
         modern(hidden_size=36, num_heads=4, local_attention=4)  # head_dim 9: rotary needs pairs
 
