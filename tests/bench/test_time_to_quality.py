@@ -7,7 +7,7 @@ linear probe on the frozen encoder.
 
 The budget is BERTKIT_TTQ_MINUTES (default 55, the documented run's; the bench takes about twice that). Asserted:
 the issue's targets, which the documented run met with margin: bertkit reaches the Trainer's final held-out accuracy
-in at most a third of the Trainer's training time, and at the Trainer's time it is at least 5 points ahead; downstream,
+in at most a third of the Trainer's training time, and at equal time it is at least 5 points ahead; downstream,
 bertkit's frozen encoder probes better than the Trainer's and than the untrained one. (Fine-tuning every weight is
 printed, not asserted: at this size and budget an untrained encoder fine-tunes as well as either.)"""
 
@@ -41,8 +41,8 @@ def test_bertkit_reaches_the_trainers_accuracy_in_a_third_of_its_time(tmp_path: 
     assert report["masked_tokens"] > 5000
     reached = report["bertkit_seconds_to_trainer_final"]
     share = reached / report["trainer_seconds"] if reached is not None else None
-    ahead = report["bertkit_at_trainer_seconds"] - report["trainer_final"]
-    print(f"time to the Trainer's final accuracy: {share} of its time (target 1/3); {ahead:+.4f} at its time")
+    ahead = report["bertkit_at_equal"] - report["trainer_at_equal"]
+    print(f"time to the Trainer's final accuracy: {share} of its time (target 1/3); {ahead:+.4f} at equal time")
     assert share is not None and share <= 1 / 3, report
     assert ahead >= 0.05, report
     print("Rotten Tomatoes:", report["downstream"])
