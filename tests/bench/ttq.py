@@ -344,6 +344,8 @@ def main() -> None:
         (args.work / f"report-{args.name}.json").write_text(json.dumps({"curve": curve, "sets": args.sets}, indent=1))
         print(json.dumps({"name": args.name, "final": curve[-1], "steps": results[args.name]["steps"]}))
         return
+    report_file = args.work / f"report-{args.name}.json"
+    earlier = json.loads(report_file.read_text()) if args.rescore and report_file.exists() else {}
     evaluation = evaluation_set(paths["held"], paths["tok"], paths["train"])
     curves = {args.name: score_bertkit(args.work / args.name, evaluation, args.work / f"{args.name}-scored")}
     if not args.no_trainer:
@@ -376,17 +378,16 @@ def main() -> None:
         report["bertkit_at_equal"] = at_time(curves[args.name], equal)
         report["trainer_at_equal"] = at_time(curves["trainer"], equal)
         # The pretraining figures first, so a fine-tuning failure loses nothing of the hour before it.
-        (args.work / f"report-{args.name}.json").write_text(json.dumps(report, indent=1))
+        report_file.write_text(json.dumps(report, indent=1))
     if "trainer" in results and not args.no_downstream:
         trainer_final = Path(
             json.loads((args.work / "trainer" / "trainer_summary.json").read_text())["rows"][-1]["path"]
         )
         models = {args.name: args.work / args.name, "trainer": trainer_final}
         report["downstream"] = downstream(args.work, {**models, "untrained": untrained(paths, args.work, args.recipe)})
-    elif args.rescore and (args.work / f"report-{args.name}.json").exists():  # keep the fine-tuning figures
-        earlier = json.loads((args.work / f"report-{args.name}.json").read_text())
+    else:  # no fine-tuning now: a rescored run keeps its own figures and wall clock
         report.update({k: earlier[k] for k in ("downstream", "wall_minutes") if k in earlier})
-    (args.work / f"report-{args.name}.json").write_text(json.dumps(report, indent=1))
+    report_file.write_text(json.dumps(report, indent=1))
     print(json.dumps({k: v for k, v in report.items() if k != "curves"}))
 
 
