@@ -379,10 +379,8 @@ def main() -> None:
         report["trainer_at_equal"] = at_time(curves["trainer"], equal)
         # The pretraining figures first, so a fine-tuning failure loses nothing of the hour before it.
         report_file.write_text(json.dumps(report, indent=1))
-    if "trainer" in results and not args.no_downstream:
-        trainer_final = Path(
-            json.loads((args.work / "trainer" / "trainer_summary.json").read_text())["rows"][-1]["path"]
-        )
+    if "trainer" in results and not (args.no_downstream or args.rescore):
+        trainer_final = Path(results["trainer"]["rows"][-1]["path"])  # its summary, as printed or as saved
         models = {args.name: args.work / args.name, "trainer": trainer_final}
         report["downstream"] = downstream(args.work, {**models, "untrained": untrained(paths, args.work, args.recipe)})
     else:  # no fine-tuning now: a rescored run keeps its own figures and wall clock
