@@ -14,6 +14,7 @@ from bertkit.cli import (
     corpus,
     distill,
     embed,
+    evaluate,
     export,
     finetune,
     plot,
@@ -42,6 +43,8 @@ app.command("augment")(augment.augment_command)
 app.command("compress")(compress.compress_command)
 app.command("embed")(embed.embed_command)
 app.command("predict")(predict.predict_command)
+app.command("evaluate")(evaluate.evaluate_command)
+app.add_typer(evaluate.app, name="suites")
 app.add_typer(recipes.app, name="recipes")
 app.command("quickstart")(quickstart.quickstart_command)
 app.command("export")(export.export_command)

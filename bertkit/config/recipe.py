@@ -223,11 +223,21 @@ def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
     """The valid field names of the section that `loc` points into, for 'did you mean' messages."""
     current: Any = model
     for part in loc[:-1]:
+        if isinstance(part, int):  # an item of a list (a suite's tasks): the list's item type has the fields
+            continue
         fields = getattr(current, "model_fields", None)
         if not fields or part not in fields:
             return []
-        current = fields[part].annotation
+        current = _model_in(fields[part].annotation)
     return list(getattr(current, "model_fields", {}).keys())
+
+
+def _model_in(annotation: Any) -> Any:
+    """The pydantic model inside `X`, `X | None` or `list[X]` (else the annotation itself)."""
+    for arg in (annotation, *get_args(annotation)):
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+    return annotation
 
 
 def format_validation_error(err: ValidationError, model: type[BaseModel], source: str) -> str:

@@ -747,7 +747,9 @@ class DistillConfig(StrictModel):
 
 # Metrics a task can select the best model by; every other one is "higher is better".
 TASK_METRICS = {
-    "classification": ("accuracy", "macro_f1"),
+    # mcc: Matthews correlation (GLUE's CoLA metric); f1: the positive class's F1 (index 1 of the sorted labels)
+    # of a two-class task only (GLUE's MRPC and QQP metric).
+    "classification": ("accuracy", "macro_f1", "mcc", "f1"),
     # Per (example, label) decisions at task.threshold: micro/macro F1 over the labels, and exact-match accuracy.
     "multi-label": ("micro_f1", "macro_f1", "subset_accuracy"),
     "regression": ("pearson", "spearman", "mse"),
@@ -805,6 +807,14 @@ class TaskConfig(StrictModel):
     eval_split: str | None = None
     # Rows with a missing or empty text or label: an error naming the row (false), or skipped and counted.
     skip_bad_rows: bool = False
+    # Names for the columns of a CSV/TSV file without a header row, in file order (GLUE's CoLA:
+    # [source, label, mark, sentence]); the first row is then data, and every row must have that many fields.
+    # None: the first row is the header. CSV/TSV files only (JSON lines, Parquet and datasets name their fields).
+    columns: list[str] | None = None
+    # How CSV/TSV fields are quoted. "csv": a field may be quoted as spreadsheets write them (commas, quotes and
+    # newlines inside quotes). "none": a field is everything between separators, quotes included, and a row is
+    # a line (GLUE's TSV files, whose sentences hold unbalanced quotes). CSV/TSV files only.
+    quoting: Literal["csv", "none"] = "csv"
     # Sentence representation the head reads: the [CLS] token (through the pooler when the model has one),
     # or the mean of the last hidden states over non-padding tokens (what sentence-embedding models train).
     pool: Literal["cls", "mean"] = "cls"
@@ -848,6 +858,27 @@ class TaskConfig(StrictModel):
             raise ValueError(f"task.metric '{self.metric}' is not a {self.kind} metric; use one of {', '.join(valid)}")
         if self.kind == "question-answering":
             self._check_qa_window()
+        return self
+
+    @model_validator(mode="after")
+    def _columns_valid(self) -> TaskConfig:
+        """Checked when the recipe is read, not at the first row: a headerless file's names are the only
+        way to pick its text and label columns, so an empty or ambiguous list could never work."""
+        if self.columns is None:
+            return self
+        if not self.columns:
+            raise ValueError("task.columns is empty; name every column of the headerless file, or leave it unset")
+        blank = [i + 1 for i, name in enumerate(self.columns) if not name.strip()]
+        if blank:
+            raise ValueError(f"task.columns: column {blank[0]} has a blank name; give every column a name")
+        repeated = sorted({name for name in self.columns if self.columns.count(name) > 1})
+        if repeated:
+            raise ValueError(
+                f"task.columns names {', '.join(repr(n) for n in repeated)} more than once; names must be unique"
+            )
+        if self.kind in ("token-classification", "question-answering"):
+            # Those kinds read CoNLL / SQuAD / JSON lines, never the CSV/TSV reader: the names would be ignored.
+            raise ValueError(f"task.columns applies to CSV/TSV task files; a {self.kind} task does not read them")
         return self
 
     def _check_qa_window(self) -> None:

@@ -267,23 +267,44 @@ def _predict(model: nn.Module, batches: ClassificationBatches, device: torch.dev
     return torch.cat(outputs)
 
 
+def classification_metrics(predicted: np.ndarray, gold: np.ndarray, num_labels: int) -> dict[str, float]:
+    """Accuracy, macro-F1 and Matthews correlation of class indices (as scikit-learn computes them), and for
+    two classes `f1`, the F1 of the positive class (index 1): GLUE's CoLA, MRPC and QQP metrics."""
+    predicted, gold = np.asarray(predicted, dtype=np.int64), np.asarray(gold, dtype=np.int64)
+    # confusion[i, j]: examples of gold class i predicted as j.
+    cells = np.bincount(gold * num_labels + predicted, minlength=num_labels * num_labels)
+    confusion = cells.reshape(num_labels, num_labels).astype(np.float64)
+    tp = np.diag(confusion)
+    gold_counts, predicted_counts = confusion.sum(1), confusion.sum(0)
+    # 2TP + FP + FN; zero exactly for a label neither in the gold nor predicted, which scikit-learn's default
+    # labels (the union of both) leave out of the macro average rather than count as F1 0.
+    f1_denominator = gold_counts + predicted_counts
+    per_label = np.divide(2 * tp, f1_denominator, out=np.zeros_like(tp), where=f1_denominator > 0)
+    present = f1_denominator > 0
+    total, right = float(confusion.sum()), float(tp.sum())
+    # Multi-class MCC (Gorodkin's R_K): (c*s - t.p) / sqrt((s^2 - p.p) (s^2 - t.t)); 0 when undefined.
+    mcc_denominator = np.sqrt(
+        (total**2 - float(predicted_counts @ predicted_counts)) * (total**2 - float(gold_counts @ gold_counts))
+    )
+    mcc = (right * total - float(gold_counts @ predicted_counts)) / mcc_denominator if mcc_denominator > 0 else 0.0
+    metrics = {
+        "accuracy": round(right / total, 4) if total else 0.0,
+        "macro_f1": round(float(per_label[present].mean()), 4) if present.any() else 0.0,
+        "mcc": round(float(mcc), 4),
+    }
+    if num_labels == 2:
+        metrics["f1"] = round(float(per_label[1]), 4)
+    return metrics
+
+
 def evaluate_classifier(
     model: nn.Module, batches: ClassificationBatches, device: torch.device, batch_size: int = 64
 ) -> dict[str, float]:
-    """Accuracy and macro-F1 over every example of `batches`, in order."""
-    predicted = _predict(model, batches, device, batch_size).argmax(-1).numpy()
+    """classification_metrics over every example of `batches`, in order."""
+    logits = _predict(model, batches, device, batch_size)
     gold = batches.examples.labels
-    f1s = []
-    for label in np.unique(gold):
-        tp = np.sum((predicted == label) & (gold == label))
-        precision = tp / max(1, np.sum(predicted == label))
-        recall = tp / max(1, np.sum(gold == label))
-        f1s.append(0.0 if tp == 0 else 2 * precision * recall / (precision + recall))
-    return {
-        "accuracy": round(float(np.mean(predicted == gold)), 4),
-        "macro_f1": round(float(np.mean(f1s)), 4),
-        "examples": len(gold),
-    }
+    metrics = classification_metrics(logits.argmax(-1).numpy(), gold, logits.shape[-1])
+    return {**metrics, "examples": len(gold)}
 
 
 def evaluate_regressor(

@@ -2,6 +2,8 @@
 
 CSV goes through a real CSV parser, never line splitting: a quoted field may hold commas, quotes ("")
 and newlines, as spreadsheets write them. A UTF-8 byte-order mark and `\\r\\n` line ends are accepted.
+`quoting="none"` reads files that are not quoted at all (GLUE's TSV files): a field is everything between
+separators, quotes included. `columns` names the columns of a file without a header row (GLUE's CoLA).
 Every row is checked: a missing or empty text or label (or a row with more or fewer fields than the
 header, or bytes that are not UTF-8) is an error that names the file and row, unless `skip_bad_rows`
 says to skip and count such rows. What is read is reported (`TaskData.report`), so nothing is dropped
@@ -17,7 +19,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from bertkit.config.schema import TaskConfig
 from bertkit.errors import BertkitError
@@ -71,6 +73,8 @@ def read_task_file(path: Path, task: TaskConfig, split: str | None) -> TaskData:
         task.skip_bad_rows,
         {"regression": "float", "multi-label": "list"}.get(task.kind, "str"),
         task.label_separator,
+        columns=task.columns,
+        quoting=task.quoting,
     )
 
 
@@ -101,8 +105,15 @@ def read_task_data(
     skip_bad_rows: bool = False,
     label_type: str = "str",
     label_separator: str = "|",
+    *,
+    columns: list[str] | None = None,
+    quoting: Literal["csv", "none"] = "csv",
 ) -> TaskData:
     """Read `path` (CSV/TSV with a header, JSON lines, Parquet, a `datasets` directory) into columns.
+
+    CSV/TSV only: `columns` names the columns of a file without a header row (its first row is data);
+    `quoting` "none" takes a field as everything between separators, quotes included (GLUE's TSV files),
+    "csv" parses quoted fields as spreadsheets write them.
 
     `label_type` "float" parses labels as numbers (regression); "str" keeps them as strings (a number
     in JSON or Parquet becomes its decimal text, a datasets ClassLabel its class name); "list" reads a row's
@@ -117,9 +128,15 @@ def read_task_data(
         raise BertkitError(f"{path} is a directory but not a datasets directory written by save_to_disk")
     if kind != "dataset" and split is not None:
         raise BertkitError(f"--split {split} applies to datasets directories; {path} is a {kind} file")
+    if columns is not None and kind not in ("csv", "tsv", "text"):
+        # JSON lines, Parquet and datasets name their fields in every row / their schema: nothing to name.
+        raise BertkitError(
+            f"task.columns applies to CSV/TSV files without a header; {path} is a {kind} file: drop task.columns"
+        )
+    named = columns is not None  # the column names come from task.columns, not from the file
     fields = [text_field] + ([text_pair_field] if text_pair_field else []) + ([label_field] if label_field else [])
     if kind in ("csv", "tsv", "text"):
-        rows, columns = _csv_rows(path, "\t" if kind == "tsv" else ",")
+        rows, columns = _csv_rows(path, "\t" if kind == "tsv" else ",", columns=columns, quoting=quoting)
     elif kind == "jsonl":
         rows, columns = _jsonl_rows(path), None
     else:
@@ -129,7 +146,7 @@ def read_task_data(
     for where, row in rows:
         data.rows_read += 1
         if not checked_columns:
-            _check_columns(path, columns or [], text_field, text_pair_field, label_field)
+            _check_columns(path, columns or [], text_field, text_pair_field, label_field, named)
             checked_columns = True
         if columns is None and data.rows_read == 1 and isinstance(row, dict):
             _check_columns(path, list(row), text_field, text_pair_field, label_field)
@@ -148,7 +165,7 @@ def read_task_data(
         if data.labels is not None:
             data.labels.append(label)
     if not checked_columns:
-        _check_columns(path, columns or [], text_field, text_pair_field, label_field)
+        _check_columns(path, columns or [], text_field, text_pair_field, label_field, named)
     if data.rows_read == 0:
         raise BertkitError(f"{path} holds no rows (an empty file, or a header alone); give a file with examples")
     if not data.texts:
@@ -160,13 +177,19 @@ def read_task_data(
 
 
 def _check_columns(
-    path: Path, columns: list[str], text_field: str, text_pair_field: str | None, label_field: str | None
+    path: Path,
+    columns: list[str],
+    text_field: str,
+    text_pair_field: str | None,
+    label_field: str | None,
+    named: bool = False,
 ) -> None:
     options = ((text_field, "--text-field"), (text_pair_field, "--text-pair-field"), (label_field, "--label-field"))
     for name, option in options:
         if name is not None and name not in columns:
             shown = ", ".join(repr(c) for c in columns[:20])
-            raise BertkitError(f"{path} has no column '{name}' (columns: {shown}); choose the column with {option}")
+            source = "columns named by task.columns" if named else "columns"
+            raise BertkitError(f"{path} has no column '{name}' ({source}: {shown}); choose the column with {option}")
 
 
 def _value_text(value: Any) -> str | None:
@@ -244,23 +267,39 @@ def _label_list(value: Any, name: str, separator: str) -> tuple[str | None, list
     return None, list(dict.fromkeys(p.strip() for p in parts if p is not None))
 
 
-def _csv_rows(path: Path, delimiter: str) -> tuple[Any, list[str]]:
+def _csv_rows(
+    path: Path, delimiter: str, *, columns: list[str] | None = None, quoting: Literal["csv", "none"] = "csv"
+) -> tuple[Any, list[str]]:
+    """(rows, header) of a CSV/TSV file. `columns` names the columns of a file without a header row (then
+    row 1 is data); `quoting` "none" reads every character between separators as the field's (GLUE's TSV)."""
     text = read_text(path)
+    unquoted = quoting == "none"
     # newline="" keeps "\r\n" and newlines inside quoted fields for the csv module, which owns line ends.
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
-    try:
-        header = next(reader, None)
-    except csv.Error as err:
-        raise BertkitError(f"{path} line 1: cannot parse the header as CSV ({err})") from None
-    if header is None:
-        raise BertkitError(f"{path} is empty; give a CSV file with a header line and examples")
-    header = [name.strip() for name in header]
-    bad = [name for name in header if _UNDECODABLE.search(name)]
-    if bad:
-        raise BertkitError(f"{path} line 1 (the header) is not UTF-8 text; re-encode the file as UTF-8")
+    # QUOTE_NONE: a quote is a plain character. Under CSV quoting a field that starts with an unbalanced quote
+    # (`"Then the captain was gone.`, as GLUE has) swallows the separators and lines up to the next quote.
+    options: dict[str, Any] = {"quoting": csv.QUOTE_NONE} if unquoted else {}
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True, **options)
+    kind = "TSV" if delimiter == "\t" else "CSV"
+    if columns is not None:
+        header = list(columns)
+        first_row = 0  # no header row: the first line is row 1
+    else:
+        try:
+            header = next(reader, None)
+        except csv.Error as err:
+            raise BertkitError(f"{path} line 1: cannot parse the header as {kind} ({err})") from None
+        if header is None:
+            raise BertkitError(f"{path} is empty; give a {kind} file with a header line and examples")
+        header = [name.strip() for name in header]
+        bad = [name for name in header if _UNDECODABLE.search(name)]
+        if bad:
+            raise BertkitError(f"{path} line 1 (the header) is not UTF-8 text; re-encode the file as UTF-8")
+        first_row = 1  # the header is row 1, as in a spreadsheet
+    against = "task.columns names" if columns is not None else "the header has"
+    hint = "a tab inside a field?" if unquoted or delimiter == "\t" else "an unquoted comma?"
 
     def rows():
-        number = 1  # the header is row 1, as in a spreadsheet
+        number = first_row
         while True:
             start = reader.line_num + 1
             try:
@@ -268,16 +307,25 @@ def _csv_rows(path: Path, delimiter: str) -> tuple[Any, list[str]]:
             except StopIteration:
                 return
             except csv.Error as err:
+                quotes = (
+                    "" if unquoted else "; check its quotes (a quote inside a quoted field is written twice), "
+                    "or set task.quoting to none if the file is not quoted (GLUE's TSV files)"
+                )
                 raise BertkitError(
-                    f"{path} row {number + 1} (line {start}): cannot parse as CSV ({err}); "
-                    "check its quotes (a quote inside a quoted field is written twice)"
+                    f"{path} row {number + 1} (line {start}): cannot parse as {kind} ({err}){quotes}"
                 ) from None
             if not fields:  # a blank line
                 continue
             number += 1
             where = f"row {number} (line {start})"
+            if columns is not None and number == 1 and [f.strip() for f in fields] == header:
+                # The file has a header after all: reading it as data would make "label" a class.
+                raise BertkitError(
+                    f"{path} line {start} is a header ({', '.join(header)}), but task.columns says the file has "
+                    "none; leave task.columns unset for a file with a header"
+                )
             if len(fields) != len(header):
-                yield where, f"has {len(fields)} fields, the header has {len(header)} (an unquoted comma?)"
+                yield where, f"has {len(fields)} fields, {against} {len(header)} ({hint})"
                 continue
             yield where, dict(zip(header, fields, strict=True))
 

