@@ -156,4 +156,15 @@ def prepare_command(
     from bertkit.data.local_suite import write_local_suite
 
     result = write_local_suite(output, archives, overwrite=overwrite)
-    emit(result, json_out, "local suite written")
+    if json_out:
+        emit(result, True, "")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("task", "kind", "train", "dev", "source", title=f"local suite written to {output} (--data)",
+                  title_justify="left")  # fmt: skip
+    for name, entry in result.items():
+        rows = entry["rows"]
+        table.add_row(name, entry["kind"], f"{rows['train']:,} {entry['unit']}", f"{rows['dev']:,}", entry["source"])
+    Console().print(table)

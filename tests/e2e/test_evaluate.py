@@ -201,3 +201,106 @@ def test_bad_input_is_one_line_and_leaves_nothing(tmp_path, suite_dir, pretraine
     fails({"name": "bad7", "tasks": [{**task, "set": ["optim.lrr=1"]}]}, "did you mean 'optim.lr'?")
     fails(None, "is not a bertkit model or run directory", "--model", str(suite_dir))
     fails(None, "is shipped with bertkit: --data DIR", "--suite", "local")
+
+
+def _glue_line(*fields: str) -> str:
+    return "\t".join(fields) + "\n"
+
+
+@pytest.fixture(scope="module")
+def glue_data(workdir: Path, sentiment_csv: Path, stsb_dir: Path) -> Path:
+    """A glue_data folder in the GLUE distribution's layout and TSV formats (CoLA without a header, nothing quoted),
+    holding real sentences: reviews (labels 0/1 from fresh/rotten) for the single-sentence tasks, STS benchmark pairs
+    for the pair tasks, each pair's label derived from its real similarity score (MRPC/QQP 1 from 3, NLI's
+    entailment from 4 and contradiction below 2). GLUE itself does not download here."""
+    folder = workdir / "glue_data"
+    with open(sentiment_csv, encoding="utf-8", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    reviews = [(" ".join(r["text"].split()), "1" if r["label"] == "positive" else "0") for r in rows]
+    with open(stsb_dir / "train.tsv", encoding="utf-8", newline="") as handle:
+        pairs = [(r["sentence1"], r["sentence2"], float(r["score"])) for r in csv.DictReader(handle, delimiter="\t")]
+    reviews = [r for r in reviews if "\t" not in r[0]]
+    pairs = [p for p in pairs if "\t" not in p[0] + p[1]]
+
+    def nli(score: float) -> str:
+        return "entailment" if score >= 4 else "contradiction" if score < 2 else "neutral"
+
+    def write(task: str, name: str, header: list[str] | None, rows: list[list[str]]) -> None:
+        (folder / task).mkdir(parents=True, exist_ok=True)
+        text = (_glue_line(*header) if header else "") + "".join(_glue_line(*row) for row in rows)
+        (folder / task / name).write_text(text, encoding="utf-8")
+
+    splits = {"train": slice(0, 120), "dev": slice(120, 180), "dev_mismatched": slice(180, 240)}
+    for split in ("train", "dev"):
+        part = reviews[splits[split]]
+        cola = [["gj04", label, "" if label == "1" else "*", text] for text, label in part]
+        write("CoLA", f"{split}.tsv", None, cola)
+        write("SST-2", f"{split}.tsv", ["sentence", "label"], [[text, label] for text, label in part])
+        ps = pairs[splits[split]]
+        write("MRPC", f"{split}.tsv", ["Quality", "#1 ID", "#2 ID", "#1 String", "#2 String"],
+              [[str(int(s >= 3)), str(i), str(i + 1), a, b] for i, (a, b, s) in enumerate(ps)])  # fmt: skip
+        write("STS-B", f"{split}.tsv",
+              ["index", "genre", "filename", "year", "old_index", "source1", "source2", "sentence1", "sentence2",
+               "score"],
+              [[str(i), "main-news", "x", "2012", str(i), "none", "none", a, b, f"{s:.3f}"]
+               for i, (a, b, s) in enumerate(ps)])  # fmt: skip
+        write("QQP", f"{split}.tsv", ["id", "qid1", "qid2", "question1", "question2", "is_duplicate"],
+              [[str(i), str(2 * i), "0", a, b, str(int(s >= 3))] for i, (a, b, s) in enumerate(ps)])  # fmt: skip
+        entails = [[str(i), a, b, "entailment" if s >= 3 else "not_entailment"] for i, (a, b, s) in enumerate(ps)]
+        write("QNLI", f"{split}.tsv", ["index", "question", "sentence", "label"], entails)
+        write("RTE", f"{split}.tsv", ["index", "sentence1", "sentence2", "label"], entails)
+    parse = ["sentence1_binary_parse", "sentence2_binary_parse", "sentence1_parse", "sentence2_parse"]
+    head = ["index", "promptID", "pairID", "genre", *parse, "sentence1", "sentence2"]
+    for split, labels in (("train", ["label1"]), ("dev_matched", [f"label{i}" for i in range(1, 6)]),
+                          ("dev_mismatched", [f"label{i}" for i in range(1, 6)])):  # fmt: skip
+        ps = pairs[splits["dev" if split == "dev_matched" else split]]
+        rows = [[str(i), str(i), f"{i}n", "fiction", "( x )", "( y )", "(ROOT x)", "(ROOT y)", a, b,
+                 *[nli(s)] * len(labels), nli(s)] for i, (a, b, s) in enumerate(ps)]  # fmt: skip
+        write("MNLI", f"{split}.tsv", [*head, *labels, "gold_label"], rows)
+    return folder
+
+
+def test_glue_suite_on_glue_format_files(tmp_path, glue_data, pretrained_run):
+    """The shipped glue suite's tasks, fields and metrics on files in GLUE's format, with a one-cell grid."""
+    import bertkit.config.suite as suites
+
+    glue = yaml.safe_load((suites.SUITE_DIR / "glue.yaml").read_text(encoding="utf-8"))
+    glue.update(name="glue-one", seeds=[0], lrs=[1.0e-3], epochs=1)
+    path = _write_suite(tmp_path, glue)
+    result = run_json("evaluate", "--model", str(pretrained_run), "--suite", str(path), "--data", str(glue_data),
+                      "--output", str(tmp_path / "out"))  # fmt: skip
+    assert result["cells"]["done"] == 8, result["cells"]
+    tasks = result["models"][str(pretrained_run)]["tasks"]
+    assert list(tasks) == ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"]
+    assert {"mcc", "accuracy", "f1"} <= set(tasks["cola"]["metrics"])
+    assert {"pearson", "spearman", "mse"} == set(tasks["stsb"]["metrics"])
+    assert {"accuracy", "mm_accuracy", "mm_macro_f1"} <= set(tasks["mnli"]["metrics"])
+    assert "f1" not in tasks["mnli"]["metrics"]  # three classes: no positive class
+    mnli, mrpc = tasks["mnli"]["metrics"], tasks["mrpc"]["metrics"]
+    assert tasks["mnli"]["score"]["mean"] == pytest.approx((mnli["accuracy"] + mnli["mm_accuracy"]) / 2, abs=0.01)
+    assert tasks["mrpc"]["score"]["mean"] == pytest.approx((mrpc["f1"] + mrpc["accuracy"]) / 2, abs=0.01)
+    scores = [tasks[name]["score"]["mean"] for name in tasks]
+    average = result["models"][str(pretrained_run)]["average"]["mean"]
+    assert average == pytest.approx(sum(scores) / 8, abs=0.01)
+    cells = _cell_results(tmp_path / "out")
+    mnli_cell = next(c for c in cells.values() if c["task"] == "mnli")
+    assert mnli_cell["metrics"]["examples"] == 60  # dev_matched; mismatched is scored apart (mm_*)
+
+
+def test_suites_list_show_and_prepare(tmp_path):
+    listed = run_json("suites", "list")["suites"]
+    assert {row["name"] for row in listed} >= {"glue", "local"}
+    shown = run_json("suites", "show", "local")
+    assert [t["name"] for t in shown["tasks"]] == ["sentiment", "stsb", "nli", "ner", "qa"]
+    from bertkit.data.local_suite import data_dir
+
+    if not (data_dir() / "squaddev_v1.1.json").is_file():
+        pytest.skip("the data archives `make install-test` downloads are missing")
+    written = run_json("suites", "prepare", "local", "--output", str(tmp_path / "local"))
+    suite = yaml.safe_load((Path(__file__).parents[2] / "bertkit" / "suites" / "local.yaml").read_text())
+    for task in suite["tasks"]:  # every file the shipped suite names is there
+        assert (tmp_path / "local" / task["train"]).is_file() and (tmp_path / "local" / task["eval"]).is_file()
+    assert written["sentiment"]["rows"] == {"train": 2000, "dev": 1000}
+    line = run_error("suites", "prepare", "local", "--output", str(tmp_path / "local"))
+    assert "already exists" in line
+    assert "only the local suite" in run_error("suites", "prepare", "glue", "--output", str(tmp_path / "g"))

