@@ -12,7 +12,11 @@ from bertkit.errors import BertkitError
 
 @guarded
 def plot_command(
-    run_dirs: list[Path] = typer.Argument(..., help="Run directories (with metrics.jsonl) from pretrain or finetune."),
+    run_dirs: list[Path] = typer.Argument(
+        ...,
+        help="Run directories (with metrics.jsonl) from pretrain or finetune; or the output of `bertkit evaluate` on "
+        "a pretraining run's snapshots, for its suite score along the run.",
+    ),
     output: Path | None = typer.Option(
         None, "--output", "-o", help="PNG to write; default RUN_DIR/curves.png (needed when comparing)."
     ),
@@ -29,9 +33,17 @@ def plot_command(
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
-    """Plot one run's loss, learning rate and tokens/s, or compare the held-out accuracy of several runs over time."""
+    """Plot one run's loss, learning rate and tokens/s, compare the held-out accuracy of several runs over time, or
+    draw an evaluation's suite score against the tokens and time at which each snapshot was taken."""
     from bertkit.engine.plot import plot_compare, plot_run
 
+    if len(run_dirs) == 1 and (run_dirs[0] / "report.json").is_file() and (run_dirs[0] / "plan.json").is_file():
+        # An evaluation (bertkit evaluate) of a pretraining run's snapshots: its suite score along the run.
+        from bertkit.pipelines.evaluate.report import plot_suite_curve
+
+        summary = plot_suite_curve(run_dirs[0], output or run_dirs[0] / "curve.png", overwrite)
+        emit(summary, json_out, "plot written")
+        return
     if compare or len(run_dirs) > 1:
         if output is None:
             raise BertkitError("comparing runs needs --output FILE.png (there is no one run directory to write into)")

@@ -304,3 +304,23 @@ def test_suites_list_show_and_prepare(tmp_path):
     line = run_error("suites", "prepare", "local", "--output", str(tmp_path / "local"))
     assert "already exists" in line
     assert "only the local suite" in run_error("suites", "prepare", "glue", "--output", str(tmp_path / "g"))
+
+
+def test_snapshots_of_a_pretraining_run_and_their_curve(tmp_path, suite_dir, corpus_dir):
+    """`evaluate --model RUN/snapshots/*` (a shell glob: the paths after the options) and `bertkit plot` of it."""
+    run = tmp_path / "pre"
+    run_json("pretrain", "--recipe", "bert-tiny", "--corpus", str(corpus_dir), "--output", str(run),
+             "--set", "train.steps=20", "--set", "train.snapshot_every_share=0.5")  # fmt: skip
+    snapshots = sorted(str(p) for p in (run / "snapshots").iterdir())
+    assert [Path(p).name for p in snapshots] == ["step-10", "step-20"]
+    suite = {**SUITE, "name": "one", "seeds": [0], "tasks": [SUITE["tasks"][0]]}
+    path = _write_suite(suite_dir, suite)
+    out = tmp_path / "eval"
+    result = run_json("evaluate", "--suite", str(path), "--output", str(out), "--probe", "--model", snapshots[0],
+                      snapshots[1])  # fmt: skip
+    assert list(result["models"]) == snapshots
+    assert sorted(p.name for p in (out / "cells").iterdir()) == ["m0-pre-step-10", "m1-pre-step-20"]
+    curve = run_json("plot", str(out))
+    assert Path(curve["output"]).is_file() and [s["steps"] for s in curve["snapshots"]] == [10, 20]
+    assert curve["snapshots"][1]["tokens"] > curve["snapshots"][0]["tokens"] > 0
+    assert [s["average"] for s in curve["snapshots"]] == [result["models"][s]["average"]["mean"] for s in snapshots]

@@ -135,3 +135,69 @@ def print_table(report: dict[str, Any], tasks_order: list[str]) -> None:
     cells = report["cells"]
     console.print(f"cells: {cells['done']} done, {cells['failed']} failed ({cells['resumed']} from an earlier run); "
                   f"report: {report['files']['markdown']}")  # fmt: skip
+
+
+def plot_suite_curve(evaluation: Path, output: Path, overwrite: bool = False) -> dict[str, Any]:
+    """The suite's average (mean ± std over seeds) and each task's score against the training tokens and time at
+    which each model was saved: for an evaluation of a pretraining run's snapshots (RUN/snapshots/step-N, whose
+    metadata says when it was taken). Models without that metadata are left out and named."""
+    import json
+
+    from bertkit.errors import BertkitError
+    from bertkit.fsutil import read_json
+    from bertkit.modelio.modeldir import MODEL_META, resolve_model_path
+
+    report = read_json(evaluation / "report.json", "evaluation report")
+    if output.exists() and not overwrite:
+        raise BertkitError(f"output {output} already exists; pass --overwrite to replace it")
+    points, left_out = [], []
+    for spec, entry in report["models"].items():
+        try:
+            meta_path = resolve_model_path(spec) / MODEL_META
+            meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
+        except (BertkitError, OSError, ValueError):
+            meta = {}
+        if "tokens" not in meta or "train_seconds" not in meta:
+            left_out.append(spec)
+            continue
+        points.append((meta["tokens"], meta["train_seconds"], meta.get("steps"), entry))
+    if len(points) < 2:
+        raise BertkitError(
+            f"{evaluation} scores {len(points)} pretraining snapshot(s) with a time and token count; a curve needs "
+            "two or more: evaluate RUN/snapshots/* (pretrain with train.snapshot_every_share)"
+        )
+    points.sort(key=lambda p: p[0])
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = list(points[0][3]["tasks"])
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for ax, index, label in ((axes[0], 0, "training tokens"), (axes[1], 1, "training time (minutes)")):
+        xs = [p[index] / (60.0 if index == 1 else 1.0) for p in points]
+        means = [p[3]["average"]["mean"] for p in points]
+        stds = [p[3]["average"]["std"] or 0.0 for p in points]
+        ax.plot(xs, means, marker="o", color="black", label="average")
+        low = [m - s for m, s in zip(means, stds, strict=True)]
+        high = [m + s for m, s in zip(means, stds, strict=True)]
+        ax.fill_between(xs, low, high, color="black", alpha=0.15)
+        for task in tasks:
+            ax.plot(xs, [p[3]["tasks"][task]["score"]["mean"] for p in points], marker=".", alpha=0.7, label=task)
+        ax.set_xlabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel(f"{report['suite']} score, points ({report['mode']})")
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"{report['suite']} ({report['mode']}) along pretraining: mean ± std over seeds")
+    fig.tight_layout()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = output.with_name(f".{output.name}.tmp.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, output)
+    return {
+        "output": str(output),
+        "snapshots": [{"steps": p[2], "tokens": p[0], "train_seconds": p[1], "average": p[3]["average"]["mean"]}
+                      for p in points],  # fmt: skip
+        "left_out": left_out,
+    }
