@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from bertkit.cli.common import JSON_HELP, OVERWRITE_HELP, QUIET_HELP, guarded
+from bertkit.cli.common import JSON_HELP, OVERWRITE_HELP, QUIET_HELP, guarded, report_overrides
 
 app = typer.Typer(help="The downstream suites `bertkit evaluate` runs: list, show, prepare.", no_args_is_help=True)
 
@@ -53,6 +53,14 @@ def evaluate_command(
         help="Continue the evaluation in --output, running only the cells without a result: 'last' (the default of a "
         "bare --resume) needs one there; 'auto' resumes one if there is one, else starts (for job scripts).",
     ),
+    report_to: list[str] = typer.Option(
+        [],
+        "--report-to",
+        metavar="TRACKER",
+        help="Log the evaluation to experiment trackers (mlflow, wandb; repeatable or comma-separated): one run with "
+        "the table (each model's task scores and average) and report.json; cells run in this process (without "
+        "--jobs) are runs nested under it.",
+    ),
     overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
@@ -71,7 +79,8 @@ def evaluate_command(
     gpus = tuple(d.strip() for d in devices.split(",") if d.strip()) if devices else ()
     if devices is not None and not gpus:
         raise BertkitError("--devices takes GPU numbers separated by commas, e.g. 0,1")
-    options = EvaluateOptions(probe, len(gpus) or jobs, gpus, resume, overwrite, quiet)
+    trackers = tuple(name for item in report_overrides(report_to) for name in item.split("=", 1)[1].split(","))
+    options = EvaluateOptions(probe, len(gpus) or jobs, gpus, resume, overwrite, quiet, trackers)
     report = evaluate([*model, *(models or [])], suite, output, data, options)
     if json_out:
         slim = {key: report[key] for key in ("models", "protocol", "cells", "suite", "mode", "seconds", "files")}

@@ -324,3 +324,37 @@ def test_snapshots_of_a_pretraining_run_and_their_curve(tmp_path, suite_dir, cor
     assert Path(curve["output"]).is_file() and [s["steps"] for s in curve["snapshots"]] == [10, 20]
     assert curve["snapshots"][1]["tokens"] > curve["snapshots"][0]["tokens"] > 0
     assert [s["average"] for s in curve["snapshots"]] == [result["models"][s]["average"]["mean"] for s in snapshots]
+
+
+def test_report_to_mlflow_is_one_run_with_the_table_and_cells_nested(tmp_path, suite_dir, pretrained_run,
+                                                                       monkeypatch):  # fmt: skip
+    """A server-less MLflow store (sqlite), read back with MLflow's own client."""
+    pytest.importorskip("mlflow")
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'store.db'}"
+    for name in [k for k in os.environ if k.startswith("MLFLOW_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "evaluate")
+    monkeypatch.chdir(tmp_path)
+    suite = {**SUITE, "name": "tracked", "lrs": [1.0e-3], "tasks": [SUITE["tasks"][0]]}
+    path = _write_suite(suite_dir, suite)
+    out = tmp_path / "tracked"
+    result = run_json("evaluate", "--model", str(pretrained_run), "--suite", str(path), "--output", str(out),
+                      "--report-to", "mlflow")  # fmt: skip
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("evaluate").experiment_id
+    runs = {run.info.run_name: run for run in client.search_runs([experiment])}
+    parent = runs.pop("tracked")
+    assert parent.data.tags["bertkit.command"] == "evaluate" and parent.info.status == "FINISHED"
+    key = next((out / "cells").iterdir()).name
+    entry = result["models"][str(pretrained_run)]
+    assert parent.data.metrics[f"{key}/sentiment"] == pytest.approx(entry["tasks"]["sentiment"]["score"]["mean"])
+    assert parent.data.metrics[f"{key}/average"] == pytest.approx(entry["average"]["mean"])
+    assert parent.data.params["suite.tasks.sentiment.recipe"] == "finetune-tiny"
+    assert sorted(runs) == [f"{key}/sentiment/lr0.001-seed0", f"{key}/sentiment/lr0.001-seed1"]
+    for run in runs.values():
+        assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id and "loss" in run.data.metrics
+    logged = json.loads(Path(client.download_artifacts(parent.info.run_id, "summary.json", str(tmp_path))).read_text())
+    assert logged["models"] == json.loads(json.dumps(result["models"]))

@@ -19,9 +19,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from bertkit.config.recipe import default_recipe, load_recipe
-from bertkit.config.schema import LOWER_IS_BETTER
+from bertkit.config.schema import LOWER_IS_BETTER, StrictModel
 from bertkit.config.suite import SUITE_DIR, Suite, SuiteTask, load_suite
+from bertkit.config.track import TRACKERS, TrackConfig
 from bertkit.errors import BertkitError
 from bertkit.fsutil import check_output_dir, read_json, write_json_atomic
 from bertkit.pipelines.evaluate.aggregate import PROTOCOL, summarize_model, summarize_task
@@ -43,6 +46,18 @@ class EvaluateOptions:
     resume: str | None = None  # "last": an evaluation must be in the output; "auto": resume one if there is one
     overwrite: bool = False
     quiet: bool = False
+    report_to: tuple[str, ...] = ()  # trackers: one parent run with the table; cells run here nest under it
+
+
+class EvaluationRecord(StrictModel):
+    """What a tracker records of an evaluation: its parameters are the suite and mode, as a run's are its recipe."""
+
+    kind: str = "evaluate"
+    name: str
+    mode: str
+    suite: dict[str, Any]  # tasks by name, so each setting is one short parameter (suite.tasks.rte.lrs)
+    models: dict[str, str]
+    track: TrackConfig
 
 
 def model_keys(models: list[str]) -> dict[str, str]:
@@ -75,6 +90,13 @@ def _overrides(suite: Suite, task: SuiteTask, lr: float, seed: int, probe: bool)
     if probe:
         out.append("task.mode=feature")
     return [*out, *extra]
+
+
+def _tracked(spec: CellSpec, report_to: tuple[str, ...]) -> CellSpec:
+    """A cell run in this process reports to the trackers too, as a run nested under the evaluation's."""
+    name = f"{spec.model}/{spec.task}/{spec.directory.name}"
+    overrides = (*spec.overrides, f"track.report_to={','.join(report_to)}", f"track.run_name={json.dumps(name)}")
+    return replace(spec, overrides=overrides)
 
 
 def _data_path(data_dir: Path, relative: str, task: SuiteTask, what: str) -> Path:
@@ -271,9 +293,33 @@ def evaluate(
     for spec, model_dir in model_dirs.items():
         _check_model(spec, model_dir, suite, tasks)
     cells = plan_cells(suite, tasks, model_dirs, keys, output, data, options.probe)
+    from bertkit.engine import tracking
+
+    try:
+        settings = {**suite.model_dump(mode="json"), "tasks": {t.name: t.model_dump(mode="json") for t in suite.tasks}}
+        record = EvaluationRecord(name=suite.name, mode="probe" if options.probe else "full", suite=settings,
+                                  models=keys, track=TrackConfig(report_to=list(options.report_to)))  # fmt: skip
+    except ValidationError:
+        raise BertkitError(f"--report-to takes {', '.join(TRACKERS)}, not {', '.join(options.report_to)}") from None
+    tracking.require(tracking.trackers_asked(record))
     # Everything is valid: only now does the output appear.
     _prepare_output(output, _plan_record(suite, keys, options.probe, data), options)
+    with tracking.parent_run(output, record, "evaluate") as parent:
+        report = _run_cells(suite, tasks, cells, keys, output, options, skipped)
+        if parent is not None:
+            row = {"step": 0}
+            for spec, key in keys.items():
+                entry = report["models"][spec]
+                row[f"{key}/average"] = entry["average"]["mean"]
+                row.update({f"{key}/{task}": value["score"]["mean"] for task, value in entry["tasks"].items()})
+            parent.log({k: v for k, v in row.items() if v is not None})
+            parent.finish(report, None)
+    return report
 
+
+def _run_cells(suite: Suite, tasks: list[SuiteTask], cells: dict[str, list[CellSpec]], keys: dict[str, str],
+               output: Path, options: EvaluateOptions, skipped: list[str]) -> dict[str, Any]:  # fmt: skip
+    """Every cell (those with a result already, on --resume, are read), then the report."""
     total = sum(len(c) for c in cells.values())
     results: dict[str, dict[str, dict[tuple[float, int], dict[str, Any]]]] = {k: {} for k in keys.values()}
     summaries: dict[str, dict[str, dict[str, Any]]] = {k: {} for k in keys.values()}
@@ -293,6 +339,8 @@ def evaluate(
                 for spec in cells[task.name]:
                     if task.warm_start:
                         spec = _with_warm_start(spec, task, summaries, cells)
+                    if options.report_to and options.jobs <= 1:
+                        spec = _tracked(spec, options.report_to)
                     previous = read_result(spec) if options.resume else None
                     if previous is not None:
                         record(previous, ran=False)
