@@ -150,22 +150,31 @@ def default_recipe(command: str, task: str | None = None) -> str:
 
 
 def recipe_names() -> list[str]:
-    return sorted(p.stem for p in RECIPE_DIR.glob("*.yaml"))
+    return shipped_names(RECIPE_DIR)
+
+
+def shipped_names(folder: Path) -> list[str]:
+    return sorted(p.stem for p in folder.glob("*.yaml"))
 
 
 def resolve_recipe_path(name_or_path: str) -> Path:
-    """`NAME` finds recipes/NAME.yaml; anything ending in .yaml/.yml or containing a slash is a file."""
+    return resolve_yaml(name_or_path, RECIPE_DIR, "recipe", "available")
+
+
+def resolve_yaml(name_or_path: str, folder: Path, what: str, listed: str) -> Path:
+    """`NAME` finds FOLDER/NAME.yaml (a shipped recipe or suite); anything ending in .yaml/.yml or containing a slash
+    is a file. A shipped name that does not exist gets a did-you-mean and the list."""
     looks_like_path = name_or_path.endswith((".yaml", ".yml")) or "/" in name_or_path
-    path = Path(name_or_path) if looks_like_path else RECIPE_DIR / f"{name_or_path}.yaml"
+    path = Path(name_or_path) if looks_like_path else folder / f"{name_or_path}.yaml"
     if path.is_file():
         return path
     if looks_like_path:
-        raise BertkitError(f"recipe file not found: {name_or_path}")
-    hint = difflib.get_close_matches(name_or_path, recipe_names(), n=1)
+        raise BertkitError(f"{what} file not found: {name_or_path}")
+    names = shipped_names(folder)
+    hint = difflib.get_close_matches(name_or_path, names, n=1)
     suggestion = f" (did you mean '{hint[0]}'?)" if hint else ""
     raise BertkitError(
-        f"unknown recipe '{name_or_path}'{suggestion}; available: {', '.join(recipe_names())} "
-        "(or pass a path to a .yaml file)"
+        f"unknown {what} '{name_or_path}'{suggestion}; {listed}: {', '.join(names)} (or pass a path to a .yaml file)"
     )
 
 

@@ -7,7 +7,6 @@ override; `probe:` gives the settings of `bertkit evaluate --probe` (a frozen en
 
 from __future__ import annotations
 
-import difflib
 import re
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from typing import Any
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from bertkit.config.recipe import format_validation_error
+from bertkit.config.recipe import format_validation_error, resolve_yaml, shipped_names
 from bertkit.config.schema import LOWER_IS_BETTER, TASK_METRICS, StrictModel, TaskConfig
 from bertkit.errors import BertkitError
 
@@ -194,23 +193,12 @@ def _check_seeds(seeds: list[int]) -> list[int]:
 
 
 def suite_names() -> list[str]:
-    return sorted(path.stem for path in SUITE_DIR.glob("*.yaml"))
+    return shipped_names(SUITE_DIR)
 
 
 def resolve_suite_path(name_or_path: str) -> Path:
     """`NAME` finds bertkit/suites/NAME.yaml; anything ending in .yaml/.yml or holding a slash is a file."""
-    looks_like_path = name_or_path.endswith((".yaml", ".yml")) or "/" in name_or_path
-    path = Path(name_or_path) if looks_like_path else SUITE_DIR / f"{name_or_path}.yaml"
-    if path.is_file():
-        return path
-    if looks_like_path:
-        raise BertkitError(f"suite file not found: {name_or_path}")
-    hint = difflib.get_close_matches(name_or_path, suite_names(), n=1)
-    suggestion = f" (did you mean '{hint[0]}'?)" if hint else ""
-    raise BertkitError(
-        f"unknown suite '{name_or_path}'{suggestion}; shipped: {', '.join(suite_names())} "
-        "(or pass a path to a .yaml file)"
-    )
+    return resolve_yaml(name_or_path, SUITE_DIR, "suite", "shipped")
 
 
 def load_suite(name_or_path: str) -> tuple[Suite, Path]:

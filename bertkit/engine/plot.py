@@ -26,7 +26,7 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def _save(fig: Any, output: Path) -> None:
+def save_figure(fig: Any, output: Path) -> None:
     """Write the figure under a temporary name, then rename: never a half-written PNG under the final name."""
     import matplotlib.pyplot as plt
 
@@ -82,7 +82,7 @@ def plot_run(run_dir: Path, output: Path, overwrite: bool = False) -> dict[str, 
     for axis in axes:
         axis.grid(alpha=0.3)
     fig.suptitle(str(run_dir))
-    _save(fig, output)
+    save_figure(fig, output)
     return {"plot": str(output), "steps": steps[-1], "rows": len(train_rows), "terms": terms}
 
 
@@ -137,5 +137,5 @@ def plot_compare(
         axis.grid(alpha=0.3)
     by_time.set_ylabel(f"held-out {metric.removeprefix('eval_')}")
     by_time.legend(fontsize=8)
-    _save(fig, output)
+    save_figure(fig, output)
     return {"plot": str(output), "metric": metric, "runs": summary_runs}

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.config.suite import Suite, SuiteTask
+from bertkit.engine.plot import save_figure
 
 REPORT_MD = "report.md"
 PLOTS = "plots"
@@ -87,11 +88,7 @@ def _plot_task(path: Path, task: SuiteTask, report: dict[str, Any]) -> None:
     ax.set_xticks(range(len(models)), [m if len(m) < 28 else "…" + m[-26:] for m in models], rotation=15)
     ax.set_ylabel(f"{', '.join(task.score_metrics)} (points)")
     ax.set_title(f"{task.name}: mean ± std over seeds, dots per seed")
-    fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
+    save_figure(fig, path)
 
 
 def write_report(output: Path, report: dict[str, Any], suite: Suite, tasks: list[SuiteTask]) -> dict[str, Any]:
@@ -189,12 +186,7 @@ def plot_suite_curve(evaluation: Path, output: Path, overwrite: bool = False) ->
     axes[0].set_ylabel(f"{report['suite']} score, points ({report['mode']})")
     axes[0].legend(fontsize=8)
     fig.suptitle(f"{report['suite']} ({report['mode']}) along pretraining: mean ± std over seeds")
-    fig.tight_layout()
-    output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = output.with_name(f".{output.name}.tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, output)
+    save_figure(fig, output)
     return {
         "output": str(output),
         "snapshots": [{"steps": p[2], "tokens": p[0], "train_seconds": p[1], "average": p[3]["average"]["mean"]}
