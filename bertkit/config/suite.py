@@ -25,6 +25,11 @@ EXTRA_EVAL_KINDS = ("classification", "multi-label", "regression")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
+def lower_is_better(metric: str) -> bool:
+    """MSE, and an extra dev set's MSE (mm_mse): never averaged into a score."""
+    return metric in LOWER_IS_BETTER or metric.rpartition("_")[2] in LOWER_IS_BETTER
+
+
 class ProbeSettings(StrictModel):
     """What `--probe` changes: the encoder is frozen and only a linear head learns, so it takes its own rates and
     epochs (a head alone wants a higher rate and more passes than full fine-tuning)."""
@@ -105,15 +110,30 @@ class SuiteTask(StrictModel):
         for name in self.extra_eval:
             if not _NAME.match(name):
                 raise ValueError(f"extra_eval name '{name}' must be letters, digits, '.', '_' or '-'")
-        reported = [*valid, *(f"{extra}_{metric}" for extra in self.extra_eval for metric in valid)]
+        reported = self.reported_metrics
         for metric in self.score or []:
             if metric not in reported:
                 raise ValueError(
                     f"score metric '{metric}' is not reported for this task; use any of {', '.join(reported)}"
                 )
-            if metric.rpartition("_")[2] in LOWER_IS_BETTER or metric in LOWER_IS_BETTER:
-                raise ValueError(f"score metric '{metric}' is lower-is-better and cannot be averaged with scores")
+        for metric in self.score_metrics:
+            if lower_is_better(metric):
+                raise ValueError(
+                    f"score metric '{metric}' is lower-is-better and cannot be averaged with scores; give the task a "
+                    "`score:` of higher-is-better metrics (e.g. [pearson, spearman])"
+                )
+        own_keys = ("task.kind", "task.metric", "task.text_field", "task.text_pair_field", "task.label_field")
+        for item in self.set:
+            key = item.partition("=")[0].strip()
+            if key in own_keys:
+                raise ValueError(f"set '{item}': give '{key.removeprefix('task.')}' as the task's own key instead")
         return self
+
+    @property
+    def reported_metrics(self) -> list[str]:
+        """The metric names this task's cells report: the kind's, and each extra dev set's as NAME_METRIC."""
+        valid = TASK_METRICS[self.kind]
+        return [*valid, *(f"{extra}_{metric}" for extra in self.extra_eval for metric in valid)]
 
     @property
     def rank_metric(self) -> str:

@@ -126,10 +126,13 @@ def _bertkit(*args: str) -> subprocess.Popen:
 
 def test_killed_mid_suite_resumes_to_the_same_table(tmp_path, suite_dir, pretrained_run):
     common = ["evaluate", "--model", str(pretrained_run), "--suite", str(suite_dir / "tiny.yaml"), "--probe"]
-    whole = _bertkit(*common, "--output", str(tmp_path / "whole"), "--json", "--quiet")
+    # the uninterrupted run spreads its cells over two worker processes, each with a "GPU" of its own (on a machine
+    # without one, the cells run on the CPU all the same): the table must not depend on where a cell ran
+    whole = _bertkit(*common, "--output", str(tmp_path / "whole"), "--devices", "0,1", "--json", "--quiet")
     stdout, stderr = whole.communicate(timeout=600)
     assert whole.returncode == 0, stderr
     reference = json.loads(stdout.strip().splitlines()[-1])
+    assert {c["visible_devices"] for c in _cell_results(tmp_path / "whole").values()} <= {"0", "1"}
 
     killed = tmp_path / "killed"
     victim = _bertkit(*common, "--output", str(killed), "--quiet")
@@ -358,3 +361,16 @@ def test_report_to_mlflow_is_one_run_with_the_table_and_cells_nested(tmp_path, s
         assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id and "loss" in run.data.metrics
     logged = json.loads(Path(client.download_artifacts(parent.info.run_id, "summary.json", str(tmp_path))).read_text())
     assert logged["models"] == json.loads(json.dumps(result["models"]))
+
+
+def test_f1_of_a_three_class_task_is_refused_before_anything_runs(tmp_path, glue_data, pretrained_run):
+    import bertkit.config.suite as suites
+
+    glue = yaml.safe_load((suites.SUITE_DIR / "glue.yaml").read_text(encoding="utf-8"))
+    mnli = next(t for t in glue["tasks"] if t["name"] == "mnli")
+    path = _write_suite(tmp_path, {**glue, "name": "f1", "tasks": [{**mnli, "metric": "f1", "score": ["f1"]}]})
+    out = tmp_path / "never"
+    line = run_error("evaluate", "--model", str(pretrained_run), "--suite", str(path), "--data", str(glue_data),
+                     "--output", str(out))  # fmt: skip
+    assert "task 'mnli' (train): f1 is the positive class's F1 of a two-class task, and this one has 3 classes" in line
+    assert not out.exists()

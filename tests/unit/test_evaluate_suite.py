@@ -4,7 +4,9 @@ median, a task's score as the mean of its score metrics, and the GLUE score as t
 
 from __future__ import annotations
 
+import shutil
 import statistics
+from pathlib import Path
 
 import pytest
 import yaml
@@ -200,3 +202,67 @@ def test_suite_yaml_round_trips_through_show(tmp_path):
     path.write_text(yaml.safe_dump(glue.model_dump(mode="json")), encoding="utf-8")
     again, _ = load_suite(str(path))
     assert again == glue
+
+
+def test_a_task_ranked_by_mse_needs_a_score_of_higher_is_better_metrics():
+    with pytest.raises(BertkitError, match="give the task a `score:` of higher-is-better metrics"):
+        validate_suite(_suite(kind="regression", metric="mse"), "s")
+    assert validate_suite(_suite(kind="regression", metric="mse", score=["spearman"]), "s").tasks[0].score_metrics == [
+        "spearman"
+    ]
+
+
+@pytest.mark.parametrize("key", ["task.metric", "task.kind", "task.text_field"])
+def test_the_tasks_own_keys_are_not_set_through_overrides(key):
+    with pytest.raises(BertkitError, match=f"give '{key.removeprefix('task.')}' as the task's own key"):
+        validate_suite(_suite(set=[f"{key}=x"]), "s")
+
+
+def test_average_of_tasks_with_different_seeds_has_no_spread():
+    raw = {"name": "s", "tasks": [
+        {"name": "a", "kind": "classification", "train": "t", "eval": "d", "seeds": [0, 1]},
+        {"name": "b", "kind": "classification", "train": "t", "eval": "d", "seeds": [5, 6]},
+    ]}  # fmt: skip
+    suite = validate_suite(raw, "s")
+    a = summarize_task(suite.tasks[0], [1e-5], [0, 1], {(1e-5, 0): _done(accuracy=0.6), (1e-5, 1): _done(accuracy=0.8)})
+    b = summarize_task(suite.tasks[1], [1e-5], [5, 6], {(1e-5, 5): _done(accuracy=0.9), (1e-5, 6): _done(accuracy=0.9)})
+    average = summarize_model(suite, {"a": a, "b": b})["average"]
+    assert average["mean"] == 80.0 and average["std"] is None and average["per_seed"] == []
+    from bertkit.pipelines.evaluate.report import _cell
+
+    assert _cell(average) == "80.00" and _cell(a["score"]) == "70.00 ± 14.14"
+
+
+def test_counts_are_not_reported_as_metrics():
+    suite = validate_suite(_suite(kind="token-classification", metric="f1"), "s")
+    cell = _done(f1=0.5, precision=0.4, recall=0.6, accuracy=0.9, entities=237, predicted_entities=12, examples=400)
+    entry = summarize_task(suite.tasks[0], [1e-5], [0], {(1e-5, 0): cell})
+    assert entry["metrics"] == {"f1": 50.0, "precision": 40.0, "recall": 60.0, "accuracy": 90.0}
+
+
+def test_warm_start_takes_the_best_seed_at_the_chosen_rate(tmp_path):
+    from bertkit.pipelines.evaluate.cells import CellSpec
+    from bertkit.pipelines.evaluate.run import _with_warm_start
+
+    suite = validate_suite({"name": "s", "seeds": [0, 1, 2], "lrs": [1e-5, 2e-5], "tasks": [
+        {"name": "src", "kind": "classification", "train": "t", "eval": "d"},
+        {"name": "dst", "kind": "classification", "train": "t", "eval": "d", "warm_start": "src"},
+    ]}, "s")  # fmt: skip
+    results = {
+        (1e-5, 0): _done(accuracy=0.99), (1e-5, 1): _done(accuracy=0.1), (1e-5, 2): _done(accuracy=0.1),
+        (2e-5, 0): _done(accuracy=0.7), (2e-5, 1): _done(accuracy=0.8), (2e-5, 2): _done(accuracy=0.75),
+    }  # fmt: skip
+    entry = summarize_task(suite.tasks[0], [1e-5, 2e-5], [0, 1, 2], results)
+
+    def spec(task: str, lr: float, seed: int) -> CellSpec:
+        return CellSpec("m0", task, lr, seed, tmp_path / task / f"{lr}-{seed}", "r", (), Path("t"), Path("d"))
+
+    sources = [spec("src", lr, seed) for lr in (1e-5, 2e-5) for seed in (0, 1, 2)]
+    for source in sources:
+        source.saved_model.mkdir(parents=True)
+    started = _with_warm_start(spec("dst", 1e-5, 0), suite.tasks[1], {"m0": {"src": entry}}, {"src": sources})
+    # the rate with the best mean (2e-5), not the best single cell (1e-5, seed 0); at it, seed 1
+    assert started.model_dir == tmp_path / "src" / "2e-05-1" / "run" / "model"
+    shutil.rmtree(started.model_dir)
+    gone = _with_warm_start(spec("dst", 1e-5, 0), suite.tasks[1], {"m0": {"src": entry}}, {"src": sources})
+    assert gone.model_dir is None and "--overwrite" in gone.warm_error

@@ -12,8 +12,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from bertkit.config.schema import LOWER_IS_BETTER
-from bertkit.config.suite import Suite, SuiteTask
+from bertkit.config.suite import Suite, SuiteTask, lower_is_better
 
 # Metrics that a task reports in percent already (SQuAD's exact match and F1, as the official script gives them).
 PERCENT_KINDS = ("question-answering",)
@@ -27,8 +26,7 @@ PROTOCOL = (
 
 def points(task: SuiteTask, metric: str, value: float) -> float:
     """`value` of `metric` on the report's scale: percent points (lower-is-better metrics as they are)."""
-    base = metric.rpartition("_")[2] if metric not in LOWER_IS_BETTER else metric
-    if task.kind in PERCENT_KINDS or base in LOWER_IS_BETTER or metric in LOWER_IS_BETTER:
+    if task.kind in PERCENT_KINDS or lower_is_better(metric):
         return value
     return value * 100.0
 
@@ -51,7 +49,7 @@ def summarize_task(
     """One model's entry for `task` from its cell results, keyed (lr, seed): each a cell's result.json
     (`status` done or failed; `metrics` when done)."""
     metric = task.rank_metric
-    sign = -1.0 if metric in LOWER_IS_BETTER else 1.0
+    sign = -1.0 if lower_is_better(metric) else 1.0
     by_rate: dict[float, list[float]] = {}
     for lr in lrs:
         done = [results[(lr, s)] for s in seeds if results.get((lr, s), {}).get("status") == "done"]
@@ -67,7 +65,7 @@ def summarize_task(
     done_seeds = [s for s in seeds if results.get((chosen, s), {}).get("status") == "done"]
     cells = [results[(chosen, s)]["metrics"] for s in done_seeds]
     task_scores = [statistics.fmean(points(task, m, float(c[m])) for m in task.score_metrics) for c in cells]
-    names = sorted({name for c in cells for name, value in c.items() if isinstance(value, int | float)} - {"examples"})
+    names = [name for name in task.reported_metrics if any(name in c for c in cells)]  # not counts (examples...)
     return {
         **entry,
         "lr": chosen,
@@ -83,21 +81,17 @@ def summarize_task(
 
 
 def summarize_model(suite: Suite, tasks: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The suite's average of one model from its task entries: per seed the mean of the task scores (over the
-    seeds every task has), then mean, std and median of those; None when a task has no score."""
-    if any(tasks[t.name]["score"]["mean"] is None for t in suite.tasks if t.name in tasks):
-        return {"tasks": tasks, "average": spread([]) | {"per_seed": []}}
+    """The suite's average of one model from its task entries: the mean of the task scores; when every task has
+    the same seeds, also per seed (the mean of that seed's task scores), and the std and median of those. None
+    when a task has no score."""
     present = [t.name for t in suite.tasks if t.name in tasks]
-    common = [s for s in tasks[present[0]]["seeds"] if all(s in tasks[n]["seeds"] for n in present)] if present else []
-    per_seed = []
-    for seed in common:
-        scores = [tasks[n]["score"]["per_seed"][tasks[n]["seeds"].index(seed)] for n in present]
-        per_seed.append(statistics.fmean(scores))
-    average = {
-        **spread(per_seed),
-        # The mean of the task means: equal to the per-seed mean when every seed ran, defined when they did not.
-        "mean": round(statistics.fmean(tasks[n]["score"]["mean"] for n in present), 2) if present else None,
-        "per_seed": [round(v, 2) for v in per_seed],
-        "seeds": common,
-    }
+    if not present or any(tasks[name]["score"]["mean"] is None for name in present):
+        return {"tasks": tasks, "average": {**spread([]), "per_seed": [], "seeds": []}}
+    mean = round(statistics.fmean(tasks[name]["score"]["mean"] for name in present), 2)
+    seeds = tasks[present[0]]["seeds"]
+    if any(tasks[name]["seeds"] != seeds for name in present):
+        # Seeds differ between tasks (a task's own seeds, or failed cells): no per-seed average to spread.
+        return {"tasks": tasks, "average": {"mean": mean, "std": None, "median": None, "per_seed": [], "seeds": []}}
+    per_seed = [statistics.fmean(tasks[name]["score"]["per_seed"][i] for name in present) for i in range(len(seeds))]
+    average = {**spread(per_seed), "mean": mean, "per_seed": [round(v, 2) for v in per_seed], "seeds": seeds}
     return {"tasks": tasks, "average": average}

@@ -36,6 +36,7 @@ class CellSpec:
     keep_model: bool = False  # a warm start's source keeps its weights; other cells drop them when done
     model_dir: Path | None = None  # None for a warm-started cell until its source task is done
     warm_error: str | None = None  # why a warm-started cell has no model to start from
+    required: tuple[str, ...] = ()  # the metrics the report needs of this cell (ranking and score)
 
     @property
     def result_path(self) -> Path:
@@ -73,12 +74,17 @@ def run_cell(spec: CellSpec) -> dict[str, Any]:
         for name, path in spec.extra_eval.items():
             extra = score_sequence_model(Path(summary["model_dir"]), path, recipe)  # type: ignore[arg-type]
             metrics.update({f"{name}_{key}": value for key, value in extra.items() if key != "examples"})
+        missing = [name for name in spec.required if name not in metrics]
+        if missing:
+            raise BertkitError(f"the run reported no {', '.join(missing)} (it has {', '.join(sorted(metrics))})")
         result.update(status="done", metrics=metrics, steps=summary["steps"], best=summary["best"])
     except BertkitError as err:
         result.update(status="failed", error=str(err))
     except Exception as err:  # a bug or a broken environment: recorded with its traceback, and the suite goes on
         result.update(status="failed", error=f"{type(err).__name__}: {err}", traceback=traceback.format_exc())
     result["seconds"] = round(time.perf_counter() - start, 1)
+    if "CUDA_VISIBLE_DEVICES" in os.environ:  # the GPU a --devices worker ran it on
+        result["visible_devices"] = os.environ["CUDA_VISIBLE_DEVICES"]
     # Only what the report and a warm start need stays: checkpoints always go, weights unless a task starts from them.
     shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
     if not spec.keep_model:

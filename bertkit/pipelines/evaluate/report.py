@@ -17,6 +17,8 @@ PLOTS = "plots"
 def _cell(entry: dict[str, Any]) -> str:
     if entry.get("mean") is None:
         return "failed"
+    if entry.get("std") is None:
+        return f"{entry['mean']:.2f}"
     return f"{entry['mean']:.2f} ± {entry['std']:.2f}"
 
 
@@ -83,7 +85,7 @@ def _plot_task(path: Path, task: SuiteTask, report: dict[str, Any]) -> None:
         score = report["models"][model]["tasks"][task.name]["score"]
         per_seed = score.get("per_seed") or []
         if score["mean"] is not None:
-            ax.bar(i, score["mean"], yerr=score["std"], capsize=6, color="#9ecae1", edgecolor="#3182bd")
+            ax.bar(i, score["mean"], yerr=score["std"] or 0.0, capsize=6, color="#9ecae1", edgecolor="#3182bd")
             ax.scatter([i] * len(per_seed), per_seed, color="#08519c", zorder=3, s=18)
     ax.set_xticks(range(len(models)), [m if len(m) < 28 else "…" + m[-26:] for m in models], rotation=15)
     ax.set_ylabel(f"{', '.join(task.score_metrics)} (points)")
@@ -154,8 +156,8 @@ def plot_suite_curve(evaluation: Path, output: Path, overwrite: bool = False) ->
             meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
         except (BertkitError, OSError, ValueError):
             meta = {}
-        if "tokens" not in meta or "train_seconds" not in meta:
-            left_out.append(spec)
+        if "tokens" not in meta or "train_seconds" not in meta or entry["average"]["mean"] is None:
+            left_out.append(spec)  # not a snapshot, or a model without a suite score (a task failed)
             continue
         points.append((meta["tokens"], meta["train_seconds"], meta.get("steps"), entry))
     if len(points) < 2:

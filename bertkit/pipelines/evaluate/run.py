@@ -81,9 +81,10 @@ def _task_recipe(task: SuiteTask) -> str:
 def _overrides(suite: Suite, task: SuiteTask, lr: float, seed: int, probe: bool) -> list[str]:
     _, _, epochs, extra = suite.grid(task, probe)
     out = [f"task.kind={task.kind}"]
-    for key in ("text_field", "text_pair_field", "label_field", "metric"):
+    for key in ("text_field", "text_pair_field", "label_field"):
         if getattr(task, key) is not None:  # as a JSON string, which YAML reads back as it is ("#1 String")
             out.append(f"task.{key}={json.dumps(getattr(task, key))}")
+    out.append(f"task.metric={task.rank_metric}")  # each cell keeps its best model by what the suite ranks by
     out += [f"optim.lr={lr!r}", f"train.seed={seed}"]
     if epochs is not None:
         out.append(f"train.epochs={epochs}")
@@ -112,16 +113,30 @@ def _check_task_data(task: SuiteTask, recipe: Any, files: dict[str, Path]) -> No
     """Read each file as its cells will, so a missing column or a bad row fails now, not hours later."""
     from bertkit.tasks.data import read_task_file
     from bertkit.tasks.qa import read_qa_file
-    from bertkit.tasks.token_classification import read_token_file
+    from bertkit.tasks.token_classification import detect_scheme, read_token_file
 
     for what, path in files.items():
         try:
             if task.kind == "token-classification":
-                read_token_file(path)
+                data = read_token_file(path)
+                if what == "train" and task.rank_metric != "accuracy" and detect_scheme(data) == "none":
+                    raise BertkitError(
+                        f"its tags are plain (no entity scheme), which only have accuracy: set the task's "
+                        f"metric: accuracy (it is ranked by {task.rank_metric})"
+                    )
             elif task.kind == "question-answering":
                 read_qa_file(path, recipe.task.skip_bad_rows)
             else:
-                read_task_file(path, recipe.task, recipe.task.split if what == "train" else recipe.task.eval_split)
+                split = recipe.task.split if what == "train" else recipe.task.eval_split
+                data = read_task_file(path, recipe.task, split)
+                binary = {"f1", *(f"{extra}_f1" for extra in task.extra_eval)}  # the positive class's F1
+                wants_f1 = bool(binary & {task.rank_metric, *task.score_metrics})
+                classes = len(set(data.labels or [])) if task.kind == "classification" else 2
+                if what == "train" and wants_f1 and classes != 2:
+                    raise BertkitError(
+                        f"f1 is the positive class's F1 of a two-class task, and this one has {classes} classes; "
+                        "rank and score it by macro_f1 or accuracy"
+                    )
         except BertkitError as err:
             raise BertkitError(f"task '{task.name}' ({what}): {err}") from None
 
@@ -172,6 +187,7 @@ def plan_cells(
                 eval=dev,
                 extra_eval=extra,
                 keep_model=task.name in sources,
+                required=tuple(dict.fromkeys((task.rank_metric, *task.score_metrics))),
                 model_dir=None if task.warm_start else model_dir,
             )
             for spec, model_dir in models.items()
@@ -201,11 +217,11 @@ def _prepare_output(output: Path, plan: dict[str, Any], options: EvaluateOptions
         if not (output / PLAN).is_file():
             raise BertkitError(f"--resume: {output} holds no evaluation to resume ({PLAN} is missing); drop --resume")
         before = read_json(output / PLAN, "evaluation plan")
-        for key in ("suite", "models", "mode"):
+        for key in ("suite", "models", "mode", "data"):
             if before.get(key) != plan[key]:
                 raise BertkitError(
-                    f"--resume: {output} was started with another {key}; resume with the same suite, models and mode, "
-                    "or choose another --output (or --overwrite to start again)"
+                    f"--resume: {output} was started with another {key}; resume with the same suite, models, mode "
+                    "and --data, or choose another --output (or --overwrite to start again)"
                 )
         (output / REPORT_JSON).unlink(missing_ok=True)  # the report is written anew from every cell at the end
         return
@@ -218,12 +234,15 @@ def _prepare_output(output: Path, plan: dict[str, Any], options: EvaluateOptions
 
 def _run_wave(cells: list[CellSpec], options: EvaluateOptions, tracker: Tracker, done: Callable[[dict], None]) -> None:
     """Run `cells` one after the other, or in `--jobs` worker processes (each with a GPU of `--devices`)."""
-    if options.jobs <= 1 or len(cells) <= 1:
+    if not options.devices and (options.jobs <= 1 or len(cells) <= 1):
         for spec in cells:
             done(run_cell(spec))
         return
+    if not cells:
+        return
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
 
     context = multiprocessing.get_context("spawn")  # a fresh interpreter: no inherited torch threads or CUDA state
     devices = None
@@ -232,9 +251,15 @@ def _run_wave(cells: list[CellSpec], options: EvaluateOptions, tracker: Tracker,
         for device in options.devices[: options.jobs]:
             devices.put(device)
     threads = max(1, (os.cpu_count() or 1) // options.jobs)
-    with ProcessPoolExecutor(options.jobs, context, initializer=init_worker, initargs=(threads, devices)) as pool:
-        for future in as_completed([pool.submit(run_cell, spec) for spec in cells]):
-            done(future.result())
+    try:
+        with ProcessPoolExecutor(options.jobs, context, initializer=init_worker, initargs=(threads, devices)) as pool:
+            for future in as_completed([pool.submit(run_cell, spec) for spec in cells]):
+                done(future.result())
+    except BrokenProcessPool:
+        raise BertkitError(
+            "a worker process died (out of memory?); the cells it finished are kept: run again with --resume, with "
+            "fewer --jobs or a smaller train.batch_size"
+        ) from None
 
 
 def _with_warm_start(spec: CellSpec, task: SuiteTask, summaries: dict[str, dict[str, dict[str, Any]]],
@@ -248,7 +273,8 @@ def _with_warm_start(spec: CellSpec, task: SuiteTask, summaries: dict[str, dict[
     source = next(c for c in cells[task.warm_start or ""] if c.model == spec.model and c.lr == entry["lr"]
                   and c.seed == best_seed)  # fmt: skip
     if not source.saved_model.is_dir():
-        return replace(spec, warm_error=f"warm start: the weights of {source.directory} are missing; run it again")
+        return replace(spec, warm_error=f"warm start: the weights of {source.directory} are missing (deleted?); "
+                       "start the evaluation again with --overwrite")  # fmt: skip
     return replace(spec, model_dir=source.saved_model)
 
 

@@ -32,13 +32,10 @@ from bertkit.tasks.classification import (
     SequenceClassifier,
     classification_objective,
     encode_examples,
-    evaluate_classifier,
-    evaluate_multi_label,
-    evaluate_regressor,
-    label_indices,
-    multi_hot,
+    evaluate_sequence,
     multi_label_objective,
     regression_objective,
+    sequence_targets,
 )
 from bertkit.tasks.data import TaskData, read_task_file
 
@@ -110,11 +107,7 @@ def finetune(
         train_part, eval_data = subset(train_data, train_idx), subset(train_data, eval_idx)
 
     def targets(data: TaskData, source: object) -> np.ndarray:
-        if regression:
-            return np.asarray(data.labels, dtype=np.float32)
-        if multi_label:
-            return multi_hot(data.labels or [], labels, source)
-        return label_indices(data.labels or [], labels, source)
+        return sequence_targets(task.kind, data.labels or [], labels, source)
 
     max_len = min(task.max_seq_len, model_cfg.max_position_embeddings - model_cfg.position_offset)
     # XLNet: text <sep> <cls> with <cls> last, padded on the left, pooled at <cls> through a fresh summary layer
@@ -150,11 +143,7 @@ def finetune(
     if eval_examples is not None:
         eval_batches = ClassificationBatches(eval_examples, micro, tokenizer.pad_id, train_cfg.seed, use_types, xlnet)
         device = resolve_device(recipe.engine)
-        if multi_label:
-            evaluate = lambda m: evaluate_multi_label(m, eval_batches, device, task.threshold)  # noqa: E731
-        else:
-            scorer = evaluate_regressor if regression else evaluate_classifier
-            evaluate = lambda m: scorer(m, eval_batches, device)  # noqa: E731
+        evaluate = lambda m: evaluate_sequence(task.kind, m, eval_batches, device, task.threshold)  # noqa: E731
         best = BestModel.start(output, task.best_metric, task.early_stopping_patience, resumed)
     result = train(
         model,
