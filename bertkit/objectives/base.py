@@ -46,8 +46,8 @@ def model_inputs(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def sequences(batch: dict[str, torch.Tensor]) -> float:
-    """Target count of a sequence-level loss."""
-    return float(batch["input_ids"].shape[0])
+    """Target count of a sequence-level loss (a batch of texts, or of their precomputed features)."""
+    return float((batch["input_ids"] if "input_ids" in batch else batch["features"]).shape[0])
 
 
 def share(total: torch.Tensor, count: float) -> torch.Tensor:

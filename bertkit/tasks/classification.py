@@ -115,6 +115,24 @@ class ClassificationBatches:
         return self.batch_of([index for _, index in self.sampler.take(self.batch_size)])
 
 
+class FeatureBatches(ClassificationBatches):
+    """Batches of sentence representations computed once (`sentence_features`), for a frozen encoder: its forward
+    runs once per example instead of once per example and epoch. The same shuffled, resumable order as the
+    examples'; the attention mask rides along so the loop counts the tokens the features stand for."""
+
+    def __init__(self, examples: Examples, features: torch.Tensor, batch_size: int, seed: int) -> None:
+        super().__init__(examples, batch_size, 0, seed, use_token_types=False)
+        self.features = features
+
+    def batch_of(self, indices: list[int]) -> dict[str, torch.Tensor]:
+        _, attention_mask = pad_batch([self.examples.input_ids[i] for i in indices], 0)
+        return {
+            "features": self.features[indices],
+            "attention_mask": attention_mask,
+            "labels": torch.from_numpy(self.examples.labels[indices]),
+        }
+
+
 class SequenceClassifier(nn.Module):
     """Encoder + dropout + linear layer on a sentence representation: the pooled [CLS] output (`pool="cls"`;
     the raw [CLS] state for models without a pooler; XLNet's encoder pools its last token, <cls>) or the
@@ -132,23 +150,36 @@ class SequenceClassifier(nn.Module):
         self.classifier = nn.Linear(encoder.config.hidden_size, num_labels)
         init_weights(self.classifier)
 
-    def forward(
+    def represent(
         self,
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
-    ) -> dict[str, torch.Tensor]:
+    ) -> torch.Tensor:
+        """The sentence representation the head reads: the encoder's, pooled."""
         out = self.encoder(input_ids, attention_mask, token_type_ids)
         if self.pool == "mean":
-            pooled = mean_pool(out.last_hidden_state, attention_mask)
-        else:
-            pooled = out.pooled if out.pooled is not None else out.last_hidden_state[:, 0]
+            return mean_pool(out.last_hidden_state, attention_mask)
+        return out.pooled if out.pooled is not None else out.last_hidden_state[:, 0]
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        features: torch.Tensor | None = None,
+    ) -> dict[str, torch.Tensor]:
+        """Logits of the texts, or of their `features` (`represent`'s output, computed once by a frozen encoder)."""
+        if features is None:
+            features = self.represent(input_ids, attention_mask, token_type_ids)  # type: ignore[arg-type]
         if self.head is not None:
-            pooled = self.head(pooled)
-        return {"logits": self.classifier(self.dropout(pooled))}
+            features = self.head(features)
+        return {"logits": self.classifier(self.dropout(features))}
 
 
 def _logits(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    if "features" in batch:
+        return model(features=batch["features"])["logits"].float()
     return model(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))["logits"].float()
 
 
@@ -357,4 +388,22 @@ def evaluate_sequence(
     if kind == "regression":
         return evaluate_regressor(model, batches, device)
     return evaluate_classifier(model, batches, device)
+
+
+@torch.no_grad()
+def sentence_features(
+    model: SequenceClassifier, batches: ClassificationBatches, device: torch.device, batch_size: int = 64
+) -> torch.Tensor:
+    """`model.represent` of every example of `batches`, in order, with the encoder in evaluation mode (no dropout):
+    what a frozen encoder gives its head. On the CPU, (examples, hidden)."""
+    was_training = model.training
+    model.eval().to(device)
+    total, out = len(batches.examples.labels), []
+    for start in range(0, total, batch_size):
+        batch = batches.batch_of(list(range(start, min(total, start + batch_size))))
+        batch = {k: v.to(device) for k, v in batch.items() if k != "labels"}
+        pooled = model.represent(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
+        out.append(pooled.float().cpu())
+    model.train(was_training)
+    return torch.cat(out)
 

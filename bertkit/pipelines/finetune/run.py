@@ -29,12 +29,14 @@ from bertkit.pipelines.finetune.tokens import finetune_tokens
 from bertkit.pipelines.rundir import join_job, prepare_run_dir, write_summary
 from bertkit.tasks.classification import (
     ClassificationBatches,
+    FeatureBatches,
     SequenceClassifier,
     classification_objective,
     encode_examples,
     evaluate_sequence,
     multi_label_objective,
     regression_objective,
+    sentence_features,
     sequence_targets,
 )
 from bertkit.tasks.data import TaskData, read_task_file
@@ -133,16 +135,23 @@ def finetune(
     own = encoder_weights(weights)
     # A pretrained XLNet has no summary layer yet: it starts fresh, as transformers starts it.
     load_state(model.encoder, own, str(model_dir), strict=not (xlnet and "pooler.dense.weight" not in own))
-    if task.mode == "feature":
-        # Feature-based: the encoder is a frozen feature extractor; only the head learns.
-        model.encoder.requires_grad_(False)
     use_types = xlnet or (task.text_pair_field is not None and model_cfg.type_vocab_size > 1)
     micro = train_cfg.batch_size // train_cfg.grad_accum
     source = ClassificationBatches(train_examples, micro, tokenizer.pad_id, train_cfg.seed, use_types, xlnet)
-    evaluate = best = None
+    eval_batches = None
     if eval_examples is not None:
         eval_batches = ClassificationBatches(eval_examples, micro, tokenizer.pad_id, train_cfg.seed, use_types, xlnet)
-        device = resolve_device(recipe.engine)
+    device = resolve_device(recipe.engine)
+    if task.mode == "feature":
+        # Feature-based: the encoder is a frozen feature extractor, so it runs once per example (in evaluation
+        # mode), and only the head learns, from those features, epoch after epoch.
+        model.encoder.requires_grad_(False)
+        source = FeatureBatches(train_examples, sentence_features(model, source, device), micro, train_cfg.seed)
+        if eval_batches is not None:
+            eval_batches = FeatureBatches(eval_examples, sentence_features(model, eval_batches, device), micro, 0)
+        model.cpu()
+    evaluate = best = None
+    if eval_batches is not None:
         evaluate = lambda m: evaluate_sequence(task.kind, m, eval_batches, device, task.threshold)  # noqa: E731
         best = BestModel.start(output, task.best_metric, task.early_stopping_patience, resumed)
     result = train(
