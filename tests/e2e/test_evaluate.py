@@ -374,3 +374,24 @@ def test_f1_of_a_three_class_task_is_refused_before_anything_runs(tmp_path, glue
                      "--output", str(out))  # fmt: skip
     assert "task 'mnli' (train): f1 is the positive class's F1 of a two-class task, and this one has 3 classes" in line
     assert not out.exists()
+
+
+def test_a_hub_name_from_an_offline_cache(tmp_path, suite_dir, minilm_dir, monkeypatch):
+    """`--model sentence-transformers/all-MiniLM-L6-v2` read from an HF_HOME laid out as the hub lays it out (filled
+    from the real checkpoint), HF_HUB_OFFLINE=1; the probe of one task, one seed."""
+    from hub_helpers import REPO, fill_hub_cache
+
+    home = tmp_path / "hf"
+    monkeypatch.setenv("HF_HOME", str(home))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    probe = {"lrs": [3.0e-3], "epochs": 5, "set": ["task.pool=mean"]}  # what the model was trained for
+    suite = {**SUITE, "name": "hub", "seeds": [0], "probe": probe, "tasks": [SUITE["tasks"][0]]}
+    path = _write_suite(suite_dir, suite)
+    args = ["evaluate", "--model", REPO, "--suite", str(path), "--probe"]
+    line = run_error(*args, "--output", str(tmp_path / "none"))
+    assert "offline" in line.lower() and not (tmp_path / "none").exists()
+    fill_hub_cache(home / "hub", minilm_dir)
+    result = run_json(*args, "--output", str(tmp_path / "out"))
+    sentiment = result["models"][REPO]["tasks"]["sentiment"]
+    assert result["cells"]["done"] == 1 and sentiment["metrics"]["accuracy"] > 60  # a real encoder, probed
