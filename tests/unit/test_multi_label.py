@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from fixed_logits import FixedLogits
 from torch import nn
 
 from bertkit.errors import BertkitError
@@ -61,22 +62,11 @@ def test_metrics_match_scikit_learn() -> None:
     assert ours["subset_accuracy"] == pytest.approx(metrics.accuracy_score(gold, predicted), abs=1e-4)
 
 
-class _Fixed(nn.Module):
-    """Logits from a table indexed by the first input id (so any batch split sees the same logits)."""
-
-    def __init__(self, table: torch.Tensor) -> None:
-        super().__init__()
-        self.table = nn.Parameter(table)
-
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
-        return {"logits": self.table[input_ids[:, 0]]}
-
-
 def test_objective_counts_pairs_and_splits_exactly() -> None:
     """The loss contract: target = one (example, label) pair, count = examples x labels; micro-batches with
     the global totals sum to the whole batch's mean BCE."""
     torch.manual_seed(0)
-    model = _Fixed(torch.randn(8, 3))
+    model = FixedLogits(torch.randn(8, 3))
     batch = {
         "input_ids": torch.arange(8).unsqueeze(1),
         "attention_mask": torch.ones(8, 1, dtype=torch.long),

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from torch import nn
+from fixed_logits import FixedLogits
 
 from bertkit.config.recipe import load_recipe
 from bertkit.errors import BertkitError
@@ -83,17 +83,6 @@ def test_macro_f1_counts_a_class_only_predicted() -> None:
     assert ours["macro_f1"] == round((2 / 3 + 1 + 0) / 3, 4)
 
 
-class _Fixed(nn.Module):
-    """Logits from a table indexed by the first input id (so any batch split sees the same logits)."""
-
-    def __init__(self, table: torch.Tensor) -> None:
-        super().__init__()
-        self.table = nn.Parameter(table)
-
-    def forward(self, input_ids, attention_mask=None, token_type_ids=None):
-        return {"logits": self.table[input_ids[:, 0]]}
-
-
 def test_evaluate_classifier_reports_classification_metrics() -> None:
     rng = np.random.default_rng(3)
     for num_labels in (2, 4):
@@ -102,7 +91,7 @@ def test_evaluate_classifier_reports_classification_metrics() -> None:
         logits = torch.from_numpy(rng.normal(size=(n, num_labels))).float()
         examples = Examples([np.array([i]) for i in range(n)], [np.array([0]) for _ in range(n)], gold)
         batches = ClassificationBatches(examples, 8, 0, 0, False)
-        out = evaluate_classifier(_Fixed(logits), batches, torch.device("cpu"), batch_size=5)
+        out = evaluate_classifier(FixedLogits(logits), batches, torch.device("cpu"), batch_size=5)
         expected = classification_metrics(logits.argmax(-1).numpy(), gold, num_labels)
         assert out == {**expected, "examples": n}
         assert ("f1" in out) == (num_labels == 2)
