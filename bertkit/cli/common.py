@@ -43,9 +43,14 @@ def engine_overrides(engine: str | None, budget: str | None) -> list[str]:
     return ([f"engine.backend={engine}"] if engine else []) + ([f"train.budget={budget}"] if budget else [])
 
 
+def tracker_names(report_to: list[str]) -> list[str]:
+    """--report-to mlflow --report-to wandb, or --report-to mlflow,wandb: ["mlflow", "wandb"]."""
+    return [name.strip() for item in report_to for name in item.split(",") if name.strip()]
+
+
 def report_overrides(report_to: list[str]) -> list[str]:
     """--report-to mlflow --report-to wandb (or mlflow,wandb) is --set track.report_to=mlflow,wandb."""
-    names = [name.strip() for item in report_to for name in item.split(",") if name.strip()]
+    names = tracker_names(report_to)
     return [f"track.report_to={','.join(names)}"] if names else []
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from bertkit.cli.common import JSON_HELP, OVERWRITE_HELP, QUIET_HELP, guarded, report_overrides
+from bertkit.cli.common import JSON_HELP, OVERWRITE_HELP, QUIET_HELP, guarded, tracker_names
 
 app = typer.Typer(help="The downstream suites `bertkit evaluate` runs: list, show, prepare.", no_args_is_help=True)
 
@@ -79,7 +79,7 @@ def evaluate_command(
     gpus = tuple(d.strip() for d in devices.split(",") if d.strip()) if devices else ()
     if devices is not None and not gpus:
         raise BertkitError("--devices takes GPU numbers separated by commas, e.g. 0,1")
-    trackers = tuple(name for item in report_overrides(report_to) for name in item.split("=", 1)[1].split(","))
+    trackers = tuple(tracker_names(report_to))
     options = EvaluateOptions(probe, len(gpus) or jobs, gpus, resume, overwrite, quiet, trackers)
     report = evaluate([*model, *(models or [])], suite, output, data, options)
     if json_out:

@@ -278,13 +278,18 @@ def validate_recipe(raw: dict[str, Any], source: str, kind: str | None = None) -
 
 def _read_yaml(name_or_path: str) -> tuple[Path, dict[str, Any]]:
     path = resolve_recipe_path(name_or_path)
+    return path, read_yaml_mapping(path, "recipe", "of sections (model:, data:, ...)")
+
+
+def read_yaml_mapping(path: Path, what: str, shape: str) -> dict[str, Any]:
+    """A recipe's or suite's YAML file as a mapping; bad YAML or another shape is a one-line BertkitError."""
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except (yaml.YAMLError, UnicodeDecodeError) as err:
-        raise BertkitError(f"recipe {path} is not valid YAML: {str(err).splitlines()[0]}") from None
+        raise BertkitError(f"{what} {path} is not valid YAML: {str(err).splitlines()[0]}") from None
     if not isinstance(raw, dict):
-        raise BertkitError(f"recipe {path} must be a YAML mapping of sections (model:, data:, ...)")
-    return path, raw
+        raise BertkitError(f"{what} {path} must be a YAML mapping {shape}")
+    return raw
 
 
 def load_recipe(name_or_path: str, overrides: list[str] | None = None, kind: str | None = None) -> Recipe:

@@ -11,10 +11,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from bertkit.config.recipe import format_validation_error, resolve_yaml, shipped_names
+from bertkit.config.recipe import format_validation_error, read_yaml_mapping, resolve_yaml, shipped_names
 from bertkit.config.schema import LOWER_IS_BETTER, TASK_METRICS, StrictModel, TaskConfig
 from bertkit.errors import BertkitError
 
@@ -224,12 +223,7 @@ def resolve_suite_path(name_or_path: str) -> Path:
 def load_suite(name_or_path: str) -> tuple[Suite, Path]:
     """The validated suite and its file; every failure is a one-line BertkitError."""
     path = resolve_suite_path(name_or_path)
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (yaml.YAMLError, UnicodeDecodeError) as err:
-        raise BertkitError(f"suite {path} is not valid YAML: {str(err).splitlines()[0]}") from None
-    if not isinstance(raw, dict):
-        raise BertkitError(f"suite {path} must be a YAML mapping (name:, tasks:, ...)")
+    raw = read_yaml_mapping(path, "suite", "(name:, tasks:, ...)")
     raw.setdefault("name", path.stem)
     return validate_suite(raw, f"suite '{raw['name']}'"), path
 

@@ -26,6 +26,16 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def pyplot() -> Any:
+    """matplotlib's pyplot on the file-only Agg back-end: figures are written, never shown in a window."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def save_figure(fig: Any, output: Path) -> None:
     """Write the figure under a temporary name, then rename: never a half-written PNG under the final name."""
     import matplotlib.pyplot as plt
@@ -45,10 +55,7 @@ def plot_run(run_dir: Path, output: Path, overwrite: bool = False) -> dict[str, 
         raise BertkitError(f"{run_dir}/metrics.jsonl has no training rows yet")
     if output.exists() and not overwrite:
         raise BertkitError(f"output {output} already exists; pass --overwrite to replace it")
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only, never a window
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     steps = [r["step"] for r in train_rows]
     eval_key = next((k for r in rows for k in r if k in ("eval_mlm_loss", "eval_loss")), None)
@@ -114,11 +121,7 @@ def plot_compare(
         metric = name
         label = run_dir.name if run_dir.name not in curves else str(run_dir)
         curves[label] = evaluated
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, (by_time, by_tokens) = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
     summary_runs = {}
     for label, rows in curves.items():

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.config.suite import Suite, SuiteTask
-from bertkit.engine.plot import save_figure
+from bertkit.engine.plot import pyplot, save_figure
 
 REPORT_MD = "report.md"
 PLOTS = "plots"
@@ -74,11 +74,7 @@ def markdown(report: dict[str, Any], suite: Suite, tasks: list[SuiteTask]) -> st
 
 
 def _plot_task(path: Path, task: SuiteTask, report: dict[str, Any]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     models = list(report["models"])
     fig, ax = plt.subplots(figsize=(max(4.0, 1.4 * len(models) + 2), 3.6))
     for i, model in enumerate(models):
@@ -115,14 +111,13 @@ def write_report(output: Path, report: dict[str, Any], suite: Suite, tasks: list
     return files
 
 
-def print_table(report: dict[str, Any], tasks_order: list[str]) -> None:
+def print_table(report: dict[str, Any], names: list[str]) -> None:
     """The comparison table on the terminal (stdout), with rich."""
     from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"{report['suite']} ({report['protocol']['mode']}): points, mean ± std over seeds",
                   title_justify="left")  # fmt: skip
-    names = tasks_order
     table.add_column("model", style="bold")
     for name in names:
         table.add_column(name, justify="right")
@@ -140,8 +135,6 @@ def plot_suite_curve(evaluation: Path, output: Path, overwrite: bool = False) ->
     """The suite's average (mean ± std over seeds) and each task's score against the training tokens and time at
     which each model was saved: for an evaluation of a pretraining run's snapshots (RUN/snapshots/step-N, whose
     metadata says when it was taken). Models without that metadata are left out and named."""
-    import json
-
     from bertkit.errors import BertkitError
     from bertkit.fsutil import read_json
     from bertkit.modelio.modeldir import MODEL_META, resolve_model_path
@@ -152,9 +145,8 @@ def plot_suite_curve(evaluation: Path, output: Path, overwrite: bool = False) ->
     points, left_out = [], []
     for spec, entry in report["models"].items():
         try:
-            meta_path = resolve_model_path(spec) / MODEL_META
-            meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
-        except (BertkitError, OSError, ValueError):
+            meta = read_json(resolve_model_path(spec) / MODEL_META, "model metadata")
+        except BertkitError:  # not a bertkit model directory (a Hugging Face checkpoint, a hub name)
             meta = {}
         if "tokens" not in meta or "train_seconds" not in meta or entry["average"]["mean"] is None:
             left_out.append(spec)  # not a snapshot, or a model without a suite score (a task failed)
@@ -166,11 +158,7 @@ def plot_suite_curve(evaluation: Path, output: Path, overwrite: bool = False) ->
             "two or more: evaluate RUN/snapshots/* (pretrain with train.snapshot_every_share)"
         )
     points.sort(key=lambda p: p[0])
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     tasks = list(points[0][3]["tasks"])
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     for ax, index, label in ((axes[0], 0, "training tokens"), (axes[1], 1, "training time (minutes)")):

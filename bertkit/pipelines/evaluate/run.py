@@ -22,8 +22,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from bertkit.config.recipe import default_recipe, load_recipe
-from bertkit.config.schema import LOWER_IS_BETTER, StrictModel
-from bertkit.config.suite import SUITE_DIR, Suite, SuiteTask, load_suite
+from bertkit.config.schema import StrictModel
+from bertkit.config.suite import SUITE_DIR, Suite, SuiteTask, load_suite, lower_is_better
 from bertkit.config.track import TRACKERS, TrackConfig
 from bertkit.errors import BertkitError
 from bertkit.fsutil import check_output_dir, read_json, write_json_atomic
@@ -268,7 +268,7 @@ def _with_warm_start(spec: CellSpec, task: SuiteTask, summaries: dict[str, dict[
     entry = summaries[spec.model][task.warm_start or ""]
     if entry["lr"] is None:
         return replace(spec, warm_error=f"warm start: every cell of task '{task.warm_start}' failed")
-    sign = -1.0 if entry["metric"] in LOWER_IS_BETTER else 1.0
+    sign = -1.0 if lower_is_better(entry["metric"]) else 1.0
     best_seed = entry["seeds"][max(range(len(entry["seeds"])), key=lambda i: sign * entry["scores"][i])]
     source = next(c for c in cells[task.warm_start or ""] if c.model == spec.model and c.lr == entry["lr"]
                   and c.seed == best_seed)  # fmt: skip
