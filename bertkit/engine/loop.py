@@ -78,7 +78,10 @@ class TrainResult:
     history: list[dict[str, float]] = field(default_factory=list)
     eval: dict[str, float] = field(default_factory=dict)
     skipped_steps: int = 0
-    seconds: float = 0.0
+    seconds: float = 0.0  # this call's wall clock
+    # The run's training clock at its end: every attempt's training time, pauses (checkpoints, evaluations) left
+    # out; what a time budget counts.
+    train_seconds: float = 0.0
     tokens: int = 0
     resumed_from: int | None = None
     # "budget" when a time/token budget ended the run before `steps`; "early_stopping" when `on_eval` did;
@@ -123,12 +126,32 @@ def _rng_state(device: torch.device) -> dict[str, torch.Tensor]:
     return state
 
 
+def restore_rng(saved: list[dict[str, torch.Tensor]], rank: int, world: int, device: torch.device) -> None:
+    """This rank's random state from a checkpoint's per-rank states. Resumed on more processes than it was saved
+    from, the new ranks keep their fresh seeds, and the run says so in one line (their dropout and sampling
+    draws differ from an uninterrupted run's)."""
+    if rank < len(saved):
+        torch.set_rng_state(saved[rank]["torch"])
+        if "cuda" in saved[rank] and device.type == "cuda":
+            torch.cuda.set_rng_state(saved[rank]["cuda"], device)
+    if saved and world > len(saved) and rank == 0:
+        stderr_console.print(
+            f"warning: the checkpoint holds the random state of {len(saved)} process(es) and this run has {world}; "
+            f"ranks {len(saved)}-{world - 1} start from fresh random states, so their dropout and sampling draws "
+            "differ from an uninterrupted run's",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
 def _tensorboard(run_dir: Path, purge_step: int | None) -> Any:
-    """A SummaryWriter when `tensorboard` is installed (optional dependency), else None."""
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:
-        return None
+    """A SummaryWriter; without the tensorboard package (an optional dependency), the one line that says so."""
+    from bertkit.engine.tracking import require
+
+    require(["tensorboard"])
+    from torch.utils.tensorboard import SummaryWriter
+
     return SummaryWriter(str(run_dir / "tensorboard"), purge_step=purge_step)
 
 
@@ -232,11 +255,7 @@ def train(
             raise BertkitError(
                 f"checkpoint {last_path} does not fit this optimizer/model: {str(err).splitlines()[0]}"
             ) from None
-        rngs = training_state.get("rng", [])
-        if rank < len(rngs):
-            torch.set_rng_state(rngs[rank]["torch"])
-            if "cuda" in rngs[rank] and device.type == "cuda":
-                torch.cuda.set_rng_state(rngs[rank]["cuda"], device)
+        restore_rng(training_state.get("rng", []), rank, world, device)
         if sampler is not None and hasattr(sampler, "load_state"):
             sampler.load_state(trainer["loader"])
         else:
@@ -548,6 +567,7 @@ def train(
     backend.final_weights_into(model)
     result.steps = step
     result.seconds = time.perf_counter() - started
+    result.train_seconds = train_seconds()
     return result
 
 

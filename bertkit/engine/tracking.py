@@ -37,7 +37,7 @@ from bertkit.engine.trackers.base import Backend, RunInfo
 from bertkit.errors import BertkitError
 
 RUN_FILE = "tracking.json"  # the trackers' run ids, in the run directory
-EXTRAS = {"mlflow": "mlflow", "wandb": "wandb"}  # tracker -> the bertkit extra that installs it
+EXTRAS = {"mlflow": "mlflow", "wandb": "wandb"}  # remote tracker -> the bertkit extra that installs it
 # How long the end of a run waits for a tracker to take what is still queued before giving up on it.
 FLUSH_SECONDS = float(os.environ.get("BERTKIT_TRACK_FLUSH_SECONDS", "120"))
 
@@ -49,13 +49,20 @@ def trackers_asked(recipe: Any) -> list[str]:
 
 
 def require(names: list[str]) -> None:
-    """One line naming the extra for the first tracker that is not installed (checked before any work)."""
+    """One line naming the extra for the first tracker that is not installed (checked before any work);
+    `tensorboard` is the loop's event files (engine.tensorboard), which need the tensorboard package too."""
     for name in names:
         if importlib.util.find_spec(name) is None:
             raise BertkitError(
-                f"track.report_to {name} needs the {name} package, which is not installed: "
-                f'pip install "bertkit[{EXTRAS[name]}]"'
+                f"--report-to {name} (track.report_to{', engine.tensorboard' if name == 'tensorboard' else ''}) "
+                f'needs the {name} package, which is not installed: pip install "bertkit[{name}]"'
             )
+
+
+def packages_asked(recipe: Any) -> list[str]:
+    """Every tracker package the run writes to: TensorBoard's (engine.tensorboard) and the remote ones."""
+    engine = getattr(recipe, "engine", None)
+    return (["tensorboard"] if engine is not None and engine.tensorboard else []) + trackers_asked(recipe)
 
 
 _job: dict[str, Any] = {}  # the inputs of the job this process runs (note_job)
@@ -64,7 +71,7 @@ _parents: list[Reporter] = []  # open parent runs (compress): runs started meanw
 
 
 def note_job(recipe: Any, inputs: Mapping[str, Path | str | None]) -> None:
-    require(trackers_asked(recipe))
+    require(packages_asked(recipe))
     _job["inputs"] = dict(inputs)
 
 

@@ -12,7 +12,9 @@ Any family whose layers are per-token apart from attention can reuse this module
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple
+import inspect
+from collections.abc import Callable
+from typing import Any, Literal, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -94,13 +96,20 @@ def repad(x: torch.Tensor, packing: Packing) -> torch.Tensor:
 def _flash_varlen_usable(q: torch.Tensor, dropout_p: float) -> bool:
     """torch's varlen flash kernel (torch.nn.attention.varlen, CUDA, half precision) has no dropout argument,
     so training with attention dropout takes the bucketed SDPA path instead."""
-    if q.device.type != "cuda" or q.dtype not in (torch.float16, torch.bfloat16) or dropout_p > 0:
-        return False
+    return q.device.type == "cuda" and q.dtype in (torch.float16, torch.bfloat16) and dropout_p == 0
+
+
+def _flash_varlen_kernel(window: tuple[int, int]) -> Callable[..., Any] | None:
+    """torch's varlen flash kernel, if this torch has one that can take `window`: the kernel's first releases
+    have no `window_size`, so local layers (ModernBERT's sliding window) take the padded path there."""
     try:
-        from torch.nn.attention.varlen import varlen_attn  # noqa: F401  (torch >= 2.9)
+        from torch.nn.attention import varlen  # torch >= 2.9
     except ImportError:
-        return False
-    return True
+        return None
+    kernel = getattr(varlen, "varlen_attn", None)
+    if kernel is None or (window != (-1, -1) and "window_size" not in inspect.signature(kernel).parameters):
+        return None
+    return kernel
 
 
 def varlen_attention(
@@ -123,11 +132,12 @@ def varlen_attention(
     block-diagonal mask (N^2 work): the padded-segment call was the fastest, and attention is a small share of a
     layer at these lengths, so the padding it keeps costs little.
     """
-    if _flash_varlen_usable(q, dropout_p):
-        from torch.nn.attention.varlen import varlen_attn
-
+    kernel = _flash_varlen_kernel(window) if _flash_varlen_usable(q, dropout_p) else None
+    if kernel is not None:
         cu = packing.cu_seqlens
-        out = varlen_attn(q, k, v, cu, cu, packing.max_seqlen, packing.max_seqlen, window_size=window)
+        # Full attention passes no window: torch versions whose kernel has no window_size run it too.
+        windowed = {"window_size": window} if window != (-1, -1) else {}
+        out = kernel(q, k, v, cu, cu, packing.max_seqlen, packing.max_seqlen, **windowed)
         assert isinstance(out, torch.Tensor)
         return out
     segments = len(packing.cu_seqlens) - 1

@@ -247,8 +247,9 @@ def _evaluator(
     pad_to: int = 0,
 ):
     """Metrics over the first `max_sequences` held-out sequences, walked in batches of `batch_size`.
-    Masks depend only on the sequence, and metrics are weighted by masked tokens, so the result depends
-    on which sequences are evaluated, never on how the batch is split (accumulation, process count)."""
+    Masks depend only on the sequence, and each metric is weighted by its own targets (masked tokens for MLM,
+    sequences for NSP/SOP, tokens for RTD), so the result depends on which sequences are evaluated, never on
+    how the batch is split (accumulation, process count)."""
     chosen = indices[:max_sequences]
     if isinstance(spec, MaskingSpec):
         spec = evaluation_masking(spec)
@@ -260,29 +261,38 @@ def _evaluator(
             corpus, chosen, batch_size, spec, pad_id, EVAL_MASK_SEED, shuffle=False, pad_to=pad_to, stored_masks=False
         )
         batches = CheckedBatches(loader, objective)
-        totals: dict[str, float] = {}
-        count = 0
+        sums: dict[str, float] = {}  # metric -> sum over its targets
+        targets: dict[str, float] = {}  # objective part -> its targets scored
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(1234)
             for start in range(0, len(chosen), batch_size):
                 loader.batch_size = min(batch_size, len(chosen) - start)  # the last batch takes what is left
                 batch = {k: v.to(device) for k, v in batches.next_batch().items()}
                 _, metrics = objective(model, batch)
-                # Metrics are means over the primary targets: masked tokens (MLM) or predicted ones (PLM).
                 counts = objective.counts(batch)
-                weight = counts["mlm"] if "mlm" in counts else next(iter(counts.values()))
+                for part, count in counts.items():
+                    targets[part] = targets.get(part, 0.0) + count
+                # A metric is the batch's mean over its own part's targets (mlm_acc over masked tokens, nsp_acc
+                # over sequences): weighted back by that count, the sums do not depend on the batching.
                 for key, value in metrics.items():
-                    totals[key] = totals.get(key, 0.0) + float(value) * weight
-                count += weight
-        result = {key: round(value / max(1, count), 4) for key, value in totals.items()}
+                    sums[key] = sums.get(key, 0.0) + float(value) * counts[metric_part(key, counts)]
+        result = {key: round(value / max(1.0, targets[metric_part(key, targets)]), 4) for key, value in sums.items()}
+        primary = "mlm" if "mlm" in targets else next(iter(targets), "mlm")
         for name in ("mlm_loss", "plm_loss"):
             if name in result:
                 result["perplexity"] = round(math.exp(min(result[name], 50.0)), 2)
                 break
-        result["targets"] = int(count)  # masked (or predicted) tokens scored: the size of the evaluation
+        result["targets"] = int(targets.get(primary, 0))  # masked (or predicted) tokens scored: the evaluation's size
         return result
 
     return evaluate
+
+
+def metric_part(metric: str, counts: dict[str, float]) -> str:
+    """The objective part a metric belongs to, by its name's prefix (`nsp_acc` -> `nsp`, `rtd_baseline_acc` ->
+    `rtd`); a metric of no known part is a mean over the first part's targets."""
+    part = metric.split("_", 1)[0]
+    return part if part in counts else next(iter(counts))
 
 
 def evaluation_masking(spec: MaskingSpec) -> MaskingSpec:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -469,3 +471,35 @@ def test_bad_input_is_one_line_and_leaves_no_run(
         line = run_error(*args)
         assert expected in line, (name, line)
         assert not out.exists(), name
+
+
+def test_task_phases_share_the_budget_by_training_time(
+    distilbert_run: dict, finetuned_teacher: dict, sentiment_csv: Path, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """The task stage's phases share one time budget, which counts training time as the loop counts it: the
+    prediction phase gets what is left after the intermediate phase's training clock, not after its wall clock
+    (here made 1.6 s longer by slow checkpoints, a pause the loop leaves out)."""
+    import bertkit.engine.loop as loop_module
+    import bertkit.pipelines.distill.task as task_module
+    from bertkit.config.recipe import load_distill_recipe
+
+    real_save, real_train = loop_module.save_checkpoint, task_module.train
+    monkeypatch.setattr(loop_module, "save_checkpoint", lambda *a, **k: (time.sleep(0.4), real_save(*a, **k))[1])
+    calls: list[tuple[str | None, Any]] = []
+
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        result = real_train(*args, **kwargs)
+        calls.append((args[4].budget, result))  # (the phase's train config's budget, its result)
+        return result
+
+    monkeypatch.setattr(task_module, "train", recorded)
+    recipe = load_distill_recipe(None, "distill-task", [
+        "train.batch_size=16", "train.checkpoint_every=1", "train.budget=600s", "distill.method=tinybert",
+        "distill.intermediate.steps=4", "distill.prediction.steps=2", "engine.threads=1",
+    ])  # fmt: skip
+    task_module.distill_task(recipe, finetuned_teacher["run_dir"], Path(distilbert_run["run_dir"]), sentiment_csv,
+                             None, tmp_path / "task", quiet=True)  # fmt: skip
+    (first_budget, first), (second_budget, _) = calls
+    assert first_budget == "600.000s" and first.seconds - first.train_seconds > 1.0  # the pauses were long
+    assert float(second_budget.removesuffix("s")) == pytest.approx(600 - first.train_seconds, abs=2e-3)

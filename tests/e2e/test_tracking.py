@@ -454,6 +454,26 @@ def test_an_unknown_tracker_is_one_line(value: str, needle: str, corpus_dir: Pat
     assert needle in line and "tensorboard" in line
 
 
+@pytest.mark.parametrize("ask", [["--report-to", "tensorboard"], ["--set", "engine.tensorboard=true"]])
+def test_tensorboard_not_installed_is_one_line(
+    ask: list[str], corpus_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Event files asked for without the tensorboard package: the same one line as MLflow's and W&B's, before
+    any work, rather than a run that silently logs nothing."""
+    from types import SimpleNamespace
+
+    from cli_helpers import run_error
+
+    from bertkit.engine import tracking
+
+    missing = SimpleNamespace(util=SimpleNamespace(find_spec=lambda name: None))
+    monkeypatch.setattr(tracking, "importlib", missing)  # as if tensorboard were not installed
+    output = tmp_path / "run"
+    line = run_error("pretrain", "-r", "bert-tiny", "-c", str(corpus_dir), "-o", str(output), *ask)
+    assert 'needs the tensorboard package' in line and 'pip install "bertkit[tensorboard]"' in line, line
+    assert not output.exists()
+
+
 def test_report_to_tensorboard_is_the_engines_tensorboard() -> None:
     from bertkit.config.recipe import load_recipe
 

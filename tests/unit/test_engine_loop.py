@@ -351,3 +351,25 @@ def test_batch_ramp_needs_micro_batches_and_steps() -> None:
         TrainConfig(batch_ramp=0.6)
     with pytest.raises(ValidationError, match="instead of train.epochs"):
         TrainConfig(steps=None, epochs=2, grad_accum=2, batch_ramp=0.6)
+
+
+def test_resuming_on_more_processes_says_the_new_ranks_are_reseeded(capsys: pytest.CaptureFixture[str]) -> None:
+    """A checkpoint of one process resumed on two: rank 0 takes the saved random state, rank 1 keeps its own,
+    and rank 0 says so in one warning line; on as many processes as saved, nothing is said."""
+    from bertkit.engine.loop import restore_rng
+
+    torch.manual_seed(7)
+    saved = [{"torch": torch.get_rng_state()}]
+    expected = torch.rand(3)
+    torch.manual_seed(99)
+    restore_rng(saved, 0, 2, torch.device("cpu"))
+    assert torch.equal(torch.rand(3), expected)
+    torch.manual_seed(99)
+    own = torch.rand(3)
+    torch.manual_seed(99)
+    restore_rng(saved, 1, 2, torch.device("cpu"))
+    assert torch.equal(torch.rand(3), own)  # the new rank's state is its own
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("warning:") and "1 process(es)" in lines[0] and "has 2" in lines[0]
+    restore_rng(saved, 0, 1, torch.device("cpu"))
+    assert not capsys.readouterr().err.strip()

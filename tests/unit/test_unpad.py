@@ -300,3 +300,41 @@ def test_varlen_attention_matches_per_sequence_attention(window: tuple[int, int]
         reference = torch.nn.functional.scaled_dot_product_attention(*args, attn_mask=band_mask(length, window, "cpu"))
         torch.testing.assert_close(out[part].detach(), reference.transpose(0, 1).detach(), atol=1e-6, rtol=0)
         start += length
+
+
+@pytest.mark.parametrize("window", [(-1, -1), (2, 2)])
+def test_flash_path_runs_on_a_torch_whose_kernel_has_no_window(
+    window: tuple[int, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch's first varlen kernels take no `window_size`. With such a kernel (a stand-in with that signature that
+    attends per sequence, reached as on a CUDA half-precision step): full attention calls it without the argument,
+    and a local window falls back to the padded path; both give per-sequence attention's rows."""
+    import torch.nn.attention.varlen as varlen_module
+
+    from bertkit.models import unpad
+    from bertkit.models.unpad import band_mask, varlen_attention
+
+    called = []
+
+    def old_kernel(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_aux=None, scale=None):  # noqa: ANN001, ANN202
+        called.append(True)
+        rows = []
+        for first, stop in zip(cu_seq_q[:-1].tolist(), cu_seq_q[1:].tolist(), strict=True):
+            part = (x[first:stop].transpose(0, 1) for x in (query, key, value))
+            rows.append(torch.nn.functional.scaled_dot_product_attention(*part).transpose(0, 1))
+        return torch.cat(rows)
+
+    monkeypatch.setattr(varlen_module, "varlen_attn", old_kernel)
+    monkeypatch.setattr(unpad, "_flash_varlen_usable", lambda q, dropout_p: True)
+    g = torch.Generator().manual_seed(0)
+    lengths = [5, 1, 9, 3]
+    packing = pack((torch.arange(9)[None, :] < torch.tensor(lengths)[:, None]).long())
+    q, k, v = (torch.randn(sum(lengths), 2, 4, generator=g) for _ in range(3))
+    out = varlen_attention(q, k, v, packing, window=window)
+    assert called == ([True] if window == (-1, -1) else [])
+    start = 0
+    for length in lengths:
+        args = (x[start : start + length].transpose(0, 1) for x in (q, k, v))
+        reference = torch.nn.functional.scaled_dot_product_attention(*args, attn_mask=band_mask(length, window, "cpu"))
+        torch.testing.assert_close(out[start : start + length], reference.transpose(0, 1), atol=1e-6, rtol=0)
+        start += length
