@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bertkit.corpus.loader import SampledBatches
+
 
 def mlm_batches(corpus_dir: Path, batch_size: int):
     """BERT's masking (15 %, 80/10/10) over every sequence of the corpus, shuffled from seed 0; and its
@@ -23,7 +25,7 @@ def mlm_batches(corpus_dir: Path, batch_size: int):
     return MLMBatches(corpus, np.arange(len(corpus)), batch_size, spec, tok.pad_id, seed=0), tok
 
 
-class Timed:
+class Timed(SampledBatches):
     """A batch source that starts the clock after the warm-up batches (first calls allocate and pick
     kernels) and counts the non-padding tokens served after them. With `steps`, it times exactly that many
     optimizer steps: the clock stops (`seconds`) when batch warm-up + steps is fetched (a step fetches its
@@ -33,14 +35,7 @@ class Timed:
     def __init__(self, source, warmup_batches: int, steps: int | None = None) -> None:
         self.source, self.warmup, self.steps, self.served, self.tokens = source, warmup_batches, steps, 0, 0
         self.start = self.seconds = 0.0
-        self.sampler = source.sampler
-
-    @property
-    def state(self):
-        return self.source.state
-
-    def load_state(self, state):
-        self.source.load_state(state)
+        self.sampler = source.sampler  # the trainer shards and resumes the wrapped order
 
     def next_batch(self):
         end = None if self.steps is None else self.warmup + self.steps

@@ -107,6 +107,24 @@ class EpochSampler:
         return self._take_global(count)[self.rank * share : (self.rank + 1) * share]
 
 
+class SampledBatches:
+    """A batch source that draws from one `EpochSampler`: the data-source contract the trainer shards, saves and
+    resumes (bertkit/engine/contracts.py). The sampler's position is global, so it is `reshardable`. A wrapper
+    that draws from another source's sampler shares it (`self.sampler = inner.sampler`)."""
+
+    sampler: EpochSampler
+    reshardable = True
+
+    def shard(self, rank: int, world_size: int) -> None:
+        self.sampler.shard(rank, world_size)
+
+    def state_dict(self) -> dict[str, int]:
+        return self.sampler.state.to_dict()
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.sampler.load_state(state)
+
+
 def pad_batch(
     sequences: list[np.ndarray], pad_id: int, left: bool = False, length: int = 0
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -151,7 +169,7 @@ def sbo_targets(spans: np.ndarray, row_offset: int) -> dict[str, np.ndarray]:
     }
 
 
-class MLMBatches:
+class MLMBatches(SampledBatches):
     """Masked batches over a subset of a corpus, following the batch contract above."""
 
     def __init__(
@@ -177,13 +195,6 @@ class MLMBatches:
         self._candidates = self.spec.random_candidates()
         # SBO fields for span masking; a caller may force them off (or on, for another strategy's units).
         self.span_targets = self.spec.strategy == "span" if span_targets is None else span_targets
-
-    @property
-    def state(self) -> LoaderState:
-        return self.sampler.state
-
-    def load_state(self, state: dict[str, int]) -> None:
-        self.sampler.load_state(state)
 
     def masked_sequence(self, epoch: int, index: int) -> MaskedSequence:
         """The corrupted sequence the model sees for `index` in `epoch` (stored masks for a static corpus)."""
@@ -247,7 +258,7 @@ def document_ids(starts: list[np.ndarray], attention_mask: torch.Tensor) -> torc
 SEGMENT_A, SEGMENT_B, SEGMENT_CLS, SEGMENT_PAD = 0, 1, 2, 3
 
 
-class PLMBatches:
+class PLMBatches(SampledBatches):
     """Permutation-LM batches (XLNet) over a subset of a corpus built with `--layout xlnet`, following the
     batch contract above. Same sampler, same state, same resume as `MLMBatches`."""
 
@@ -263,13 +274,6 @@ class PLMBatches:
     ) -> None:
         self.corpus, self.batch_size, self.spec, self.pad_id, self.seed = corpus, batch_size, spec, pad_id, seed
         self.sampler = EpochSampler(indices, seed, shuffle)
-
-    @property
-    def state(self) -> LoaderState:
-        return self.sampler.state
-
-    def load_state(self, state: dict[str, int]) -> None:
-        self.sampler.load_state(state)
 
     def permuted(self, epoch: int, index: int) -> tuple[np.ndarray, PermutedSequence]:
         """The sequence and its draw (targets and their order) for `index` in `epoch`."""

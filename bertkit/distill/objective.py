@@ -78,15 +78,12 @@ class DistillationObjective:
         weights: dict[str, float],
         temperature: float,
         layer_map: list[int] | None = None,
-        phases: list[tuple[int, tuple[str, ...]]] | None = None,
     ) -> None:
-        """`weights`: term -> alpha (terms at 0 are dropped); `phases`: (first step, terms) in order, for the
-        task stage's intermediate-then-prediction schedule; None trains every weighted term throughout."""
+        """`weights`: term -> alpha (terms at 0 are dropped). The task stage's phases are separate runs, each with
+        an objective of its own terms."""
         self.method, self.teacher, self.temperature = method, teacher, temperature
         self.weights = {term: w for term, w in weights.items() if w > 0}
         self.layer_map = layer_map or []
-        self.phases = phases or [(0, tuple(self.weights))]
-        self.active = self.phases[0][1]
         self.clean_input = method != "distilbert"
         self.requires = ("mlm_positions", "mlm_labels") if method == "distilbert" and "mlm" in self.weights else ()
 
@@ -94,13 +91,9 @@ class DistillationObjective:
         """Called by the loop once the engine is set up: the engine places (or shards) the teacher."""
         self.teacher = backend.prepare_frozen(self.teacher)
 
-    def begin_step(self, step: int) -> None:
-        """Called by the loop before each step: the task stage moves from one phase to the next here."""
-        self.active = next(terms for first, terms in reversed(self.phases) if step >= first)
-
     @property
     def terms(self) -> tuple[str, ...]:
-        return tuple(term for term in self.active if term in self.weights)
+        return tuple(self.weights)
 
     def counts(self, batch: dict[str, torch.Tensor]) -> Counts:
         return {term: float(_COUNTS[term](batch)) for term in self.terms}

@@ -18,7 +18,7 @@ from torch import nn
 from bertkit.config.recipe import PretrainRecipe
 from bertkit.config.schema import MaskingConfig, ModelConfig, ObjectiveConfig, unpad_unsupported
 from bertkit.corpus.build import TOKENIZER_SUBDIR
-from bertkit.corpus.loader import LoaderState, MLMBatches, PLMBatches, split_indices
+from bertkit.corpus.loader import MLMBatches, PLMBatches, SampledBatches, split_indices
 from bertkit.corpus.masking import MaskingSpec
 from bertkit.corpus.permutation import PermutationSpec
 from bertkit.corpus.remote import with_local_corpora
@@ -80,24 +80,13 @@ def check_corpus_fits(objective: ObjectiveConfig, manifest: dict[str, Any], corp
             )
 
 
-class CheckedBatches:
+class CheckedBatches(SampledBatches):
     """Passes batches through, checking once that they carry every field the objective reads, so a loader
     that cannot serve an objective fails with one line instead of a KeyError deep in a loss."""
 
     def __init__(self, source: Any, objective: Objective) -> None:
         self.source, self.objective, self.checked = source, objective, False
-
-    @property
-    def state(self) -> LoaderState:
-        return self.source.state
-
-    @property
-    def sampler(self) -> Any:
-        # The engine shards the wrapped loader's sampler over data-parallel ranks.
-        return self.source.sampler
-
-    def load_state(self, state: dict[str, int]) -> None:
-        self.source.load_state(state)
+        self.sampler = source.sampler  # the trainer shards and resumes the wrapped loader's order
 
     def next_batch(self) -> dict[str, torch.Tensor]:
         batch = self.source.next_batch()

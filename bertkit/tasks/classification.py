@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertkit.corpus.loader import EpochSampler, LoaderState, pad_batch
+from bertkit.corpus.loader import EpochSampler, SampledBatches, pad_batch
 from bertkit.errors import BertkitError
 from bertkit.models.bert import BertEncoder
 from bertkit.models.layers import init_weights
@@ -76,7 +76,7 @@ def label_indices(labels: list[str], names: list[str], source: object) -> np.nda
     return np.asarray([index[label] for label in labels], dtype=np.int64)
 
 
-class ClassificationBatches:
+class ClassificationBatches(SampledBatches):
     """Shuffled, resumable batches of labelled examples."""
 
     def __init__(
@@ -91,13 +91,6 @@ class ClassificationBatches:
         self.examples, self.batch_size, self.pad_id = examples, batch_size, pad_id
         self.use_token_types, self.pad_left = use_token_types, pad_left  # pad_left: XLNet's <cls> stays last
         self.sampler = EpochSampler(np.arange(len(examples.labels)), seed)
-
-    @property
-    def state(self) -> LoaderState:
-        return self.sampler.state
-
-    def load_state(self, state: dict[str, int]) -> None:
-        self.sampler.load_state(state)
 
     def batch_of(self, indices: list[int]) -> dict[str, torch.Tensor]:
         input_ids, attention_mask = pad_batch([self.examples.input_ids[i] for i in indices], self.pad_id, self.pad_left)

@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertkit.config.schema import qa_doc_stride, qa_question_tokens
-from bertkit.corpus.loader import EpochSampler, LoaderState, pad_batch
+from bertkit.corpus.loader import EpochSampler, SampledBatches, pad_batch
 from bertkit.errors import BertkitError
 from bertkit.models.bert import BertEncoder
 from bertkit.models.layers import init_weights
@@ -367,19 +367,12 @@ def encode_qa(
     return out
 
 
-class QABatches:
+class QABatches(SampledBatches):
     """Shuffled, resumable batches of windows."""
 
     def __init__(self, features: QAFeatures, batch_size: int, pad_id: int, seed: int, use_types: bool) -> None:
         self.features, self.batch_size, self.pad_id, self.use_types = features, batch_size, pad_id, use_types
         self.sampler = EpochSampler(np.arange(len(features)), seed)
-
-    @property
-    def state(self) -> LoaderState:
-        return self.sampler.state
-
-    def load_state(self, state: dict[str, int]) -> None:
-        self.sampler.load_state(state)
 
     def batch_of(self, indices: list[int]) -> dict[str, torch.Tensor]:
         f = self.features

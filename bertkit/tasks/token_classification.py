@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertkit.corpus.loader import EpochSampler, LoaderState, pad_batch
+from bertkit.corpus.loader import EpochSampler, SampledBatches, pad_batch
 from bertkit.errors import BertkitError
 from bertkit.models.bert import BertEncoder
 from bertkit.models.layers import init_weights
@@ -419,19 +419,12 @@ def tag_indices_check(tags: list[list[str]], names: list[str], source: object) -
         )
 
 
-class TokenBatches:
+class TokenBatches(SampledBatches):
     """Shuffled, resumable batches of tagged sentences."""
 
     def __init__(self, examples: TokenExamples, batch_size: int, pad_id: int, seed: int) -> None:
         self.examples, self.batch_size, self.pad_id = examples, batch_size, pad_id
         self.sampler = EpochSampler(np.arange(len(examples.input_ids)), seed)
-
-    @property
-    def state(self) -> LoaderState:
-        return self.sampler.state
-
-    def load_state(self, state: dict[str, int]) -> None:
-        self.sampler.load_state(state)
 
     def batch_of(self, indices: list[int]) -> dict[str, torch.Tensor]:
         input_ids, attention_mask = pad_batch([self.examples.input_ids[i] for i in indices], self.pad_id)

@@ -480,12 +480,13 @@ def test_task_phases_share_the_budget_by_training_time(
     """The task stage's phases share one time budget, which counts training time as the loop counts it: the
     prediction phase gets what is left after the intermediate phase's training clock, not after its wall clock
     (here made 1.6 s longer by slow checkpoints, a pause the loop leaves out)."""
-    import bertkit.engine.loop as loop_module
+    import bertkit.engine.checkpointer as checkpointer_module
     import bertkit.pipelines.distill.task as task_module
     from bertkit.config.recipe import load_distill_recipe
 
-    real_save, real_train = loop_module.save_checkpoint, task_module.train
-    monkeypatch.setattr(loop_module, "save_checkpoint", lambda *a, **k: (time.sleep(0.4), real_save(*a, **k))[1])
+    real_save, real_train = checkpointer_module.save_checkpoint, task_module.train
+    slow_save = lambda *a, **k: (time.sleep(0.4), real_save(*a, **k))[1]  # noqa: E731
+    monkeypatch.setattr(checkpointer_module, "save_checkpoint", slow_save)
     calls: list[tuple[str | None, Any]] = []
 
     def recorded(*args: Any, **kwargs: Any) -> Any:

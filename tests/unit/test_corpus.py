@@ -86,7 +86,7 @@ def test_batch_contract_pairs_and_spans(tmp_path: Path, text_file: Path, tokeniz
     batches = MLMBatches(corpus, np.arange(len(corpus)), 8, spec(tokenizer_dir), tok.pad_id, seed=3)
     assert batches.spec.strategy == "span"  # taken from the corpus when the caller leaves it open
     taken = list(batches.sampler.take(8))
-    batches.load_state({"epoch": 0, "position": 0})
+    batches.load_state_dict({"epoch": 0, "position": 0})
     batch = batches.next_batch()
     ids, attn = batch["input_ids"], batch["attention_mask"]
     assert ids.dtype == torch.int64 and attn.dtype == torch.bool and ids.shape == attn.shape
@@ -128,10 +128,10 @@ def test_loader_resumes_exactly(corpus_dir: Path, tokenizer_dir: Path) -> None:
     first = MLMBatches(corpus, np.arange(len(corpus)), 16, spec(tokenizer_dir), 0, seed=5)
     for _ in range(len(corpus) // 16 + 3):  # past an epoch boundary
         first.next_batch()
-    state = first.state.to_dict()
+    state = first.state_dict()
     expected = first.next_batch()
     second = MLMBatches(corpus, np.arange(len(corpus)), 16, spec(tokenizer_dir), 0, seed=5)
-    second.load_state(state)
+    second.load_state_dict(state)
     got = second.next_batch()
     assert state["epoch"] == 1 and all(torch.equal(expected[k], got[k]) for k in expected)
 

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from bertkit.config.schema import EngineConfig, OptimConfig, ScheduleConfig, TrainConfig
-from bertkit.corpus.loader import EpochSampler
+from bertkit.corpus.loader import EpochSampler, SampledBatches
 from bertkit.engine import checkpoint as checkpoint_module
 from bertkit.engine.checkpoint import list_checkpoints, read_checkpoint
 from bertkit.engine.loop import Interrupted, train
@@ -25,7 +25,7 @@ OPTIM = OptimConfig(lr=0.05, weight_decay=0.01)
 SCHEDULE = ScheduleConfig(warmup_steps=2, decay="cosine")
 
 
-class Regression:
+class Regression(SampledBatches):
     """y = x @ w_true + noise with 3 outputs, of which a fixed, uneven subset are targets (like masked
     tokens: rows hold 0-3 of them), served in shuffled, resumable batches."""
 
@@ -37,13 +37,6 @@ class Regression:
         self.targets = torch.from_numpy(rng.random((64, 3)) < 0.5)
         self.batch_size = batch_size
         self.sampler = EpochSampler(np.arange(64), seed)
-
-    @property
-    def state(self):
-        return self.sampler.state
-
-    def load_state(self, state: dict[str, int]) -> None:
-        self.sampler.load_state(state)
 
     def next_batch(self) -> dict[str, torch.Tensor]:
         rows = [i for _, i in self.sampler.take(self.batch_size)]
@@ -356,7 +349,7 @@ def test_batch_ramp_needs_micro_batches_and_steps() -> None:
 def test_resuming_on_more_processes_says_the_new_ranks_are_reseeded(capsys: pytest.CaptureFixture[str]) -> None:
     """A checkpoint of one process resumed on two: rank 0 takes the saved random state, rank 1 keeps its own,
     and rank 0 says so in one warning line; on as many processes as saved, nothing is said."""
-    from bertkit.engine.loop import restore_rng
+    from bertkit.engine.state import restore_rng
 
     torch.manual_seed(7)
     saved = [{"torch": torch.get_rng_state()}]
@@ -373,3 +366,40 @@ def test_resuming_on_more_processes_says_the_new_ranks_are_reseeded(capsys: pyte
     assert len(lines) == 1 and lines[0].startswith("warning:") and "1 process(es)" in lines[0] and "has 2" in lines[0]
     restore_rng(saved, 0, 1, torch.device("cpu"))
     assert not capsys.readouterr().err.strip()
+
+
+def test_a_source_outside_the_data_source_contract_is_one_line(tmp_path: Path) -> None:
+    """The trainer's data source is a declared protocol (next_batch, shard, state_dict, load_state_dict,
+    reshardable): a source that lacks part of it is refused before any step, by name."""
+
+    class Bare:
+        def next_batch(self) -> dict[str, torch.Tensor]:
+            return Regression(8).next_batch()
+
+    cfg = TrainConfig(steps=2, batch_size=8)
+    with pytest.raises(BertkitError, match="Bare is not a data source"):
+        train(make_model(), objective, Bare(), tmp_path, cfg, OPTIM, SCHEDULE, ENGINE, quiet=True)  # type: ignore[arg-type]
+    assert not (tmp_path / "checkpoints").exists()
+
+
+def test_a_source_that_cannot_reshard_refuses_another_world_size(tmp_path: Path) -> None:
+    """A checkpoint's data position names the number of processes it was drawn on. bertkit's sources walk one
+    global order (reshardable), so they continue on any number; a source that declares otherwise refuses a
+    checkpoint from another number of processes with one line, before a step is taken."""
+    from bertkit.engine.checkpointer import Checkpointer
+    from bertkit.engine.state import DataPosition
+
+    run(tmp_path, checkpoint_every=6)
+    [(_, path), *_] = reversed(list_checkpoints(tmp_path / "checkpoints"))
+    saved = read_checkpoint(path)[2]
+    assert saved["world_size"] == 1 and saved["loader"] == {"epoch": 1, "position": 32}
+
+    per_rank = Regression(8)
+    per_rank.reshardable = False
+    checkpointer = Checkpointer(tmp_path / "checkpoints", 1, True)
+    checkpointer.add("data", DataPosition(per_rank, world=2))
+    with pytest.raises(BertkitError, match=r"holds a data position taken on 1 process\(es\), which this data source"):
+        checkpointer.restore(path, {}, saved)
+    checkpointer = Checkpointer(tmp_path / "checkpoints", 1, True)
+    checkpointer.add("data", DataPosition(Regression(8), world=2))  # reshardable: continues the global order
+    checkpointer.restore(path, {}, saved)

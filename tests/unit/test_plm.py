@@ -155,7 +155,7 @@ def test_loader_draws_from_seed_epoch_sequence_and_resumes(xlnet_corpus: Path) -
     for _ in range(6):
         interrupted.next_batch()
     resumed = loader()
-    resumed.load_state(interrupted.state.to_dict())  # the whole state: (epoch, position)
+    resumed.load_state_dict(interrupted.state_dict())  # the whole state: (epoch, position)
     for expected in batches[6:]:
         got = resumed.next_batch()
         assert all(torch.equal(got[key], expected[key]) for key in expected)

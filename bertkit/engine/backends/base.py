@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -117,7 +116,7 @@ class Backend:
         """Full optimizer state keyed by parameter name (see `optimizer_state_by_name`)."""
         return optimizer_state_by_name(self.module, self.optimizer)
 
-    def load_optimizer_state(self, optimizer_state: dict[str, Any], source: Path) -> None:
+    def load_optimizer_state(self, optimizer_state: dict[str, Any]) -> None:
         """Restore the full, name-keyed optimizer state of a checkpoint (weights are loaded before setup)."""
         self.optimizer.load_state_dict(optimizer_state_from_names(self.module, self.optimizer, optimizer_state))
 

@@ -17,7 +17,6 @@ import io
 import logging
 import os
 import warnings
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -238,7 +237,7 @@ class DeepSpeedBackend(DistributedBackend):
         ]
         return {"state": state, "param_groups": groups} if self.rank == 0 else {}
 
-    def load_optimizer_state(self, optimizer_state: dict[str, Any], source: Path) -> None:
+    def load_optimizer_state(self, optimizer_state: dict[str, Any]) -> None:
         for group, saved_group in zip(self.optimizer.param_groups, optimizer_state["param_groups"], strict=True):
             group.update({k: v for k, v in saved_group.items() if k != "params"})  # lr included: exact resume
         saved = optimizer_state["state"]

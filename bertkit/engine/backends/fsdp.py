@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -73,7 +72,7 @@ class FSDPBackend(DistributedBackend):
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         return get_optimizer_state_dict(self.module, self.optimizer, options=options)
 
-    def load_optimizer_state(self, optimizer_state: dict[str, Any], source: Path) -> None:
+    def load_optimizer_state(self, optimizer_state: dict[str, Any]) -> None:
         # Every rank read the full checkpoint; each keeps its own shard. Parameters the objective never
         # used (the pooler under MLM) have no optimizer state yet: not an error.
         options = StateDictOptions(full_state_dict=True, strict=False)

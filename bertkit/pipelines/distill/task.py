@@ -33,6 +33,7 @@ from torch import nn
 
 from bertkit.config.recipe import DistillRecipe
 from bertkit.config.schema import PhaseConfig, parse_budget
+from bertkit.corpus.loader import SampledBatches
 from bertkit.distill.cache import TeacherLogitsCache, compute_teacher_logits, teacher_fingerprint
 from bertkit.distill.layer_map import check_windowed_attention, resolve_layer_map
 from bertkit.distill.objective import INTERMEDIATE, DistillationObjective, term_weights
@@ -56,29 +57,18 @@ PHASE_DONE = "phase.json"  # a finished phase: its summary; the intermediate pha
 INTERMEDIATE_STUDENT = "student.safetensors"
 
 
-class WithTeacherLogits:
+class WithTeacherLogits(SampledBatches):
     """Training batches that also carry the teacher's cached logits of their examples (`teacher_logits`)."""
 
     def __init__(self, batches: Any, logits: torch.Tensor) -> None:
         self.batches, self.logits = batches, logits
-
-    @property
-    def state(self) -> Any:
-        return self.batches.state
-
-    @property
-    def sampler(self) -> Any:
-        # The loop shards this over the ranks (each takes its share of every global batch) and saves its position.
-        return self.batches.sampler
-
-    def load_state(self, state: dict[str, int]) -> None:
-        self.batches.load_state(state)
+        self.sampler = batches.sampler  # the trainer shards and resumes the examples' order
 
     def batch_of(self, indices: list[int]) -> dict[str, torch.Tensor]:
         return {**self.batches.batch_of(indices), "teacher_logits": self.logits[indices]}
 
     def next_batch(self) -> dict[str, torch.Tensor]:
-        return self.batch_of([index for _, index in self.batches.sampler.take(self.batches.batch_size)])
+        return self.batch_of([index for _, index in self.sampler.take(self.batches.batch_size)])
 
 
 def default_layer_map(meta: dict[str, Any], teacher_layers: int) -> list[int] | None:
