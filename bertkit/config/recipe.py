@@ -7,13 +7,13 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 import yaml
-from pydantic import BaseModel, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
+from bertkit.config.model import FAMILY_CLASSES, BertConfig, FamilyModelConfig
 from bertkit.config.schema import (
     DataConfig,
     DistillConfig,
     EngineConfig,
-    ModelConfig,
     ObjectiveConfig,
     OptimConfig,
     ScheduleConfig,
@@ -43,7 +43,7 @@ class PretrainRecipe(StrictModel):
     name: str = "custom"
     # One line on what the recipe is (shown by `bertkit recipes list`).
     description: str = ""
-    model: ModelConfig = ModelConfig()
+    model: FamilyModelConfig = Field(default_factory=BertConfig)
     data: DataConfig = DataConfig()
     objective: ObjectiveConfig = ObjectiveConfig()
     optim: OptimConfig = OptimConfig()
@@ -94,7 +94,7 @@ class DistillRecipe(StrictModel):
     name: str = "custom"
     # One line on what the recipe is (shown by `bertkit recipes list`).
     description: str = ""
-    model: ModelConfig = ModelConfig()
+    model: FamilyModelConfig = Field(default_factory=BertConfig)
     data: DataConfig = DataConfig()
     distill: DistillConfig = DistillConfig()
     task: TaskConfig = TaskConfig()  # the labelled data of the task stage
@@ -234,6 +234,9 @@ def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
     for part in loc[:-1]:
         if isinstance(part, int):  # an item of a list (a suite's tasks): the list's item type has the fields
             continue
+        if part in FAMILY_CLASSES and not hasattr(current, "model_fields"):  # the model section's family
+            current = FAMILY_CLASSES[part]
+            continue
         fields = getattr(current, "model_fields", None)
         if not fields or part not in fields:
             return []
@@ -249,18 +252,25 @@ def _model_in(annotation: Any) -> Any:
     return annotation
 
 
+def _without_family_tags(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """pydantic names the family a `model` section was validated as after the section ('model', 'bert', 'x');
+    the key a user writes is model.x."""
+    return tuple(p for i, p in enumerate(loc) if not (i and loc[i - 1] == "model" and p in FAMILY_CLASSES))
+
+
 def format_validation_error(err: ValidationError, model: type[BaseModel], source: str) -> str:
     first = err.errors()[0]
-    loc = tuple(first["loc"])
+    tagged = tuple(first["loc"])
+    loc = _without_family_tags(tagged)
     dotted = ".".join(str(p) for p in loc) or "<root>"
     if first["type"] == "extra_forbidden":
-        valid = _fields_at(model, loc)
+        valid = _fields_at(model, tagged)
         close = difflib.get_close_matches(str(loc[-1]), valid, n=1)
         fix = f"did you mean '{'.'.join([*map(str, loc[:-1]), close[0]])}'?" if close else ""
         return f"{source}: unknown key '{dotted}'; {fix or 'valid keys here: ' + ', '.join(valid)}"
     more = f" (and {len(err.errors()) - 1} more)" if len(err.errors()) > 1 else ""
     message = first["msg"].removeprefix("Value error, ")  # our validators' own messages say what to fix
-    if not loc:  # a check across sections (model vs objective, engine vs optimizer)
+    if not loc or message.startswith(f"{dotted}."):  # a check across sections, or one that names its key
         return f"{source}: {message}{more}"
     return f"{source}: bad value for '{dotted}': {message}{more}"
 

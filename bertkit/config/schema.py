@@ -8,240 +8,17 @@ import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import Field, StringConstraints, model_validator
 
-
-class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-
-Family = Literal["bert", "roberta", "albert", "electra", "spanbert", "distilbert", "bigbird", "xlnet", "modernbert"]
-Attention = Literal["full", "block_sparse"]
-Sharing = Literal["none", "all-shared", "shared-ffn", "shared-attention"]
-
-
-class GeneratorConfig(StrictModel):
-    """ELECTRA's generator: a smaller masked LM whose samples the discriminator has to detect."""
-
-    # Generator hidden size as a fraction of the discriminator's (1/4 for small and large, 1/3 for base).
-    hidden_fraction: float = Field(0.25, gt=0.0, le=1.0)
-    # None: as many layers as the discriminator (the paper shrinks width, not depth).
-    num_layers: int | None = Field(None, gt=0)
-
-
-class ModelConfig(StrictModel):
-    """Shape of a BERT-family encoder. Defaults are BERT-base."""
-
-    # Architecture family: selects the encoder (and its checks) that the rest of the section configures.
-    family: Family = "bert"
-    # Token embedding rows: at least the tokenizer's vocabulary size.
-    vocab_size: int = Field(30522, gt=0)
-    # Width of the hidden states (H).
-    hidden_size: int = Field(768, gt=0)
-    # ALBERT/ELECTRA factorize the embeddings: tokens live in E dimensions, projected to H. None means E = H.
-    embedding_size: int | None = Field(None, gt=0)
-    # Transformer layers in the encoder.
-    num_layers: int = Field(12, gt=0)
-    # Attention heads per layer; must divide hidden_size.
-    num_heads: int = Field(12, gt=0)
-    # Width of the feed-forward sub-layer.
-    intermediate_size: int = Field(3072, gt=0)
-    # The longest sequence the model takes, plus position_offset (the position table's size, where there is one).
-    max_position_embeddings: int = Field(512, gt=0)
-    # 0 disables segment embeddings (RoBERTa keeps one all-zero type in HF; DistilBERT has none).
-    type_vocab_size: int = Field(2, ge=0)
-    # Activation of the feed-forward sub-layer (gelu_new: the tanh approximation).
-    hidden_act: Literal["gelu", "gelu_new", "relu"] = "gelu"
-    # Dropout on embeddings and sub-layer outputs.
-    hidden_dropout: float = Field(0.1, ge=0.0, lt=1.0)
-    # Dropout on the attention probabilities.
-    attention_dropout: float = Field(0.1, ge=0.0, lt=1.0)
-    # Epsilon of every LayerNorm.
-    layer_norm_eps: float = Field(1e-12, gt=0)
-    # Id of the padding token (its embedding row gets no gradient).
-    pad_token_id: int = Field(0, ge=0)
-    # RoBERTa numbers positions from padding_idx + 1 = 2 (fairseq heritage); BERT from 0.
-    position_offset: int = Field(0, ge=0)
-    # A dense + tanh pooler on [CLS] (BERT's; what NSP/SOP and classifiers read when present).
-    pooler: bool = True
-    # LayerNorm placement: after each residual sub-layer (post, BERT) or before it (pre).
-    norm: Literal["post", "pre"] = "post"
-    # ALBERT's cross-layer parameter sharing: all-shared (one layer applied num_layers times), or only the
-    # attention / only the feed-forward sub-layer shared (ALBERT paper, Table 4).
-    sharing: Sharing = "none"
-    # ELECTRA only: the generator trained alongside the discriminator (this config is the discriminator).
-    generator: GeneratorConfig | None = None
-    # Self-attention: `full` (SDPA over every pair of tokens) or BigBird's `block_sparse` (ITC: a window of
-    # 3 blocks, `num_random_blocks` random blocks per query block, the first and last block global), whose
-    # memory grows linearly with the length. Sequences of at most (5 + 2 * num_random_blocks) * block_size
-    # tokens use full attention, as transformers does.
-    attention: Attention = "full"
-    # block_sparse only: tokens per attention block.
-    block_size: int = 64
-    # block_sparse only: random blocks each query block attends to (0: none).
-    num_random_blocks: int = 3
-    # ModernBERT only (None for the other families; a modernbert model fills in the paper's values): rotary
-    # position bases for global and sliding-window layers, the window (a token sees local_attention / 2 tokens
-    # on each side), and how often a layer attends globally (layer i is global when i % n == 0).
-    global_rope_theta: float | None = Field(None, gt=0)
-    # ModernBERT: rotary position base of the sliding-window layers (see global_rope_theta).
-    local_rope_theta: float | None = Field(None, gt=0)
-    # ModernBERT: sliding-window width in tokens, local_attention / 2 on each side (see global_rope_theta).
-    local_attention: int | None = Field(None, gt=0)
-    # ModernBERT: layer i attends globally when i % n == 0 (see global_rope_theta).
-    global_attn_every_n_layers: int | None = Field(None, gt=0)
-    # ModernBERT: biases in every linear layer and LayerNorm of the encoder and of the heads' dense and norm
-    # (transformers' attention_bias, mlp_bias, norm_bias and classifier_bias together). False is the paper's (and
-    # cramming's) bias-free layout; true puts BERT's biases back.
-    bias: bool | None = None
-
-    @property
-    def embedding_dim(self) -> int:
-        return self.embedding_size or self.hidden_size
-
-    @model_validator(mode="after")
-    def _heads_divide_hidden(self) -> ModelConfig:
-        if self.hidden_size % self.num_heads:
-            raise ValueError(
-                f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}; "
-                "pick a head count that divides it"
-            )
-        if self.sharing != "none" and self.family != "albert":
-            raise ValueError(f"sharing '{self.sharing}' is ALBERT's; set model.family=albert or model.sharing=none")
-        if self.generator is not None and self.family != "electra":
-            raise ValueError("model.generator is ELECTRA's; set model.family=electra or remove model.generator")
-        if self.family == "electra" and self.generator is None:
-            raise ValueError("an ELECTRA model needs model.generator (e.g. hidden_fraction: 0.25)")
-        if self.family == "electra" and self.pooler:
-            raise ValueError("ELECTRA's discriminator has no pooler; set model.pooler=false")
-        if self.family == "distilbert" and (self.type_vocab_size or self.pooler):
-            raise ValueError(
-                "DistilBERT has no segment embeddings and no pooler; set type_vocab_size: 0, pooler: false"
-            )
-        self._check_block_sparse()
-        if self.family == "xlnet":
-            self._check_xlnet()
-        self._check_modernbert()
-        if self.pad_token_id >= self.vocab_size:
-            raise ValueError(f"pad_token_id {self.pad_token_id} is outside the vocabulary of {self.vocab_size}")
-        return self
-
-    def _check_xlnet(self) -> None:
-        """XLNet (bertkit/models/xlnet.py) has its own relative attention and no absolute embedding tables, so
-        the options of the other families' encoder do not apply to it. `max_position_embeddings` is only the
-        longest sequence a recipe accepts (relative positions have no table), `type_vocab_size` is unused
-        (segments are relative: same or different), and `pooler` is the sequence summary on `<cls>` that
-        fine-tuning adds (XLNetForSequenceClassification's), off in pretraining."""
-        unsupported = {
-            "embedding_size": (self.embedding_size is not None, "remove it (XLNet's embeddings are hidden_size wide)"),
-            "norm": (self.norm != "post", "set model.norm=post"),
-            "attention": (self.attention != "full", "set model.attention=full (XLNet's attention is relative)"),
-            "position_offset": (self.position_offset != 0, "set model.position_offset=0 (positions are relative)"),
-        }
-        for name, (bad, fix) in unsupported.items():
-            if bad:
-                raise ValueError(f"model.{name}={getattr(self, name)} does not apply to model.family=xlnet; {fix}")
-
-    def _check_modernbert(self) -> None:
-        """ModernBERT (bertkit/models/modernbert.py) has rotary positions (no position or segment tables), a
-        pre-norm stack without biases and no pooler, so the other families' options that contradict it are
-        refused, each with the setting that fixes it. Its own fields are refused on the other families."""
-        own = ("global_rope_theta", "local_rope_theta", "local_attention", "global_attn_every_n_layers", "bias")
-        if self.family != "modernbert":
-            for name in own:
-                if getattr(self, name) is not None:
-                    raise ValueError(
-                        f"model.{name} is ModernBERT's; set model.family=modernbert or remove model.{name}"
-                    )
-            return
-        unsupported = {
-            "embedding_size": (self.embedding_size is not None, "remove it (embeddings are hidden_size wide)"),
-            "norm": (self.norm != "pre", "set model.norm=pre (ModernBERT is pre-LayerNorm)"),
-            "pooler": (self.pooler, "set model.pooler=false (classifiers put their own head on [CLS] or the mean)"),
-            "type_vocab_size": (self.type_vocab_size != 0, "set model.type_vocab_size=0 (no segment embeddings)"),
-            "position_offset": (self.position_offset != 0, "set model.position_offset=0 (positions are rotary)"),
-            "attention": (self.attention != "full", "set model.attention=full (local layers use a sliding window)"),
-            "hidden_act": (self.hidden_act == "relu", "set model.hidden_act=gelu (GeGLU)"),
-        }
-        for name, (bad, fix) in unsupported.items():
-            if bad:
-                raise ValueError(f"model.{name}={getattr(self, name)} does not apply to model.family=modernbert; {fix}")
-        if self.hidden_size // self.num_heads % 2:
-            raise ValueError(
-                f"rotary positions rotate pairs of dimensions, but hidden_size / num_heads = "
-                f"{self.hidden_size // self.num_heads} is odd; pick a head count that leaves an even head size"
-            )
-        # The paper's values where the recipe leaves them out; set through __dict__ (validate_assignment would
-        # re-run this validator), so the resolved config written into each run says them explicitly.
-        defaults = {"global_rope_theta": 160_000.0, "local_rope_theta": 10_000.0, "local_attention": 128,
-                    "global_attn_every_n_layers": 3, "bias": False}  # fmt: skip
-        for name, value in defaults.items():
-            if getattr(self, name) is None:
-                self.__dict__[name] = value
-        if self.local_attention is not None and self.local_attention % 2:
-            raise ValueError(
-                f"model.local_attention={self.local_attention}: the window spans local_attention / 2 tokens on each "
-                f"side, so it must be even; use {self.local_attention + 1} (ModernBERT's is 128)"
-            )
-
-    def is_global_layer(self, index: int) -> bool:
-        """Whether 0-based layer `index` attends to every token (ModernBERT: every n-th layer from 0; every
-        layer of the other families)."""
-        every = self.global_attn_every_n_layers
-        return self.family != "modernbert" or every is None or index % every == 0
-
-    @property
-    def full_attention_limit(self) -> int:
-        """The longest sequence that block-sparse attention handles with full attention instead: its pattern
-        (2 global + 3 window + num_random_blocks random blocks, with as many again as a buffer) needs more."""
-        return (5 + 2 * self.num_random_blocks) * self.block_size
-
-    def _check_block_sparse(self) -> None:
-        if self.block_size < 1:
-            raise ValueError(f"model.block_size must be a positive number of tokens, got {self.block_size}; use 64")
-        if self.num_random_blocks < 0:
-            raise ValueError(
-                f"model.num_random_blocks must be >= 0 (0 turns random attention off), got {self.num_random_blocks}"
-            )
-        if self.attention != "block_sparse":
-            return
-        longest = self.max_position_embeddings - self.position_offset
-        if longest % self.block_size:
-            fits = [b for b in (128, 64, 32, 16, 8) if longest % b == 0]
-            hint = f"set model.block_size={fits[0]}" if fits else "pick a block size that divides it"
-            raise ValueError(
-                f"model.block_size {self.block_size} does not divide the longest sequence, {longest} tokens "
-                f"(max_position_embeddings - position_offset), so it is not a whole number of blocks; {hint}"
-            )
-        if longest <= self.full_attention_limit:
-            raise ValueError(
-                f"model.attention=block_sparse never applies: sequences of up to {self.full_attention_limit} tokens "
-                f"((5 + 2 * num_random_blocks) * block_size) use full attention, and this model takes at most "
-                f"{longest}; lower model.block_size or model.num_random_blocks, raise model.max_position_embeddings, "
-                "or set model.attention=full"
-            )
-
-    def generator_config(self) -> ModelConfig:
-        """The ELECTRA generator's own shape: narrower, same embeddings (E) and depth unless set."""
-        if self.generator is None:
-            raise ValueError("this model has no generator")
-        hidden = max(1, round(self.hidden_size * self.generator.hidden_fraction))
-        # The official code keeps 64-dimensional heads: hidden 64 -> 1 head, 256 -> 4 heads.
-        heads = max(1, hidden // 64)
-        while hidden % heads:
-            heads -= 1
-        return self.model_copy(
-            update={
-                "family": "bert",
-                "hidden_size": hidden,
-                "num_heads": heads,
-                "intermediate_size": hidden * 4,
-                "num_layers": self.generator.num_layers or self.num_layers,
-                "embedding_size": self.embedding_dim,
-                "pooler": False,
-                "generator": None,
-            }
-        )
+from bertkit.config.model import (  # noqa: F401  (the model section's names, importable from here too)
+    Attention,
+    Family,
+    FamilyModelConfig,
+    GeneratorConfig,
+    ModelConfig,
+    Sharing,
+)
+from bertkit.config.strict import StrictModel
 
 
 class MaskingConfig(StrictModel):
@@ -627,7 +404,7 @@ def unpad_unsupported(model: ModelConfig) -> str | None:
     block-sparse attention, need the padded (batch, length) layout."""
     if model.family == "xlnet":
         return "model.family=xlnet (relative two-stream attention over the padded layout)"
-    if model.attention == "block_sparse":
+    if model.block_sparse:
         return "model.attention=block_sparse (BigBird's blocks tile the padded sequence)"
     return None
 

@@ -2,7 +2,7 @@
 
 Two numberings, kept apart on purpose:
 - a layer MAP uses layer numbers, 1-based, with 0 the embedding layer: it indexes
-  `EncoderOutput.hidden_states` directly (its entry 0 is the embeddings output), and `attention_scores`
+  `LayerCapture.hidden_states` directly (its entry 0 is the embeddings output), and `attention_scores`
   as number − 1;
 - an INIT selection uses the 0-based indices of `encoder.layers.{i}` in the state dict.
 """

@@ -6,13 +6,13 @@ Submodule names are those of bertkit's own models (`encoder`, `mlm_head` as in P
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from typing import NamedTuple
 
 import torch
 from torch import nn
 
 from bertkit.config.schema import ModelConfig
+from bertkit.models.capture import LayerCapture
 from bertkit.models.heads import gather_rows
 from bertkit.models.layers import init_weights
 from bertkit.models.pooling import mean_pool
@@ -26,8 +26,8 @@ class DistillOutput(NamedTuple):
     # hidden_states in the teacher's width: the student's W_e on entry 0 and W_h on the others; the very
     # same tensors when there is nothing to project (equal widths, or the teacher itself).
     projected: list[torch.Tensor]
-    # The next three: one entry per layer when attentions are asked for, None for a layer left out of the
-    # selection (`output_attentions` takes layer indices: distillation asks only for the layers it compares).
+    # The next three: one entry per layer when attentions are captured, None for a layer left out of the
+    # capture's selection (distillation asks only for the layers it compares).
     attention_scores: list[torch.Tensor]  # per layer (B, heads, T, T), QK^T/sqrt(d) before masking
     attentions: list[torch.Tensor]  # per layer (B, heads, T, T), softmax probabilities
     values: list[torch.Tensor]  # per layer (B, heads, T, head_dim)
@@ -66,31 +66,30 @@ class EncoderWithHeads(nn.Module):
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
         mlm_positions: torch.Tensor | None = None,
-        output_hidden_states: bool = False,
-        output_attentions: bool | Collection[int] = False,
-        stop_at_last_attention: bool = False,
         document_ids: torch.Tensor | None = None,
+        capture: LayerCapture | None = None,
         **_: torch.Tensor,  # other batch fields (labels, mlm_labels), so a whole batch can be passed
     ) -> DistillOutput:
-        """The output with `projected` = hidden_states (the student replaces it with its projections).
+        """The output with `projected` = hidden_states (the student replaces it with its projections); what the
+        losses read from inside the encoder comes from `capture` (bertkit/models/capture.py), which the
+        distillation objective owns.
 
-        `stop_at_last_attention` (MiniLM): the encoder stops at the last layer's scores and values
-        (BertEncoder.forward), and no head runs: `mlm_logits` and `logits` are None."""
+        A capture that stops at the last layer's attention (MiniLM) leaves the encoder's output uncomputed, and no
+        head runs: `mlm_logits` and `logits` are None."""
         out = self.encoder(
             input_ids,
             attention_mask,
             token_type_ids,
-            output_hidden_states=output_hidden_states,
-            output_attentions=output_attentions,
-            stop_at_last_attention=stop_at_last_attention,
+            capture=capture,
             # Only for a corpus of packed documents: an encoder without document support never sees the argument.
             **({"document_ids": document_ids} if document_ids is not None else {}),
         )
         hidden = out.last_hidden_state
+        stopped = capture is not None and capture.stop_at_last_attention
         mlm_logits = logits = None
-        if self.mlm_head is not None and mlm_positions is not None and not stop_at_last_attention:
+        if self.mlm_head is not None and mlm_positions is not None and not stopped:
             mlm_logits = self.mlm_head(gather_rows(hidden, mlm_positions), self.encoder.word_embeddings)
-        if self.classifier is not None and not stop_at_last_attention:
+        if self.classifier is not None and not stopped:
             # As SequenceClassifier: the mean over non-padding tokens, or the pooled [CLS] (else [CLS] itself).
             if self.pool == "mean":
                 pooled = mean_pool(hidden, attention_mask)
@@ -99,8 +98,10 @@ class EncoderWithHeads(nn.Module):
             if self.head is not None:
                 pooled = self.head(pooled)
             logits = self.classifier(self.dropout(pooled))
-        states = list(out.hidden_states)
+        if capture is None:
+            return DistillOutput(hidden, [], [], [], [], [], mlm_logits, logits)
+        states = list(capture.hidden_states)
         return DistillOutput(
-            hidden, states, states, list(out.attention_scores), list(out.attentions), list(out.values),
+            hidden, states, states, list(capture.attention_scores), list(capture.attentions), list(capture.values),
             mlm_logits, logits,
         )  # fmt: skip

@@ -25,6 +25,7 @@ from torch import nn
 from bertkit.config.schema import DistillMethod
 from bertkit.distill import losses
 from bertkit.distill.model import DistillOutput
+from bertkit.models.capture import LayerCapture
 from bertkit.objectives.base import Counts, Metrics, share
 
 # Each term: its target count from a batch (see losses.TARGET_COUNTS).
@@ -99,7 +100,7 @@ class DistillationObjective:
         return {term: float(_COUNTS[term](batch)) for term in self.terms}
 
     def attention_layers(self) -> tuple[list[int] | bool, list[int] | bool]:
-        """(teacher, student) layers whose attention the active terms read, as `output_attentions` takes them:
+        """(teacher, student) layers whose attention the terms read, as a LayerCapture takes them:
         0-based (negative from the end), True for all, False for none. Only those layers leave the fast SDPA
         kernel for the explicit path (scores, probabilities, values), which costs far more: TinyBERT reads the
         layer map's teacher layers and every student layer, MiniLM the last layer of each."""
@@ -114,13 +115,22 @@ class DistillationObjective:
             student = True if student is True else [-1]
         return sorted(teacher), student
 
+    def captures(self) -> tuple[LayerCapture, LayerCapture]:
+        """(teacher, student) captures of what the terms read from inside the encoders: the attention of
+        `attention_layers`, hidden states for the embedding and hidden terms. MiniLM's terms read the last layers'
+        scores and values and nothing after them: neither model computes the rest of its last layer (for the
+        teacher, most of a layer's forward; for the student, also its backward)."""
+        teacher_layers, student_layers = self.attention_layers()
+        hidden = bool({"embedding", "hidden"} & set(self.terms))
+        stop = set(self.terms) <= set(GENERAL_TERMS["minilm"])
+        return (
+            LayerCapture(teacher_layers, hidden_states=hidden, stop_at_last_attention=stop),
+            LayerCapture(student_layers, hidden_states=hidden, stop_at_last_attention=stop),
+        )
+
     def _inputs(self, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
         terms = self.terms
-        inputs: dict[str, Any] = {
-            "input_ids": batch["input_ids"],
-            "attention_mask": batch["attention_mask"],
-            "output_hidden_states": bool({"embedding", "hidden"} & set(terms)),
-        }
+        inputs: dict[str, Any] = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
         if "token_type_ids" in batch:
             inputs["token_type_ids"] = batch["token_type_ids"]
         if "mlm_positions" in batch and {"ce", "mlm"} & set(terms):
@@ -136,13 +146,9 @@ class DistillationObjective:
             batch = unmask(batch)
         totals = self.counts(batch) if totals is None else totals
         inputs = self._inputs(batch)
-        teacher_layers, student_layers = self.attention_layers()
-        # MiniLM's terms read the last layers' scores and values and nothing after them: neither model
-        # computes the rest of its last layer (for the teacher, most of a layer's forward; for the
-        # student, also its backward).
-        stop = set(self.terms) <= set(GENERAL_TERMS["minilm"])
-        teacher: DistillOutput = self.teacher(**inputs, output_attentions=teacher_layers, stop_at_last_attention=stop)
-        student: DistillOutput = model(**inputs, output_attentions=student_layers, stop_at_last_attention=stop)
+        teacher_capture, student_capture = self.captures()
+        teacher: DistillOutput = self.teacher(**inputs, capture=teacher_capture)
+        student: DistillOutput = model(**inputs, capture=student_capture)
         mask = batch["attention_mask"]
         loss = torch.zeros((), device=mask.device)
         metrics: Metrics = {}

@@ -172,7 +172,7 @@ def init_from_teacher(
             f"hidden_size is {cfg.hidden_size} and the teacher's {teacher_cfg.hidden_size}; use --init random "
             f"or set model.hidden_size={teacher_cfg.hidden_size}"
         )
-    if cfg.sharing != "none" or teacher_cfg.sharing != "none":
+    if cfg.layer_sharing != "none" or teacher_cfg.layer_sharing != "none":
         raise BertkitError("layers shared across depth (ALBERT) cannot be picked one by one; use --init random")
     if len(layers) != cfg.num_layers or not all(0 <= i < teacher_cfg.num_layers for i in layers):
         raise BertkitError(

@@ -22,7 +22,8 @@ def configure_unpad(model: nn.Module, mode: bool | Literal["auto"]) -> int:
         for encoder in encoders:
             if not encoder.supports_unpad:
                 cfg = getattr(encoder, "config", None)
-                what = f"model.family={cfg.family}, model.attention={cfg.attention}" if cfg is not None else "it"
+                attention = "block_sparse" if cfg is not None and cfg.block_sparse else "full"
+                what = f"model.family={cfg.family}, model.attention={attention}" if cfg is not None else "it"
                 raise BertkitError(
                     f"engine.unpad=true: this model cannot run unpadded ({what}: its attention needs the padded "
                     "layout); set engine.unpad=auto or false"

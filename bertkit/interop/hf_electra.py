@@ -48,7 +48,7 @@ def generator_entries(cfg: ModelConfig) -> list[Entry]:
 def config_to_hf(cfg: ModelConfig) -> dict[str, Any]:
     if cfg.norm != "post":
         raise BertkitError("Hugging Face ELECTRA is post-LayerNorm; a model.norm=pre encoder has no HF class")
-    out = hf_bert.config_to_hf(cfg.model_copy(update={"family": "bert"}))
+    out = hf_bert.config_to_hf(ModelConfig(**{**cfg.model_dump(exclude={"generator"}), "family": "bert"}))
     out.update(model_type="electra", embedding_size=cfg.embedding_dim)
     return out
 
@@ -56,8 +56,9 @@ def config_to_hf(cfg: ModelConfig) -> dict[str, Any]:
 def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
     base = hf_bert.config_from_hf({**hf, "model_type": "bert"})
     # The generator's shape is not in a discriminator checkpoint; the paper's 1/4 is the default.
-    return base.model_copy(
-        update={
+    return ModelConfig(
+        **{
+            **base.model_dump(),
             "family": "electra",
             "embedding_size": hf.get("embedding_size", 128),
             "pooler": False,

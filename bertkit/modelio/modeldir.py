@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from bertkit.config.schema import ModelConfig
+from bertkit.config.model import ModelConfig, saved_model_config
 from bertkit.errors import BertkitError
 from bertkit.fsutil import atomic_output_dir, read_json
 from bertkit.modelio.weights import WEIGHTS, read_weights, save_weights
@@ -113,7 +113,7 @@ def load_model_dir(
                 f"pass the bertkit run it was exported from ({meta.get('onnx', {}).get('source', 'see its metadata')})"
             )
         try:
-            cfg = ModelConfig.model_validate(meta["model"])
+            cfg = saved_model_config(meta["model"])
         except Exception as err:
             raise BertkitError(f"{model_dir / MODEL_META} has an invalid model section: {err}") from None
         weights = read_weights(model_dir / WEIGHTS)

@@ -7,13 +7,14 @@ BigBird is RoBERTa-shaped with block-sparse attention (model.attention, bertkit/
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from typing import Literal, NamedTuple
 
 import torch
 from torch import nn
 
 from bertkit.config.schema import ModelConfig
+from bertkit.models.attention import AttentionOutput
+from bertkit.models.capture import LayerCapture, run_layers
 from bertkit.models.layers import Embeddings, EncoderLayer, init_weights
 from bertkit.models.unpad import Packing, document_mask, document_positions, pack, repad, should_pack, unpad
 
@@ -22,30 +23,6 @@ class EncoderOutput(NamedTuple):
     # A NamedTuple, not a dataclass: engines that hook module outputs (DeepSpeed ZeRO-3) can see its tensors.
     last_hidden_state: torch.Tensor
     pooled: torch.Tensor | None
-    hidden_states: list[torch.Tensor]  # embeddings output + every layer (empty unless asked for)
-    # Per layer, empty unless asked for; None for a layer left out of a selection (see forward).
-    attentions: list[torch.Tensor]  # softmax probabilities
-    attention_scores: list[torch.Tensor]  # pre-softmax QK^T/sqrt(d)
-    # (B, heads, T, head_dim) value vectors per layer, for MiniLM's value relation; they come with the
-    # attentions (output_attentions), at no cost: autograd keeps them alive anyway.
-    values: list[torch.Tensor]
-
-
-def attention_layers(
-    output_attentions: bool | Collection[int], layers: int, stop_at_last_attention: bool, output_hidden_states: bool
-) -> set[int]:
-    """The 0-based layers whose attention probabilities, scores and values an encoder's forward returns (see
-    BertEncoder.forward): every layer, none, or the given indices (negative from the end), plus the last layer
-    when it stops at its attention."""
-    if stop_at_last_attention and output_hidden_states:
-        raise ValueError("stop_at_last_attention leaves the last layer's output uncomputed; no hidden states")
-    if isinstance(output_attentions, bool):
-        wanted = set(range(layers)) if output_attentions else set()
-    else:
-        wanted = {i % layers for i in output_attentions}
-    if stop_at_last_attention:
-        wanted.add(layers - 1)
-    return wanted
 
 
 class Pooler(nn.Module):
@@ -62,10 +39,10 @@ class Pooler(nn.Module):
 def _build_layers(cfg: ModelConfig) -> nn.ModuleList:
     """Distinct layers, or ALBERT's shared ones: all-shared keeps a single layer; shared-attention and
     shared-ffn keep one full layer 0 and, after it, layers that own only the sub-layer not shared."""
-    if cfg.sharing == "all-shared":
+    if cfg.layer_sharing == "all-shared":
         return nn.ModuleList([EncoderLayer(cfg)])
-    own_attention = cfg.sharing != "shared-attention"
-    own_ffn = cfg.sharing != "shared-ffn"
+    own_attention = cfg.layer_sharing != "shared-attention"
+    own_ffn = cfg.layer_sharing != "shared-ffn"
     return nn.ModuleList(
         EncoderLayer(cfg, own_attention=i == 0 or own_attention, own_ffn=i == 0 or own_ffn, layer_index=i)
         for i in range(cfg.num_layers)
@@ -95,38 +72,32 @@ class BertEncoder(nn.Module):
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
-        output_hidden_states: bool = False,
-        output_attentions: bool | Collection[int] = False,
-        embedded: torch.Tensor | None = None,
-        stop_at_last_attention: bool = False,
         document_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        capture: LayerCapture | None = None,
     ) -> EncoderOutput:
-        """`embedded` replaces the embedding lookup (width E) for an encoder built without embeddings.
-
-        `output_attentions`: True for every layer's attention probabilities, scores and values, or the 0-based
-        indices of the layers to return them for (negative from the end; distillation reads only the layers its
-        losses compare). The explicit path they need is much slower than SDPA, so the other layers keep SDPA
-        and their entries in the three lists are None (the lists always have one entry per layer).
-
-        `stop_at_last_attention`: the last layer computes its attention scores and values and nothing after
-        them (no softmax, attention output, feed-forward, final norm or pooler): MiniLM's losses read those
-        alone, and a quarter of the layer's matmuls (the QKV projection) is all they cost. `attentions` then
-        has None for the last layer, and `last_hidden_state` is the last layer's *input*; `pooled` is None.
+        """`inputs_embeds` replaces the embedding lookup (width E) for an encoder built without embeddings (ELECTRA's
+        generator reads the discriminator's).
 
         `document_ids` (B, T): several documents packed into one row (corpus packing); each run of equal ids is
         a document that attention stays within, and positions restart at every document.
+
+        `capture` (bertkit/models/capture.py): what a caller reads from inside (hidden states, chosen layers'
+        attention), filled as the layers run.
 
         Unpadding (`self.unpad`, set by bertkit/engine/unpad.py from engine.unpad): the real tokens run as one
         packed sequence (bertkit/models/unpad.py); the outputs are the padded path's, re-padded.
         """
         layers = self.config.num_layers
-        wanted = attention_layers(output_attentions, layers, stop_at_last_attention, output_hidden_states)
+        if capture is not None:
+            capture.begin(layers)
         if document_ids is not None and attention_mask is None:
             attention_mask = torch.ones_like(document_ids)
-        packing = self._packing(attention_mask, document_ids, bool(wanted))
+        packing = self._packing(attention_mask, document_ids, capture is not None and capture.wants_weights)
+        embedded = inputs_embeds
         if embedded is None:
             if self.embeddings is None or input_ids is None:
-                raise ValueError("this encoder has no embeddings of its own; pass `embedded`")
+                raise ValueError("this encoder has no embeddings of its own; pass `inputs_embeds`")
             if packing is not None:
                 embedded = self._embed_packed(input_ids, token_type_ids, position_ids, packing)
             else:
@@ -145,33 +116,24 @@ class BertEncoder(nn.Module):
             else:
                 mask = attention_mask.bool()[:, None, None, :]
         padded = (lambda h: repad(h, packing)) if packing is not None else (lambda h: h)
-        hidden_states: list[torch.Tensor] = [padded(x)] if output_hidden_states else []
-        attentions: list[torch.Tensor] = []
-        attention_scores: list[torch.Tensor] = []
-        values: list[torch.Tensor] = []
         first = self.layers[0]
-        for i in range(layers):
+
+        def call(i: int, h: torch.Tensor, weights: bool, stop: bool) -> tuple[torch.Tensor, AttentionOutput]:
             layer = first if len(self.layers) == 1 else self.layers[i]
-            stop = stop_at_last_attention and i == layers - 1
-            x, attn = layer(x, mask, need_weights=i in wanted, shared=first, attention_only=stop)
-            if output_hidden_states:
-                hidden_states.append(padded(x))
-            if wanted:
-                attentions.append(attn.probs)
-                attention_scores.append(attn.scores)
-                values.append(attn.values)
-        if stop_at_last_attention:
-            return EncoderOutput(x, None, hidden_states, attentions, attention_scores, values)
+            return layer(h, mask, need_weights=weights, shared=first, attention_only=stop)
+
+        x, stopped = run_layers(x, layers, call, capture, padded)
+        if stopped:
+            return EncoderOutput(x, None)
         if self.final_norm is not None:
             x = self.final_norm(x)
         x = padded(x)
-        pooled = self.pooler(x) if self.pooler is not None else None
-        return EncoderOutput(x, pooled, hidden_states, attentions, attention_scores, values)
+        return EncoderOutput(x, self.pooler(x) if self.pooler is not None else None)
 
     @property
     def supports_unpad(self) -> bool:
         """Every layer is per-token apart from full attention; BigBird's block-sparse attention needs its blocks."""
-        return self.config.attention == "full"
+        return not self.config.block_sparse
 
     def _packing(
         self, attention_mask: torch.Tensor | None, document_ids: torch.Tensor | None, weights_wanted: bool

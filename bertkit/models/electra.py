@@ -47,7 +47,7 @@ class ElectraPretraining(nn.Module):
             positions = document_positions(mask, document_ids) + self.encoder.embeddings.position_offset
         embedded = self.encoder.embeddings(input_ids, token_type_ids, positions)
         generated = self.generator(
-            attention_mask=attention_mask, embedded=embedded, document_ids=document_ids
+            attention_mask=attention_mask, inputs_embeds=embedded, document_ids=document_ids
         ).last_hidden_state
         mlm_logits = self.generator_head(gather_rows(generated, mlm_positions), word_embeddings)
         with torch.no_grad():

@@ -61,7 +61,7 @@ class Embeddings(nn.Module):
 def build_attention(cfg: ModelConfig, layer_index: int = 0) -> SelfAttention:
     """The self-attention `model.attention` selects: full (SDPA) or BigBird's block-sparse, which seeds
     its random-block draw with the layer's index as the reference does."""
-    if cfg.attention == "block_sparse":
+    if cfg.block_sparse:
         from bertkit.models.block_sparse import BlockSparseAttention
 
         return BlockSparseAttention(cfg, layer_index)

@@ -18,7 +18,6 @@ names, work unchanged; hf_modernbert.py maps them onto transformers' `tok_embedd
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
 from typing import Literal
 
 import torch
@@ -27,7 +26,8 @@ from torch import nn
 
 from bertkit.config.schema import ModelConfig
 from bertkit.models.attention import AttentionOutput, attend
-from bertkit.models.bert import EncoderOutput, attention_layers
+from bertkit.models.bert import EncoderOutput
+from bertkit.models.capture import LayerCapture, run_layers
 from bertkit.models.layers import ACTIVATIONS
 from bertkit.models.unpad import (
     Packing,
@@ -165,7 +165,6 @@ class ModernBertLayer(nn.Module):
         super().__init__()
         self.is_global = cfg.is_global_layer(index)
         self.attn_norm: nn.Module = nn.Identity() if index == 0 else _norm(cfg)
-        assert cfg.local_attention  # filled in by the config
         half = cfg.local_attention // 2
         self.attention = ModernBertAttention(cfg, (-1, -1) if self.is_global else (half, half))
         self.ffn_norm = _norm(cfg)
@@ -226,39 +225,37 @@ class ModernBertEncoder(nn.Module):
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
-        output_hidden_states: bool = False,
-        output_attentions: bool | Collection[int] = False,
-        embedded: torch.Tensor | None = None,
-        stop_at_last_attention: bool = False,
         document_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        capture: LayerCapture | None = None,
     ) -> EncoderOutput:
-        """As BertEncoder.forward (see there for `output_attentions`, `stop_at_last_attention`, `document_ids` and
-        unpadding). `token_type_ids` is accepted and ignored: ModernBERT has no segments. `position_ids` default
-        to 0..T-1 for every row, as transformers numbers them, or restart at every document.
+        """As BertEncoder.forward (see there for `document_ids`, `capture` and unpadding). `token_type_ids` is
+        accepted and ignored: ModernBERT has no segments. `position_ids` default to 0..T-1 for every row, as
+        transformers numbers them, or restart at every document.
 
         Unpadded, embeddings, norms, projections and GeGLU run on the (N, hidden) real tokens; each token's
         rotation uses its position within its sequence or document, and attention goes through varlen_attention
         with the layer's window (none for global layers)."""
         cfg = self.config
-        layers = cfg.num_layers
-        wanted = attention_layers(output_attentions, layers, stop_at_last_attention, output_hidden_states)
+        if capture is not None:
+            capture.begin(cfg.num_layers)
         if document_ids is not None and attention_mask is None:
             attention_mask = torch.ones_like(document_ids)
+        weights = capture is not None and capture.wants_weights
         packing = (
             pack(attention_mask, document_ids)
-            if attention_mask is not None and should_pack(self.unpad, attention_mask, document_ids, bool(wanted))
+            if attention_mask is not None and should_pack(self.unpad, attention_mask, document_ids, weights)
             else None
         )
-        if embedded is None:
+        x = inputs_embeds
+        if x is None:
             if input_ids is None:
-                raise ValueError("pass input_ids or embedded")
+                raise ValueError("pass input_ids or inputs_embeds")
             # Packed: the (N,) real token ids, so the lookup and norm never touch padding.
-            embedded = self.embeddings(unpad(input_ids, packing) if packing is not None else input_ids)
+            x = self.embeddings(unpad(input_ids, packing) if packing is not None else input_ids)
         elif packing is not None:
-            embedded = unpad(embedded, packing)
-        x = embedded
+            x = unpad(x, packing)
         head_dim = cfg.hidden_size // cfg.num_heads
-        assert cfg.global_rope_theta and cfg.local_rope_theta and cfg.local_attention  # filled in by the config
         has_local = not all(layer.is_global for layer in self.layers)
         masks: dict[bool, torch.Tensor | Packing | None]
         if packing is not None:
@@ -280,23 +277,16 @@ class ModernBertEncoder(nn.Module):
         if has_local:
             ropes[False] = rotary_tables(positions, head_dim, cfg.local_rope_theta)
         padded = (lambda h: repad(h, packing)) if packing is not None else (lambda h: h)
-        hidden_states: list[torch.Tensor] = [padded(x)] if output_hidden_states else []
-        attentions: list[torch.Tensor] = []
-        attention_scores: list[torch.Tensor] = []
-        values: list[torch.Tensor] = []
-        for i, layer in enumerate(self.layers):
-            stop = stop_at_last_attention and i == layers - 1
+
+        def call(i: int, h: torch.Tensor, weights: bool, stop: bool) -> tuple[torch.Tensor, AttentionOutput]:
+            layer = self.layers[i]
             kind = layer.is_global
-            x, attn = layer(x, masks[kind], ropes[kind], need_weights=i in wanted, attention_only=stop)
-            if output_hidden_states:
-                hidden_states.append(padded(x))
-            if wanted:
-                attentions.append(attn.probs)
-                attention_scores.append(attn.scores)
-                values.append(attn.values)
-        if stop_at_last_attention:  # only on the padded path (it asks for scores)
-            return EncoderOutput(x, None, hidden_states, attentions, attention_scores, values)
-        return EncoderOutput(padded(self.final_norm(x)), None, hidden_states, attentions, attention_scores, values)
+            return layer(h, masks[kind], ropes[kind], need_weights=weights, attention_only=stop)
+
+        x, stopped = run_layers(x, cfg.num_layers, call, capture, padded)
+        if stopped:  # only on the padded path (it asks for scores)
+            return EncoderOutput(x, None)
+        return EncoderOutput(padded(self.final_norm(x)), None)
 
     def _padded_masks(
         self,
@@ -308,7 +298,6 @@ class ModernBertEncoder(nn.Module):
     ) -> dict[bool, torch.Tensor | Packing | None]:
         """The padded path's boolean masks, for global (True) and sliding-window (False) layers: the keys that are
         real tokens, or with documents each query's own document's; local layers add the band |i - j| <= w/2."""
-        assert self.config.local_attention
         half = self.config.local_attention // 2
         if document_ids is not None and attention_mask is not None:
             within = document_mask(attention_mask, document_ids)  # (B, 1, T, T), the diagonal always allowed

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from bertkit.models.capture import LayerCapture
 from bertkit.models.xlnet import last_token
 
 
@@ -32,9 +33,10 @@ class PooledEncoder(nn.Module):
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
     ) -> dict[str, torch.Tensor]:
-        out = self.encoder(input_ids, attention_mask, token_type_ids, output_hidden_states=not self.last)
+        capture = None if self.last else LayerCapture(hidden_states=True)
+        out = self.encoder(input_ids, attention_mask, token_type_ids, capture=capture)
         # hidden_states[0] is the embeddings' output, [k] layer k's; the last layer's state is taken
         # after the final norm of pre-LN models (last_hidden_state).
-        hidden = out.last_hidden_state if self.last else out.hidden_states[self.layer]
+        hidden = out.last_hidden_state if capture is None else capture.hidden_states[self.layer]
         cls_state = last_token(hidden, attention_mask) if self.xlnet else hidden[:, 0]
         return {"mean": mean_pool(hidden, attention_mask), "cls": cls_state}

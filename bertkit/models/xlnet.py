@@ -33,7 +33,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertkit.config.schema import ModelConfig
+from bertkit.models.attention import AttentionOutput
 from bertkit.models.bert import EncoderOutput, Pooler
+from bertkit.models.capture import LayerCapture, run_layers
 from bertkit.models.layers import ACTIVATIONS, init_weights
 
 
@@ -216,9 +218,10 @@ class XLNetEncoder(nn.Module):
         token_type_ids: torch.Tensor | None = None,
         perm_mask: torch.Tensor | None = None,
         target_mapping: torch.Tensor | None = None,
-        output_hidden_states: bool = False,
-        output_attentions: bool = False,
+        capture: LayerCapture | None = None,
     ) -> EncoderOutput:
+        """`capture` (bertkit/models/capture.py): hidden states of the content stream and, for the layers asked,
+        its attention probabilities (XLNet's relative attention has no separate scores or values to give)."""
         batch, length = input_ids.shape
         # blocked[b, i, j]: query i may not see key j (padding keys, and what the factorization order hides).
         blocked = None
@@ -239,19 +242,22 @@ class XLNetEncoder(nn.Module):
         if target_mapping is not None:
             g = self.dropout(self.mask_emb.expand(batch, target_mapping.shape[1], -1))
         positions = self.dropout(relative_positions(length, self.config.hidden_size, input_ids.device))
-        hidden_states: list[torch.Tensor] = [h] if output_hidden_states else []
-        attentions: list[torch.Tensor] = []
-        for layer in self.layers:
-            h, g, probs = layer(h, g, positions, different, blocked_h, blocked, target_mapping)
-            if output_hidden_states:
-                hidden_states.append(h)
-            if output_attentions:
-                attentions.append(probs[0])
+        if capture is not None:
+            capture.begin(len(self.layers))
+
+        def call(i: int, h: torch.Tensor, weights: bool, stop: bool) -> tuple[torch.Tensor, AttentionOutput]:
+            if stop:
+                raise ValueError("XLNet's two-stream layers cannot stop at the last layer's attention")
+            nonlocal g
+            h, g, probs = self.layers[i](h, g, positions, different, blocked_h, blocked, target_mapping)
+            return h, AttentionOutput(None, probs[0] if weights else None)
+
+        h, _ = run_layers(h, len(self.layers), call, capture, lambda state: state)
         h = self.dropout(h)
         out = self.dropout(g) if g is not None else h
         # The summary on <cls> when the model has one (fine-tuning), else the raw <cls> state.
         pooled = self.pooler(h, attention_mask) if self.pooler is not None else last_token(h, attention_mask)
-        return EncoderOutput(out, pooled, hidden_states, attentions, [], [])
+        return EncoderOutput(out, pooled)
 
 
 class PLMHead(nn.Module):

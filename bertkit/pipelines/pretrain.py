@@ -51,8 +51,9 @@ SHAPE_FIELDS = (
     "intermediate_size",
     "max_position_embeddings",
     "type_vocab_size",
-    "sharing",
+    "layer_sharing",
 )
+SHAPE_KEYS = {"embedding_dim": "embedding_size", "layer_sharing": "sharing"}  # the recipe key behind each
 _SAME_FAMILY = {"spanbert": "bert"}  # SpanBERT checkpoints are BERT checkpoints
 # Families a recipe may warm-start from besides its own: BigBird starts from RoBERTa, as in the paper.
 _WARM_STARTS = {"bigbird": {"roberta"}}
@@ -138,7 +139,7 @@ def _fit_init_checkpoint(recipe_cfg: ModelConfig, init_cfg: ModelConfig, init_fr
     if differing:
         what = ", ".join(f"{name} {theirs} vs {ours}" for name, theirs, ours in differing)
         fix = " ".join(
-            f"--set model.{'embedding_size' if name == 'embedding_dim' else name}={theirs}"
+            f"--set model.{SHAPE_KEYS.get(name, name)}={theirs}"
             for name, theirs, _ in differing
         )
         raise BertkitError(f"--init-from {init_from} does not fit recipe '{recipe}' ({what}); add {fix}")
@@ -178,7 +179,7 @@ def _extend_tables(
 def _check_block_sparse(cfg: ModelConfig, corpus: Corpus, corpus_dir: Path, longest: int) -> None:
     """Block-sparse attention on a corpus it cannot help: sequences that are not whole blocks (each
     would be padded at every layer) or that are all short enough for full attention."""
-    if cfg.attention != "block_sparse":
+    if not cfg.block_sparse:
         return
     length = int(corpus.manifest.get("options", {}).get("max_seq_len", longest))
     if length % cfg.block_size:
@@ -221,7 +222,7 @@ def pad_width(cfg: ModelConfig, longest: int) -> int:
     depends on the padded length (full attention up to a limit, random blocks drawn per length), so a
     batch padded to its own longest would make a sequence's loss depend on the sequences beside it, and
     N processes or accumulation micro-steps would not take the step of one process: pad to the corpus's."""
-    return longest if cfg.attention == "block_sparse" else 0
+    return longest if cfg.block_sparse else 0
 
 
 def _evaluator(

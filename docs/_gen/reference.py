@@ -340,8 +340,10 @@ def class_doc(model: type[BaseModel]) -> str:
 
 def field_description(model: type[BaseModel], name: str) -> str:
     """`Field(description=...)` first, then the source comments beside the field, in the class that defines it."""
-    owner = next((cls for cls in model.__mro__ if name in cls.__dict__.get("__annotations__", {})), model)
-    parts = [model.model_fields[name].description or "", field_comments(owner).get(name, "")]
+    owners = [cls for cls in model.__mro__ if name in cls.__dict__.get("__annotations__", {})]
+    # The nearest class that comments the field (a family's class re-declares `family` without a comment).
+    comment = next((field_comments(cls)[name] for cls in owners if field_comments(cls).get(name)), "")
+    parts = [model.model_fields[name].description or "", comment]
     return " ".join(sentence(part) for part in parts if part)
 
 
@@ -361,6 +363,7 @@ class Key:
     name: str
     kinds: list[str] = field(default_factory=list)
     annotations: dict[str, Any] = field(default_factory=dict)  # kind -> the field's type in that kind's model
+    families: list[str] = field(default_factory=list)  # the model section: the families whose class has the key
 
 
 @dataclass
@@ -392,6 +395,13 @@ def recipe_sections() -> list[Section]:
                 if kind not in key.kinds:
                     key.kinds.append(kind)
                     key.annotations[kind] = info.annotation
+                    if name == "family" and getattr(model, "FAMILY", ""):  # each class takes its own; the key, all
+                        from bertkit.config.model import Family
+
+                        key.annotations[kind] = Family
+                family = getattr(model, "FAMILY", "")
+                if family and family not in key.families:
+                    key.families.append(family)
             optional = _is_union(_unwrap(info.annotation)) and type(None) in typing.get_args(_unwrap(info.annotation))
             for suffix, sub in inner:
                 visit(sub, dotted + suffix, kind, optional)
@@ -464,6 +474,15 @@ def recipe_keys_page() -> str:
     return "\n".join(out)
 
 
+def _section_families(section: Section) -> dict[str, str]:
+    """family -> its class name, for the model section (empty elsewhere)."""
+    if not any(key.families for key in section.keys):
+        return {}
+    from bertkit.config.model import FAMILY_CLASSES
+
+    return {family: cls.__name__ for family, cls in FAMILY_CLASSES.items()}
+
+
 def _section_anchor(section: Section) -> str:
     return "top-level" if not section.path else re.sub(r"[^a-z0-9]+", "-", section.path.lower()).strip("-")
 
@@ -483,15 +502,25 @@ def _section_markdown(section: Section, defaults: dict[str, dict]) -> str:
     doc = class_doc(section.model)
     if doc and section.path:
         out.append(md_text(doc.replace("\n\n", "\0").replace("\n", " ").replace("\0", "\n\n")) + "\n")
+    families = _section_families(section)
+    if families:
+        out.append(
+            "One class per `model.family` (" + ", ".join(f"{code(f)}: `{m}`" for f, m in families.items()) + "): "
+            "a key that is not its family's is refused, with the families that take it. Keys every family has "
+            "come first; a key of some families says which.\n"
+        )
     rows = []
-    for key in section.keys:
+    for key in sorted(section.keys, key=lambda k: bool(families) and len(k.families) != len(families)):
         kind_note = "" if key.kinds == section.kinds else f" ({', '.join(key.kinds)} only)"
+        family_note = ""
+        if families and len(key.families) != len(families):
+            family_note = " Families: " + ", ".join(code(f) for f in key.families) + "."
         rows.append(
             [
                 code(key.path),
                 key_type(key),
                 key_default(key, defaults),
-                md_text(field_description(key.model, key.name)) + kind_note,
+                md_text(field_description(key.model, key.name)) + family_note + kind_note,
             ]
         )
     if rows:
@@ -506,12 +535,12 @@ def _section_markdown(section: Section, defaults: dict[str, dict]) -> str:
 def _shape(model: Any) -> str:
     parts = [f"{model.num_layers} layers", f"hidden {model.hidden_size}", f"{model.num_heads} heads",
              f"FFN {model.intermediate_size}", f"vocab {model.vocab_size:,}"]  # fmt: skip
-    if model.embedding_size:
-        parts.append(f"embeddings {model.embedding_size}")
-    if model.sharing != "none":
-        parts.append(f"sharing {model.sharing}")
-    if model.attention != "full":
-        parts.append(f"{model.attention} attention (blocks of {model.block_size})")
+    if model.embedding_dim != model.hidden_size:
+        parts.append(f"embeddings {model.embedding_dim}")
+    if model.layer_sharing != "none":
+        parts.append(f"sharing {model.layer_sharing}")
+    if model.block_sparse:
+        parts.append(f"block_sparse attention (blocks of {model.block_size})")
     parts.append(f"max length {model.max_position_embeddings - model.position_offset}")
     return ", ".join(parts)
 
@@ -584,7 +613,7 @@ def recipe_facts(recipe: Any, parameters: int | None, uses: list[tuple[str, str]
     if recipe.kind == "pretrain":
         rows.append(("family", recipe.model.family))
         rows.append(("model", _shape(recipe.model)))
-        if recipe.model.generator is not None:
+        if getattr(recipe.model, "generator", None) is not None:  # ELECTRA
             rows.append(("generator", f"{recipe.model.generator.hidden_fraction:g} of the width"))
         if parameters is not None:
             rows.append(("parameters", f"{parameters / 1e6:.1f}M ({parameters:,})"))

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from encoder_helpers import encode
 
 transformers = pytest.importorskip("transformers")
 
@@ -72,8 +73,8 @@ def test_hidden_states_and_logits_match(name: str, tmp_path: Path) -> None:
     )
     with torch.no_grad():
         expected = hf(**batch, **extra, output_hidden_states=True)
-        encoded = ours.encoder(
-            batch["input_ids"], batch["attention_mask"], extra.get("token_type_ids"), output_hidden_states=True
+        encoded = encode(
+            ours.encoder, batch["input_ids"], batch["attention_mask"], extra.get("token_type_ids"), hidden_states=True
         )
     hf_hidden = list(expected.hidden_states)
     assert len(hf_hidden) == len(encoded.hidden_states) == loaded.config.num_layers + 1

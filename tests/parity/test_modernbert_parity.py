@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from encoder_helpers import encode
 from safetensors.torch import load_file
 
 transformers = pytest.importorskip("transformers")
@@ -92,7 +93,7 @@ def test_hidden_states_and_mlm_logits_match(hf_mlm, unpad: bool, monkeypatch: py
     valid = batch["attention_mask"]
     with torch.no_grad():
         expected = hf(**batch, output_hidden_states=True)
-        encoded = ours.encoder(batch["input_ids"], batch["attention_mask"], output_hidden_states=True)
+        encoded = encode(ours.encoder, batch["input_ids"], batch["attention_mask"], hidden_states=True)
         out = ours(batch["input_ids"], batch["attention_mask"])
     theirs = list(expected.hidden_states)
     assert len(theirs) == len(encoded.hidden_states) == cfg.num_layers + 1
@@ -125,7 +126,7 @@ def test_explicit_attention_path_equals_sdpa(hf_mlm) -> None:
     batch = _inputs()
     valid = batch["attention_mask"]
     with torch.no_grad():
-        slow = encoder(batch["input_ids"], batch["attention_mask"], output_attentions=True)
+        slow = encode(encoder, batch["input_ids"], batch["attention_mask"], attentions=True)
         for unpad in (False, True):
             configure_unpad(encoder, unpad)
             fast = encoder(batch["input_ids"], batch["attention_mask"])

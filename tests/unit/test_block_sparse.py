@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from encoder_helpers import encode
 
 from bertkit.config.recipe import load_recipe
 from bertkit.config.schema import ModelConfig
@@ -115,7 +116,7 @@ def test_padding_never_reaches_the_outputs() -> None:
     other = ids.clone()
     other[1, 190:] = 7  # different content where the mask says padding
     with torch.no_grad():
-        out = encoder(ids, mask, output_hidden_states=True)
+        out = encode(encoder, ids, mask, hidden_states=True)
         again = encoder(other, mask).last_hidden_state
         # The 250 tokens padded to 16 whole blocks by the caller: what the layers do inside.
         whole = encoder(torch.cat([ids, ids[:, :6]], 1), torch.cat([mask, mask[:, :6] & False], 1))
@@ -132,7 +133,7 @@ def test_attention_weights_for_distillation() -> None:
     ids = torch.randint(5, 50, (1, 200))
     with torch.no_grad():
         plain = encoder(ids).last_hidden_state
-        out = encoder(ids, output_attentions=True)
+        out = encode(encoder, ids, attentions=True)
     assert torch.allclose(plain, out.last_hidden_state, atol=1e-5)
     probs = out.attentions[0]
     assert probs.shape == (1, 2, 200, 200) and torch.allclose(probs.sum(-1), torch.ones(1, 2, 200), atol=1e-5)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from encoder_helpers import encode
 
 from bertkit.config.schema import ModelConfig, ObjectiveConfig
 from bertkit.distill import losses as L
@@ -27,6 +28,7 @@ from bertkit.engine.checkpoint import load_state
 from bertkit.errors import BertkitError
 from bertkit.modelio.weights import read_weights, save_weights
 from bertkit.models.bert import BertEncoder
+from bertkit.models.capture import LayerCapture
 from bertkit.models.pretraining import PretrainingModel
 from bertkit.tasks.classification import SequenceClassifier
 
@@ -319,7 +321,7 @@ def test_projections_exist_only_for_different_widths_and_are_never_saved(tmp_pat
     narrow = ModelConfig(**{**TINY, "hidden_size": 16, "intermediate_size": 32, "num_layers": 2})
     student = DistillStudent(narrow, teacher_hidden_size=32, mlm_head=True)
     ids, mask = _ids()
-    out = student(ids, mask, output_hidden_states=True, output_attentions=True)
+    out = student(ids, mask, capture=LayerCapture(True, hidden_states=True))
     assert [h.shape[-1] for h in out.hidden_states] == [16, 16, 16]
     assert [h.shape[-1] for h in out.projected] == [32, 32, 32]
     assert torch.allclose(out.projected[0], student.embedding_proj(out.hidden_states[0]))
@@ -333,7 +335,7 @@ def test_projections_exist_only_for_different_widths_and_are_never_saved(tmp_pat
     load_state(plain, read_weights(tmp_path / "student.safetensors"), "student")
     same = DistillStudent(ModelConfig(**TINY), teacher_hidden_size=32)
     assert same.embedding_proj is None and same.hidden_proj is None
-    out = same(ids, mask, output_hidden_states=True)
+    out = same(ids, mask, capture=LayerCapture(hidden_states=True))
     assert all(p is h for p, h in zip(out.projected, out.hidden_states, strict=True))
 
 
@@ -364,23 +366,24 @@ def test_encoder_exposes_value_vectors_with_the_attentions() -> None:
     torch.manual_seed(0)
     enc = BertEncoder(ModelConfig(**TINY)).eval()
     ids, mask = _ids()
-    out = enc(ids, mask, output_hidden_states=True, output_attentions=True)
+    out = encode(enc, ids, mask, hidden_states=True, attentions=True)
     assert len(out.values) == 4 and out.values[0].shape == (2, 4, 9, 8)
     # Layer 2's values are the V part of its fused projection of its input (the layer-1 output).
     attention = enc.layers[2].attention
     v = attention.qkv(out.hidden_states[2]).view(2, 9, 3, 4, 8)[:, :, 2].transpose(1, 2)
     assert torch.allclose(out.values[2], v, atol=1e-6)
-    assert enc(ids, mask).values == []  # the SDPA path keeps nothing
+    assert encode(enc, ids, mask).values == []  # the SDPA path keeps nothing
+    assert enc(ids, mask)._fields == ("last_hidden_state", "pooled")  # forward-only: the insides are a capture's
 
 
 def test_attentions_of_selected_layers_only() -> None:
-    """`output_attentions=[...]` takes the explicit path only in those layers (negative from the end): the same
+    """A capture of layers [...] takes the explicit path only in those layers (negative from the end): the same
     scores, probabilities, values and outputs as asking for all layers, None elsewhere (SDPA kept there)."""
     torch.manual_seed(0)
     enc = BertEncoder(ModelConfig(**TINY)).eval()
     ids, mask = _ids()
-    full = enc(ids, mask, output_attentions=True)
-    some = enc(ids, mask, output_attentions=[1, -1])
+    full = encode(enc, ids, mask, attentions=True)
+    some = encode(enc, ids, mask, attentions=[1, -1])
     assert torch.allclose(some.last_hidden_state, full.last_hidden_state, atol=1e-5)
     for i in range(4):
         for got, expected in ((some.attention_scores, full.attention_scores), (some.attentions, full.attentions),
@@ -389,7 +392,7 @@ def test_attentions_of_selected_layers_only() -> None:
                 assert torch.allclose(got[i], expected[i], atol=1e-5)
             else:
                 assert got[i] is None
-    none = enc(ids, mask, output_attentions=[])
+    none = encode(enc, ids, mask, attentions=[])
     assert none.attentions == [] and none.values == []
 
 
@@ -418,8 +421,8 @@ def test_stopping_at_the_last_attention_gives_minilm_the_same_loss_and_gradients
     teacher, student = DistillStudent(cfg).eval(), DistillStudent(ModelConfig(**{**TINY, "num_layers": 2}))
     ids, mask = _ids()
     batch = {"input_ids": ids, "attention_mask": mask}
-    stop = student(ids, mask, stop_at_last_attention=True)
-    full = student(ids, mask, output_attentions=[-1])
+    stop = student(ids, mask, capture=LayerCapture(stop_at_last_attention=True))
+    full = student(ids, mask, capture=LayerCapture([-1]))
     assert torch.equal(stop.attention_scores[-1], full.attention_scores[-1])
     assert torch.equal(stop.values[-1], full.values[-1])
     assert stop.attentions[-1] is None and stop.mlm_logits is None and stop.logits is None
@@ -429,7 +432,7 @@ def test_stopping_at_the_last_attention_gives_minilm_the_same_loss_and_gradients
     loss.backward()
     got = {name: p.grad.clone() for name, p in student.named_parameters() if p.grad is not None}
     student.zero_grad(set_to_none=True)
-    full_t = teacher(ids, mask, output_attentions=[-1])
+    full_t = teacher(ids, mask, capture=LayerCapture([-1]))
     reference = L.attention_kl_loss(full.attention_scores[-1], full_t.attention_scores[-1], mask) + (
         L.value_relation_kl_loss(full.values[-1], full_t.values[-1], mask)
     )
@@ -614,8 +617,8 @@ def test_minilm_freezes_exactly_what_its_loss_does_not_reach(shape: dict) -> Non
     cfg = ModelConfig(**{**TINY, "num_layers": 3, **shape})
     teacher, student = DistillStudent(cfg).eval(), DistillStudent(cfg)
     ids, mask = _ids()
-    full_s = student(ids, mask, output_attentions=[-1])
-    full_t = teacher(ids, mask, output_attentions=[-1])
+    full_s = student(ids, mask, capture=LayerCapture([-1]))
+    full_t = teacher(ids, mask, capture=LayerCapture([-1]))
     loss = L.attention_kl_loss(full_s.attention_scores[-1], full_t.attention_scores[-1], mask)
     loss = loss + L.value_relation_kl_loss(full_s.values[-1], full_t.values[-1], mask)
     loss.backward()

@@ -19,6 +19,7 @@ from bertkit.distill.teacher import Teacher
 from bertkit.errors import BertkitError
 from bertkit.modelio.modeldir import resolve_model_path, save_model_dir
 from bertkit.models.bert import BertEncoder
+from bertkit.models.capture import LayerCapture
 from bertkit.models.pretraining import PretrainingModel
 from bertkit.tasks.classification import SequenceClassifier
 from bertkit.tokenizers.base import Tokenizer, load_tokenizer
@@ -52,7 +53,7 @@ def test_teacher_is_frozen_for_good(minilm_teacher: Teacher) -> None:
     assert not teacher.training and not any(m.training for m in teacher.modules())
     ids, mask = _prose_batch(teacher.tokenizer)
     with torch.enable_grad():
-        out = teacher(ids, mask, output_hidden_states=True, output_attentions=True)
+        out = teacher(ids, mask, capture=LayerCapture(True, hidden_states=True))
     assert not out.last_hidden_state.requires_grad
     assert len(out.hidden_states) == 7 and len(out.attention_scores) == 6 and len(out.values) == 6
     assert out.projected is out.hidden_states and out.values[0].shape[1] == 12
@@ -172,8 +173,8 @@ def test_hub_name_resolves_from_the_cache_offline(offline_hub: Path, minilm_dir:
     teacher = Teacher.load(REPO)
     ids, mask = _prose_batch(teacher.tokenizer)
     assert torch.equal(ids, _prose_batch(minilm_teacher.tokenizer)[0])
-    got = teacher(ids, mask, output_hidden_states=True, output_attentions=True)
-    expected = minilm_teacher(ids, mask, output_hidden_states=True, output_attentions=True)
+    got = teacher(ids, mask, capture=LayerCapture(True, hidden_states=True))
+    expected = minilm_teacher(ids, mask, capture=LayerCapture(True, hidden_states=True))
     assert torch.equal(got.last_hidden_state, expected.last_hidden_state)
     pairs = zip(
         got.hidden_states + got.attention_scores, expected.hidden_states + expected.attention_scores, strict=True

@@ -83,7 +83,8 @@ def schema_keys(schema: dict) -> set[str]:
         node = resolve(node)
         if node.get("type") == "object" and "properties" in node:
             return [node]
-        return [found for option in node.get("anyOf", []) for found in sections_in(option)]
+        options = [*node.get("anyOf", []), *node.get("oneOf", [])]  # Optional sections; the model section per family
+        return [found for option in options for found in sections_in(option)]
 
     keys: set[str] = set()
 

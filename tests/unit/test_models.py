@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from encoder_helpers import encode
 
 from bertkit.config.schema import GeneratorConfig, ModelConfig, ObjectiveConfig
 from bertkit.engine.checkpoint import load_weights
@@ -66,7 +67,7 @@ def test_factorized_embeddings_project_e_to_h() -> None:
     assert enc.embeddings.word_embeddings.weight.shape == (50, 8)
     assert enc.embed_proj.weight.shape == (32, 8)
     ids, mask = _ids()
-    out = enc(ids, mask, output_hidden_states=True)
+    out = encode(enc, ids, mask, hidden_states=True)
     assert [h.shape[-1] for h in out.hidden_states] == [32] * 5
 
 
@@ -110,7 +111,7 @@ def test_pre_norm_and_gelu_variants_change_the_function() -> None:
 def test_attentions_when_asked() -> None:
     enc = BertEncoder(ModelConfig(**BASE)).eval()
     ids, mask = _ids()
-    out = enc(ids, mask, output_attentions=True)
+    out = encode(enc, ids, mask, attentions=True)
     assert len(out.attentions) == 4 and out.attentions[0].shape == (2, 4, 9, 9)
     assert torch.allclose(out.attentions[0].sum(-1), torch.ones(2, 4, 9), atol=1e-5)
     assert out.attentions[0][1, :, :, 6:].abs().max() == 0  # padding is never attended to

@@ -190,7 +190,7 @@ def test_electra_generator_exports_as_masked_lm(electra_run: Path, tmp_path: Pat
     mask = torch.ones_like(ids, dtype=torch.bool)
     with torch.no_grad():
         theirs = hf(input_ids=ids, attention_mask=mask, output_hidden_states=True)
-        hidden = ours.generator(attention_mask=mask, embedded=ours.encoder.embeddings(ids)).last_hidden_state
+        hidden = ours.generator(attention_mask=mask, inputs_embeds=ours.encoder.embeddings(ids)).last_hidden_state
         logits = ours.generator_head(hidden, ours.encoder.word_embeddings)
     assert (theirs.hidden_states[-1] - hidden).abs().max().item() <= 1e-5
     assert (theirs.logits - logits).abs().max().item() <= 1e-5

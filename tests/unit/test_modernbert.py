@@ -29,7 +29,8 @@ def modern(**extra) -> ModelConfig:
 
 
 def test_config_fills_in_the_paper_and_refuses_what_does_not_apply() -> None:
-    cfg = ModelConfig(**{**MODERN, "local_attention": None})
+    cfg = ModelConfig(**{k: v for k, v in MODERN.items() if k != "local_attention"})
+    assert type(cfg).__name__ == "ModernBertConfig"
     assert (cfg.global_rope_theta, cfg.local_rope_theta, cfg.local_attention, cfg.global_attn_every_n_layers) == (
         160_000.0, 10_000.0, 128, 3)  # fmt: skip
     assert cfg.bias is False  # the paper's bias-free layout unless model.bias says otherwise
@@ -40,15 +41,16 @@ def test_config_fills_in_the_paper_and_refuses_what_does_not_apply() -> None:
         "pooler": (True, "set model.pooler=false"),
         "type_vocab_size": (2, "set model.type_vocab_size=0"),
         "position_offset": (2, "set model.position_offset=0"),
-        "embedding_size": (16, "remove it"),
+        "embedding_size": (16, "model.embedding_size is a key of model.family=bert / roberta / albert"),
         "local_attention": (7, "must be even; use 8"),
     }
     for field, (value, fix) in refused.items():
         with pytest.raises(ValidationError, match=fix):
             modern(**{field: value})
-    with pytest.raises(ValidationError, match="model.local_attention is ModernBERT's; set model.family=modernbert"):
+    with pytest.raises(ValidationError, match="model.local_attention is a key of model.family=modernbert, and this "
+                                              "model is model.family=bert; remove model.local_attention"):
         ModelConfig(local_attention=128)
-    with pytest.raises(ValidationError, match="model.bias is ModernBERT's"):
+    with pytest.raises(ValidationError, match="model.bias is a key of model.family=modernbert"):
         ModelConfig(bias=False)
     with pytest.raises(ValidationError, match="head size"):
         modern(hidden_size=36, num_heads=4, local_attention=4)  # head_dim 9: rotary needs pairs

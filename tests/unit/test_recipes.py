@@ -6,6 +6,7 @@ command uses."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -142,3 +143,37 @@ def test_finetune_with_an_unknown_task_is_one_error_line(tmp_path: Path) -> None
     data.write_text(json.dumps({"text": "a", "label": "x"}) + "\n")
     error = run_error("finetune", "-m", str(tmp_path), "--train", str(data), "-o", str(tmp_path / "r"), "--task", "ner")
     assert "--task 'ner' is not a task" in error and not (tmp_path / "r").exists()
+
+
+def test_each_family_has_its_own_configuration_class() -> None:
+    """The model section is a discriminated union on family: every shipped recipe's model is its family's class,
+    a key of another family is one line naming the family that takes it, and a typo still gets a did-you-mean."""
+    from bertkit.config.model import FAMILY_CLASSES, ModelConfig, saved_model_config
+    from bertkit.config.recipe import load_recipe, recipe_names
+
+    for name in recipe_names():
+        recipe = load_recipe(name)
+        if hasattr(recipe, "model"):  # a fine-tuning recipe takes its model from --model
+            assert type(recipe.model) is FAMILY_CLASSES[recipe.model.family], name
+    assert type(load_recipe("albert-tiny", ["model.sharing=shared-ffn"]).model).__name__ == "AlbertConfig"
+    cases = {
+        "model.sharing=all-shared": "model.sharing is a key of model.family=albert, and this model is model.family=b",
+        "model.generator.hidden_fraction=0.5": "model.generator is a key of model.family=electra",
+        "model.global_rope_theta=1e4": "model.global_rope_theta is a key of model.family=modernbert",
+        "model.hiden_size=64": "did you mean 'model.hidden_size'",
+        "model.family=bart": "model.family must be one of bert, roberta",
+    }
+    for override, message in cases.items():
+        with pytest.raises(BertkitError, match=re.escape(message)):
+            load_recipe("bert-tiny", [override])
+    with pytest.raises(BertkitError, match=re.escape("model.attention is a key of model.family=bert / roberta")):
+        load_recipe("xlnet-tiny", ["model.attention=full"])
+    assert type(ModelConfig(family="xlnet")).__name__ == "XLNetConfig"
+    assert ModelConfig.model_validate({"family": "roberta"}) == ModelConfig(family="roberta")
+    # A model file that lists every family's keys at their off values (as files written before did) still loads;
+    # a foreign key that is on is refused.
+    legacy = {**ModelConfig().model_dump(), "sharing": "none", "generator": None, "global_rope_theta": None,
+              "bias": None, "local_attention": None}  # fmt: skip
+    assert saved_model_config(legacy) == ModelConfig()
+    with pytest.raises(ValueError, match="model.sharing is a key of model.family=albert"):
+        saved_model_config({**legacy, "sharing": "all-shared"})

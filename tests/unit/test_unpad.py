@@ -8,6 +8,7 @@ import copy
 
 import pytest
 import torch
+from encoder_helpers import encode
 
 from bertkit.config.recipe import load_recipe
 from bertkit.config.schema import EngineConfig, ModelConfig, ObjectiveConfig
@@ -80,16 +81,16 @@ def _run(encoder: BertEncoder | ModernBertEncoder, mode: bool | str, batch: dict
     configure_unpad(encoder, mode)  # type: ignore[arg-type]
     type_vocab = encoder.config.type_vocab_size
     types = batch["token_type_ids"] % type_vocab if type_vocab else None  # RoBERTa has one type, DistilBERT none
-    return encoder(batch["input_ids"], batch["attention_mask"], types, **kwargs)
+    return encode(encoder, batch["input_ids"], batch["attention_mask"], types, **kwargs)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_unpadded_outputs_equal_padded(family: str, monkeypatch: pytest.MonkeyPatch) -> None:
     encoder, batch = _encoder(FAMILIES[family]), _batch()
     real = batch["attention_mask"].bool()
-    padded = _run(encoder, False, batch, output_hidden_states=True)
+    padded = _run(encoder, False, batch, hidden_states=True)
     packs = _count_packs(monkeypatch)
-    unpadded = _run(encoder, True, batch, output_hidden_states=True)
+    unpadded = _run(encoder, True, batch, hidden_states=True)
     assert packs, "the packed path was not taken"
     torch.testing.assert_close(unpadded.last_hidden_state[real], padded.last_hidden_state[real], atol=1e-5, rtol=0)
     assert len(unpadded.hidden_states) == len(padded.hidden_states) == FAMILIES[family].num_layers + 1
@@ -117,8 +118,8 @@ def test_auto_unpads_only_batches_with_padding(monkeypatch: pytest.MonkeyPatch) 
 def test_attention_weights_fall_back_to_the_padded_path() -> None:
     """Distillation reads (B, heads, T, T) probabilities and scores, which only the padded path computes."""
     encoder, batch = _encoder(FAMILIES["bert"]), _batch()
-    out = _run(encoder, True, batch, output_attentions=True)
-    reference = _run(encoder, False, batch, output_attentions=True)
+    out = _run(encoder, True, batch, attentions=True)
+    reference = _run(encoder, False, batch, attentions=True)
     assert out.attentions[0].shape == (len(LENGTHS), 2, max(LENGTHS), max(LENGTHS))
     torch.testing.assert_close(out.attentions[1], reference.attentions[1])
     minilm = _run(encoder, True, batch, stop_at_last_attention=True)

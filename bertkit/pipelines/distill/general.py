@@ -50,7 +50,7 @@ def student_config(recipe_model: ModelConfig, teacher: ModelConfig, vocab_set: b
     if teacher.family == "roberta" and recipe_model.family in ("bert", "distilbert"):
         update["family"] = "roberta"  # DistilRoBERTa: RoBERTa's positions and LM head, the student's depth
         update["type_vocab_size"] = teacher.type_vocab_size
-    return recipe_model.model_copy(update=update)
+    return ModelConfig(**{**recipe_model.model_dump(), **update})  # validated as its (possibly new) family
 
 
 def check_method(method: DistillMethod, recipe: DistillRecipe, student: ModelConfig, teacher: Teacher) -> None:
@@ -94,7 +94,7 @@ def freeze_unreached(student: DistillStudent, method: DistillMethod) -> None:
     if method != "minilm":
         return
     encoder = student.encoder
-    if student.config.sharing == "all-shared" and len(encoder.layers) == 1 and student.config.num_layers > 1:
+    if student.config.layer_sharing == "all-shared" and len(encoder.layers) == 1 and student.config.num_layers > 1:
         return
     last = encoder.layers[-1]
     after = [last.attention.out if last.attention else None, last.ffn, last.ffn_norm, encoder.final_norm]

@@ -17,7 +17,7 @@ from typing import IO, Any
 
 import torch
 
-from bertkit.config.schema import ModelConfig
+from bertkit.config.model import ModelConfig, saved_model_config
 from bertkit.errors import BertkitError
 from bertkit.tasks.architectures import TASK_ARCHITECTURES, build_task_model
 from bertkit.tokenizers.base import Tokenizer
@@ -70,7 +70,7 @@ def load_onnx_export(onnx_dir: Path, threads: int = 0) -> InferenceModel:
 
     meta = read_json(onnx_dir / MODEL_META, "model metadata")
     try:
-        cfg = ModelConfig.model_validate(meta["model"])
+        cfg = saved_model_config(meta["model"])
     except Exception as err:
         raise BertkitError(f"{onnx_dir / MODEL_META} has an invalid model section: {err}") from None
     if not (onnx_dir / ONNX_GRAPH).is_file():
