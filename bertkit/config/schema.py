@@ -536,6 +536,24 @@ TASK_METRICS = {
     "question-answering": ("f1", "exact_match"),
 }
 LOWER_IS_BETTER = {"mse"}
+# The task keys each kind reads, beyond those every kind reads (COMMON_TASK_FIELDS): a key of another kind set to
+# anything but its default is refused (TaskConfig.refuse_fields_of_other_kinds).
+COMMON_TASK_FIELDS = frozenset({"kind", "metric", "early_stopping_patience", "eval_fraction", "max_seq_len"})
+_SEQUENCE_FIELDS = frozenset({"text_field", "text_pair_field", "label_field", "split", "eval_split", "skip_bad_rows",
+                              "columns", "quoting", "pool", "classifier_dropout", "mode"})  # fmt: skip
+TASK_FIELDS: dict[str, frozenset[str]] = {
+    "classification": _SEQUENCE_FIELDS,
+    "multi-label": _SEQUENCE_FIELDS | {"label_separator", "threshold"},
+    "regression": _SEQUENCE_FIELDS,
+    # CoNLL / CoNLL-U / JSON lines of tokens and tags: no columns to name; the encoder may be frozen.
+    "token-classification": frozenset({"tag_scheme", "classifier_dropout", "mode"}),
+    # SQuAD JSON (or JSON lines of it): windows over the context, and how answers are read off them.
+    "question-answering": frozenset({"skip_bad_rows", "doc_stride", "n_best", "max_answer_length", "null_threshold"}),
+}
+
+
+def task_field_applies(field: str, kind: str) -> bool:
+    return field in COMMON_TASK_FIELDS or field in TASK_FIELDS[kind]
 
 
 # Question answering reads windows `[CLS] question [SEP] context [SEP]`: 3 special tokens, a question of at most
@@ -629,6 +647,25 @@ class TaskConfig(StrictModel):
     null_threshold: float = 0.0
 
     @model_validator(mode="after")
+    def _fields_fit_kind(self) -> TaskConfig:
+        """Checked when the recipe names its kind (a distillation's task stage takes the teacher's kind, and checks
+        it then)."""
+        if "kind" in self.model_fields_set:
+            self.refuse_fields_of_other_kinds(self.kind)
+        return self
+
+    def refuse_fields_of_other_kinds(self, kind: str) -> None:
+        """A key set to anything but its default that a `kind` task never reads: an error naming the kinds that
+        read it, rather than a setting silently ignored."""
+        for name in sorted(self.model_fields_set):
+            if task_field_applies(name, kind) or getattr(self, name) == type(self).model_fields[name].default:
+                continue
+            readers = [other for other in TASK_FIELDS if name in TASK_FIELDS[other]]
+            raise ValueError(
+                f"task.{name} does not apply to a {kind} task (it is read by {', '.join(readers)}); remove it"
+            )
+
+    @model_validator(mode="after")
     def _metric_fits_kind(self) -> TaskConfig:
         valid = TASK_METRICS[self.kind]
         if self.metric is not None and self.metric not in valid:
@@ -653,9 +690,6 @@ class TaskConfig(StrictModel):
             raise ValueError(
                 f"task.columns names {', '.join(repr(n) for n in repeated)} more than once; names must be unique"
             )
-        if self.kind in ("token-classification", "question-answering"):
-            # Those kinds read CoNLL / SQuAD / JSON lines, never the CSV/TSV reader: the names would be ignored.
-            raise ValueError(f"task.columns applies to CSV/TSV task files; a {self.kind} task does not read them")
         return self
 
     def _check_qa_window(self) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from bertkit.config.recipe import format_validation_error, read_yaml_mapping, resolve_yaml, shipped_names
-from bertkit.config.schema import LOWER_IS_BETTER, TASK_METRICS, StrictModel, TaskConfig
+from bertkit.config.schema import LOWER_IS_BETTER, TASK_METRICS, StrictModel, TaskConfig, task_field_applies
 from bertkit.errors import BertkitError
 
 SUITE_DIR = Path(__file__).resolve().parent.parent / "suites"
@@ -187,16 +187,28 @@ class Suite(StrictModel):
     def grid(self, task: SuiteTask, probe: bool) -> tuple[list[float], list[int], int | None, list[str]]:
         """(rates, seeds, epochs, overrides) of `task`'s cells in this mode."""
         lrs, epochs = task.lrs or self.lrs, task.epochs or self.epochs
-        overrides = [*self.set, *task.set]
+        # The suite's own settings go to the tasks whose kind reads them (a suite-wide task.pool leaves taggers
+        # alone); a task's own settings are its own, and a key its kind does not read is refused.
+        overrides = [*_for_kind(self.set, task.kind), *task.set]
         if probe:
-            for settings in (self.probe, task.probe):
+            for settings, shared in ((self.probe, True), (task.probe, False)):
                 if settings is not None:
                     lrs, epochs = settings.lrs or lrs, settings.epochs or epochs
-                    overrides += settings.set
+                    overrides += _for_kind(settings.set, task.kind) if shared else settings.set
         return lrs, task.seeds or self.seeds, epochs, overrides
 
     def task(self, name: str) -> SuiteTask:
         return next(task for task in self.tasks if task.name == name)
+
+
+def _for_kind(overrides: list[str], kind: str) -> list[str]:
+    """The dotted overrides that a `kind` task reads: every non-task key, and the task keys of its kind."""
+    kept = []
+    for item in overrides:
+        section, _, rest = item.partition("=")[0].strip().partition(".")
+        if section != "task" or task_field_applies(rest.split(".")[0], kind):
+            kept.append(item)
+    return kept
 
 
 def _check_rates(lrs: list[float]) -> list[float]:

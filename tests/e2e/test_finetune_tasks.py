@@ -148,6 +148,11 @@ def test_early_stopping(tmp_path: Path, pretrained_run: Path, sentiment_csv: Pat
         (["recipes", "show", "bert-tiny", "--set", "train.epochs=2"], "set train.steps (drop train.epochs)"),
         (["recipes", "show", "finetune-tiny", "--set", "task.metric=pearson"], "not a classification metric"),
         (["recipes", "show", "finetune-tiny", "--set", "task.pool=max"], "task.pool"),
+        (["recipes", "show", "finetune-token-classification", "--set", "task.pool=mean"],
+         "task.pool does not apply to a token-classification task (it is read by classification, multi-label, "
+         "regression); remove it"),
+        (["recipes", "show", "finetune-question-answering", "--set", "task.mode=feature"],
+         "task.mode does not apply to a question-answering task"),
     ],
 )  # fmt: skip
 def test_recipe_validation(args: list[str], needle: str) -> None:

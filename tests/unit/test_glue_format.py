@@ -348,7 +348,7 @@ def test_task_config_refuses_bad_columns(columns: list[str], needle: str) -> Non
 
 
 def test_columns_only_for_kinds_that_read_csv() -> None:
-    with pytest.raises(ValidationError, match="applies to CSV/TSV task files"):
+    with pytest.raises(ValidationError, match="task.columns does not apply to a token-classification task"):
         TaskConfig(kind="token-classification", columns=["tokens", "tags"])
 
 

@@ -121,7 +121,8 @@ def test_qa_stride_fits_every_window_by_construction() -> None:
         load_recipe("finetune-question-answering", ["task.max_seq_len=128", "task.doc_stride=128"])
     with pytest.raises(ValueError, match="leaves no room for a context"):
         TaskConfig(kind="question-answering", max_seq_len=4)
-    TaskConfig(kind="classification", max_seq_len=128, doc_stride=128)  # only question answering reads it
+    with pytest.raises(ValueError, match="task.doc_stride does not apply to a classification task"):
+        TaskConfig(kind="classification", max_seq_len=128, doc_stride=128)  # only question answering reads it
 
 
 def test_recipes_show_names_the_recipe_a_command_uses() -> None:

@@ -138,3 +138,50 @@ def test_json_lines_break_only_at_newlines(tmp_path: Path) -> None:
     plain = tmp_path / "texts.txt"
     plain.write_text("\n".join(texts) + "\n", encoding="utf-8")
     assert read_texts(plain).texts == texts
+
+
+def test_a_key_another_kind_reads_is_refused() -> None:
+    """Each kind reads its own task keys (schema.TASK_FIELDS): one set to anything but its default on another kind
+    is refused with the kinds that read it; at its default it changes nothing and passes (a shared recipe's
+    text_field: text on a QA task); a recipe that leaves the kind to the teacher (the distillation task stage)
+    is checked against the teacher's kind when it is known."""
+    from pydantic import ValidationError
+
+    from bertkit.config.schema import TASK_FIELDS, TaskConfig
+
+    refused = {
+        "token-classification": {"skip_bad_rows": True, "pool": "mean", "split": "train", "text_pair_field": "b"},
+        "question-answering": {"mode": "feature", "tag_scheme": "bio", "pool": "mean", "threshold": 0.3},
+        "classification": {"doc_stride": 32, "tag_scheme": "iobes", "label_separator": ","},
+        "regression": {"n_best": 5, "threshold": 0.7},
+    }
+    for kind, fields in refused.items():
+        for name, value in fields.items():
+            assert name not in TASK_FIELDS[kind]
+            with pytest.raises(ValidationError, match=f"task.{name} does not apply to a {kind} task"):
+                TaskConfig(kind=kind, **{name: value})
+    assert TaskConfig(kind="question-answering", text_field="text", label_field="label").kind == "question-answering"
+    assert TaskConfig(kind="multi-label", threshold=0.3, label_separator=",").threshold == 0.3
+    left_open = TaskConfig(pool="mean")  # no kind: the teacher's decides
+    left_open.refuse_fields_of_other_kinds("classification")
+    with pytest.raises(ValueError, match="task.pool does not apply to a question-answering task"):
+        left_open.refuse_fields_of_other_kinds("question-answering")
+
+
+def test_suite_wide_settings_reach_only_the_kinds_that_read_them() -> None:
+    """The local suite's probe sets task.pool=mean for every task: the sentence tasks get it, the tagger does not
+    (it has no pooling); a task's own setting its kind does not read is refused."""
+    from bertkit.config.suite import load_suite, validate_suite
+    from bertkit.errors import BertkitError
+
+    suite, _ = load_suite("local")
+    assert "task.pool=mean" in suite.grid(suite.task("sentiment"), probe=True)[3]
+    assert "task.pool=mean" not in suite.grid(suite.task("ner"), probe=True)[3]
+    assert "task.max_seq_len=128" in suite.grid(suite.task("ner"), probe=True)[3]
+    raw = {"name": "mine", "tasks": [{"name": "ner", "kind": "token-classification", "train": "a", "eval": "b",
+                                     "set": ["task.pool=mean"]}]}  # fmt: skip
+    mine = validate_suite(raw, "mine")
+    from bertkit.config.recipe import load_recipe
+
+    with pytest.raises(BertkitError, match="task.pool does not apply to a token-classification task"):
+        load_recipe("finetune-token-classification", mine.grid(mine.task("ner"), probe=False)[3], kind="finetune")

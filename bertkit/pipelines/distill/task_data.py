@@ -106,6 +106,10 @@ def prepare_task(
             f"task.kind is {recipe.task.kind}, but the teacher {teacher.source} is fine-tuned for {expected}; the task "
             "stage distils what the teacher does: leave task.kind unset"
         )
+    try:
+        recipe.task.refuse_fields_of_other_kinds(expected)
+    except ValueError as err:
+        raise BertkitError(f"{err} (the teacher {teacher.source} is fine-tuned for {expected})") from None
     longest = min(c.max_position_embeddings - c.position_offset for c in (student_cfg, teacher.config))
     if architecture == "token-classification":
         return _tokens(teacher, recipe, student_cfg, train_file, eval_file, longest)

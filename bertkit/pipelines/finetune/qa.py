@@ -43,11 +43,7 @@ def finetune_qa(
     resume: bool | str | None = False,
     quiet: bool = False,
 ) -> dict[str, Any]:
-    task = recipe.task
-    if task.split is not None or task.eval_split is not None:
-        raise BertkitError("--split/--eval-split apply to datasets directories; question answering reads files")
-    if task.mode == "feature":
-        raise BertkitError("question answering fine-tunes the encoder; --feature-based is not supported")
+    task = recipe.task  # its keys fit the kind: TaskConfig refuses a --split or --feature-based here
     model_dir, _, model_cfg, weights, tokenizer = load_model_dir(model_path)
     if model_cfg.family == "xlnet":
         raise BertkitError(
