@@ -3,7 +3,7 @@
 
 The targets come with the batch (`teacher_logits`, read from the cache, bertkit/distill/cache.py) or, when
 the cache is off, from a teacher forward on the batch. What a target is depends on the task
-(bertkit/distill/task_kinds.py: a sequence, a word, a QA window); both terms count the same targets, so each
+(bertkit/tasks/kinds: a sequence, a word, a QA window); both terms count the same targets, so each
 call returns its micro-batch's share of the global means (bertkit/objectives/base.py).
 """
 
@@ -16,8 +16,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertkit.distill import losses
-from bertkit.distill.task_kinds import SequenceKind
 from bertkit.objectives.base import Counts, Metrics, share
+from bertkit.tasks.kinds import task_kind
 
 
 class PredictionObjective:
@@ -34,9 +34,9 @@ class PredictionObjective:
     ) -> None:
         """`teacher`: None when every batch carries `teacher_logits`. `t_squared`: DistilBERT's soft targets
         carry T² (gradients keep their scale as T grows); TinyBERT's have none. `kind`: the task's logits and
-        targets (task_kinds.py), sequence classification by default."""
+        targets (bertkit/tasks/kinds), sequence classification by default."""
         self.teacher, self.temperature = teacher, temperature
-        self.kind = kind if kind is not None else SequenceKind()
+        self.kind = kind if kind is not None else task_kind("classification")
         self.weights = {term: w for term, w in (("prediction", alpha_soft), ("gold", alpha_gold)) if w > 0}
         self.scale = temperature**2 if t_squared else 1.0
 

@@ -520,7 +520,7 @@ def test_token_prediction_gold_term_is_the_tagger_fine_tuning_loss() -> None:
     """The gold term of token-level task distillation is exactly what `finetune --task token-classification`
     minimises (TokenClassificationObjective), counted over the same targets: the tagged words."""
     from bertkit.distill.prediction import PredictionObjective
-    from bertkit.distill.task_kinds import TokenKind
+    from bertkit.tasks.kinds.tokens import TokenKind
     from bertkit.tasks.token_classification import token_classification_objective
 
     batch, logits = _tagger_batch()
@@ -542,7 +542,7 @@ def test_token_prediction_soft_term_reads_tagged_words_only() -> None:
     logits at untagged positions (later sub-words, specials, padding, cached zeros past the batch) change
     nothing. Cached teacher logits may be longer than the batch (padded to the longest example)."""
     from bertkit.distill.prediction import PredictionObjective
-    from bertkit.distill.task_kinds import TokenKind
+    from bertkit.tasks.kinds.tokens import TokenKind
 
     batch, logits = _tagger_batch()
     teacher = torch.randn(2, 9, 4)  # cached: padded to a longer example than this batch holds
@@ -570,7 +570,7 @@ def test_span_prediction_matches_the_qa_loss_and_masks_padding() -> None:
     cross-entropy over the window's real positions, halved, per window); the soft term is the same halving of
     soft start and end cross-entropies, and the teacher's logits at padding change nothing."""
     from bertkit.distill.prediction import PredictionObjective
-    from bertkit.distill.task_kinds import SpanKind
+    from bertkit.tasks.kinds.spans import SpanKind
     from bertkit.tasks.qa import qa_objective
 
     torch.manual_seed(1)

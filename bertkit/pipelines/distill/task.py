@@ -4,7 +4,7 @@ A fine-tuned teacher (a run of `bertkit finetune`: a classifier, a tagger or an 
 Hugging Face BERT/ALBERT/RoBERTa *ForSequenceClassification checkpoint, classes from its id2label) is
 distilled into a student on the task's labelled data (for classifiers augmented first with `bertkit
 augment`, as TinyBERT does). The teacher decides the kind (bertkit/pipelines/distill/task_data.py reads
-the data for it; bertkit/distill/task_kinds.py says what a target is: a sequence, a word, a QA window):
+the data for it; bertkit/tasks/kinds says what a target is: a sequence, a word, a QA window):
 
 1. intermediate (tinybert only): embeddings, hidden states and attention scores through W_e / W_h along
    the layer map, at a constant rate (`distill.intermediate.*`). W_e / W_h learned by the general stage
@@ -39,7 +39,6 @@ from bertkit.distill.layer_map import check_windowed_attention, resolve_layer_ma
 from bertkit.distill.objective import INTERMEDIATE, DistillationObjective, term_weights
 from bertkit.distill.prediction import PredictionObjective
 from bertkit.distill.student import DistillStudent, check_compatible, load_projections
-from bertkit.distill.task_kinds import KINDS
 from bertkit.distill.teacher import Teacher
 from bertkit.engine.checkpoint import list_checkpoints, load_state
 from bertkit.engine.device import resolve_device
@@ -53,6 +52,8 @@ from bertkit.pipelines.rundir import join_job, prepare_run_dir, write_summary
 from bertkit.progress import stderr_console
 
 PHASES = ("intermediate", "prediction")
+# The fine-tuned models the task stage distils (bertkit/tasks/kinds gives each one's logits and targets).
+DISTILLED_ARCHITECTURES = ("sequence-classification", "token-classification", "question-answering")
 PHASE_DONE = "phase.json"  # a finished phase: its summary; the intermediate phase also leaves its student
 INTERMEDIATE_STUDENT = "student.safetensors"
 
@@ -118,7 +119,8 @@ def distill_task(
          "evaluation file": eval_file},
     )  # fmt: skip
     teacher = Teacher.load(teacher_spec)
-    if teacher.architecture not in KINDS or (teacher.architecture == "sequence-classification" and not teacher.labels):
+    unlabelled = teacher.architecture == "sequence-classification" and not teacher.labels
+    if teacher.architecture not in DISTILLED_ARCHITECTURES or unlabelled:
         what = f" (a {teacher.huggingface} checkpoint)" if teacher.huggingface else ""
         raise BertkitError(
             f"--stage task distils a fine-tuned classifier, tagger or QA model, but the teacher {teacher.source}{what} "

@@ -27,13 +27,13 @@ from bertkit.config.schema import ModelConfig
 from bertkit.corpus.loader import split_indices
 from bertkit.distill.cache import examples_fingerprint
 from bertkit.distill.student import DistillStudent
-from bertkit.distill.task_kinds import KINDS
 from bertkit.distill.teacher import Teacher
 from bertkit.errors import BertkitError
 from bertkit.models.pretraining import build_encoder
-from bertkit.pipelines.finetune.common import subset
 from bertkit.tasks.classification import ClassificationBatches, encode_examples, evaluate_classifier, label_indices
 from bertkit.tasks.data import read_task_file
+from bertkit.tasks.kinds import task_kind
+from bertkit.tasks.kinds.sequence import subset
 
 
 @dataclass
@@ -57,7 +57,7 @@ class TaskSetup:
 
     @property
     def kind(self) -> Any:
-        return KINDS[self.architecture]
+        return task_kind(self.architecture)
 
 
 class LogitsView(nn.Module):

@@ -1,6 +1,5 @@
-"""What every fine-tuning pipeline shares: subsets of a task file, the epoch plan, best-model keeping and the
-summary entries of the loop. `run.py` (sequence tasks, and the dispatch on `task.kind`), `tokens.py`, `qa.py`
-and the distillation task stage all import it; it imports none of them."""
+"""What fine-tuning and the distillation task stage share: the epoch plan, best-model keeping and the summary
+entries of the loop. `run.py` and bertkit/pipelines/distill import it; it imports neither."""
 
 from __future__ import annotations
 
@@ -10,7 +9,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from safetensors.torch import save_file
 from torch import nn
 
@@ -19,19 +17,8 @@ from bertkit.engine.checkpoint import list_checkpoints, load_state
 from bertkit.engine.dist import is_main
 from bertkit.engine.loop import TrainResult
 from bertkit.modelio.weights import read_weights
-from bertkit.tasks.data import TaskData
 
 BEST_WEIGHTS = "best.safetensors"  # the best evaluation's weights while training; model/ gets them at the end
-
-
-def subset(data: TaskData, indices: np.ndarray) -> TaskData:
-    pick = [int(i) for i in indices]
-    return TaskData(
-        data.path,
-        [data.texts[i] for i in pick],
-        [data.pairs[i] for i in pick] if data.pairs is not None else None,
-        [data.labels[i] for i in pick] if data.labels is not None else None,
-    )
 
 
 def plan_epochs(train_cfg: TrainConfig, examples: int) -> tuple[TrainConfig, int]:
@@ -132,15 +119,3 @@ def training_summary(
         "best": best.info if best is not None else None,
         "resumed_from": result.resumed_from,
     }
-
-
-def skipped_summary(train_read: Any, eval_read: Any | None) -> dict[str, Any]:
-    """What reading skipped (`--skip-bad-rows`), for readers that count it: the eval file's rows, and the
-    first few skipped rows with their reasons."""
-    out: dict[str, Any] = {}
-    if eval_read is not None:
-        out["eval_rows_read"], out["eval_rows_skipped"] = eval_read.rows_read, eval_read.skipped
-    skipped = train_read.skipped_rows + (eval_read.skipped_rows if eval_read is not None else [])
-    if skipped:
-        out["skipped_examples"] = skipped[:3]
-    return out

@@ -10,10 +10,10 @@ import torch
 from bertkit.config.recipe import FinetuneRecipe
 from bertkit.engine.device import resolve_device
 from bertkit.modelio.modeldir import load_model_dir
-from bertkit.pipelines.finetune.run import ARCHITECTURES
 from bertkit.tasks.architectures import build_task_model
 from bertkit.tasks.classification import ClassificationBatches, encode_examples, evaluate_sequence, sequence_targets
 from bertkit.tasks.data import read_task_file
+from bertkit.tasks.kinds import task_kind
 
 
 def score_sequence_model(model_path: Path, eval_file: Path, recipe: FinetuneRecipe, batch_size: int = 64) -> dict:
@@ -29,6 +29,6 @@ def score_sequence_model(model_path: Path, eval_file: Path, recipe: FinetuneReci
     use_types = xlnet or (task.text_pair_field is not None and cfg.type_vocab_size > 1)
     batches = ClassificationBatches(examples, batch_size, tokenizer.pad_id, 0, use_types, xlnet)
     device = resolve_device(recipe.engine)
-    model = build_task_model(ARCHITECTURES[task.kind], meta, cfg, weights, str(model_dir)).to(device)
+    model = build_task_model(task_kind(task.kind).architecture, meta, cfg, weights, str(model_dir)).to(device)
     with torch.no_grad():
         return evaluate_sequence(task.kind, model, batches, device, task.threshold)

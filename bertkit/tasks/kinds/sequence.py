@@ -1,0 +1,180 @@
+"""Sequence tasks: one label (classification), several (multi-label) or a number (regression) per text or pair
+of texts, read from CSV/TSV, JSON lines, Parquet or a datasets directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from bertkit.config.schema import ModelConfig, TaskConfig
+from bertkit.corpus.loader import split_indices
+from bertkit.errors import BertkitError
+from bertkit.tasks.classification import (
+    ClassificationBatches,
+    FeatureBatches,
+    SequenceClassifier,
+    classification_objective,
+    encode_examples,
+    evaluate_sequence,
+    multi_label_objective,
+    regression_objective,
+    sentence_features,
+    sequence_targets,
+)
+from bertkit.tasks.data import TaskData, read_task_file
+from bertkit.tasks.kinds.base import Evaluate, Part, Prepared, model_inputs, window
+from bertkit.tokenizers.base import Tokenizer
+
+_OBJECTIVES = {
+    "classification": classification_objective,
+    "multi-label": multi_label_objective,
+    "regression": regression_objective,
+}
+
+
+def subset(data: TaskData, indices: np.ndarray) -> TaskData:
+    pick = [int(i) for i in indices]
+    return TaskData(
+        data.path,
+        [data.texts[i] for i in pick],
+        [data.pairs[i] for i in pick] if data.pairs is not None else None,
+        [data.labels[i] for i in pick] if data.labels is not None else None,
+    )
+
+
+class SequenceKind:
+    """One kind of sequence task: `name` is classification, multi-label or regression."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.architecture = {"classification": "sequence-classification", "multi-label": "sequence-multi-label",
+                             "regression": "sequence-regression"}[name]  # fmt: skip
+
+    # -- fine-tuning -------------------------------------------------------------------------------------------
+    def labels_of(self, data: TaskData, task: TaskConfig, source: Path) -> list[str]:
+        """The model's outputs, from the training data; one line when there is nothing to learn."""
+        if self.name == "regression":
+            if len(set(data.labels or [])) < 2:
+                raise BertkitError(f"{source}: every score is the same; regression needs varied scores")
+            return []
+        if self.name == "multi-label":
+            label_sets = {tuple(sorted(row)) for row in data.labels or []}
+            labels = sorted({label for row in label_sets for label in row})
+            if len(label_sets) < 2 or not labels:
+                raise BertkitError(
+                    f"{source}: every one of its {len(data)} rows has the labels {sorted(label_sets)[0]!r}; there is "
+                    f"nothing to learn (is --label-field '{task.label_field}' the right column, and "
+                    f"task.label_separator '{task.label_separator}' the separator?)"
+                )
+            return labels
+        labels = sorted(set(data.labels or []))
+        if len(labels) < 2:
+            raise BertkitError(
+                f"{source}: every one of its {len(data)} rows has the label {labels[0]!r}; classification "
+                f"needs at least two labels (is --label-field '{task.label_field}' the right column?)"
+            )
+        # Checked now, not at the first evaluation: the run directory does not exist yet.
+        if task.metric == "f1" and len(labels) != 2:
+            raise BertkitError(
+                f"task.metric f1 is the positive class's F1 of a two-class task, but {source} has "
+                f"{len(labels)} labels; use task.metric=macro_f1 instead"
+            )
+        return labels
+
+    def prepare(self, task: TaskConfig, model_cfg: ModelConfig, tokenizer: Tokenizer, train_file: Path,
+                eval_file: Path | None, seed: int) -> Prepared:  # fmt: skip
+        train_data = read_task_file(train_file, task, task.split)
+        labels = self.labels_of(train_data, task, train_file)
+        eval_read = None
+        if eval_file is not None:
+            eval_read = eval_data = read_task_file(eval_file, task, task.eval_split)
+            train_part = train_data
+        else:
+            train_idx, eval_idx = split_indices(len(train_data), task.eval_fraction, seed)
+            train_part, eval_data = subset(train_data, train_idx), subset(train_data, eval_idx)
+        # XLNet: text <sep> <cls> with <cls> last, padded on the left, pooled at <cls> through a fresh summary layer
+        # (XLNetForSequenceClassification's sequence_summary); segment ids always, since <cls> has its own.
+        xlnet = model_cfg.family == "xlnet"
+        if xlnet and not model_cfg.pooler:
+            model_cfg = model_cfg.model_copy(update={"pooler": True})
+        max_len = window(task, model_cfg)
+
+        def encoded(data: TaskData, source: Path) -> Any:
+            targets = sequence_targets(self.name, data.labels or [], labels, source)
+            return encode_examples(data.texts, data.pairs, targets, tokenizer, max_len, xlnet)
+
+        train_examples = encoded(train_part, train_file)
+        eval_examples = encoded(eval_data, eval_file or train_file) if len(eval_data) else None
+        use_types = xlnet or (task.text_pair_field is not None and model_cfg.type_vocab_size > 1)
+        pad = tokenizer.pad_id
+
+        def sources(model: nn.Module, micro: int, seed: int, device: torch.device) -> tuple[Any, Evaluate | None]:
+            source: Any = ClassificationBatches(train_examples, micro, pad, seed, use_types, xlnet)
+            held_out: Any = None
+            if eval_examples is not None:
+                held_out = ClassificationBatches(eval_examples, micro, pad, seed, use_types, xlnet)
+            if task.mode == "feature":
+                # Feature-based: the encoder is a frozen feature extractor, so it runs once per example (in
+                # evaluation mode), and only the head learns, from those features, epoch after epoch.
+                model.encoder.requires_grad_(False)
+                source = FeatureBatches(train_examples, sentence_features(model, source, device), micro, seed)
+                if held_out is not None:
+                    held_out = FeatureBatches(eval_examples, sentence_features(model, held_out, device), micro, 0)
+                model.cpu()
+            if held_out is None:
+                return source, None
+            return source, lambda m: evaluate_sequence(self.name, m, held_out, device, task.threshold)
+
+        outputs = 1 if self.name == "regression" else len(labels)
+        summary: dict[str, Any] = {
+            "labels": labels,
+            "rows_read": train_data.rows_read,
+            "rows_skipped": train_data.skipped,
+            "label_counts": train_part.label_counts() if self.name != "regression" else {},
+            "train_examples": len(train_part),
+            "eval_examples": len(eval_data),
+            "mode": task.mode,
+            "pool": task.pool,
+            **skipped_summary(train_data, eval_read),
+        }
+        if self.name == "multi-label":
+            summary["threshold"] = task.threshold
+        return Prepared(
+            labels=labels,
+            model_cfg=model_cfg,
+            examples=len(train_part),
+            metric=task.best_metric,
+            build=lambda encoder: SequenceClassifier(encoder, outputs, task.classifier_dropout, task.pool),
+            objective=_OBJECTIVES[self.name],
+            sources=sources,
+            task_meta=task.model_dump(mode="json"),
+            summary=summary,
+            # A pretrained XLNet has no summary layer yet: it starts fresh, as transformers starts it.
+            fresh=("pooler.dense.weight", "pooler.dense.bias") if xlnet else (),
+        )
+
+    # -- distillation: one distribution over the classes per sequence ---------------------------------------
+    def logits(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return model(*model_inputs(batch)).logits
+
+    def count(self, batch: dict[str, torch.Tensor]) -> float:
+        return float(batch["input_ids"].shape[0])
+
+    def rows(self, student: torch.Tensor, teacher: torch.Tensor, batch: dict[str, torch.Tensor]) -> list[Part]:
+        return [(student, teacher, batch["labels"], 1.0)]
+
+
+def skipped_summary(train_read: Any, eval_read: Any | None) -> dict[str, Any]:
+    """What reading skipped (`--skip-bad-rows`), for readers that count it: the eval file's rows, and the
+    first few skipped rows with their reasons."""
+    out: dict[str, Any] = {}
+    if eval_read is not None:
+        out["eval_rows_read"], out["eval_rows_skipped"] = eval_read.rows_read, eval_read.skipped
+    skipped = train_read.skipped_rows + (eval_read.skipped_rows if eval_read is not None else [])
+    if skipped:
+        out["skipped_examples"] = skipped[:3]
+    return out

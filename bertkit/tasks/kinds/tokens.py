@@ -1,0 +1,113 @@
+"""Token classification: one tag per word (NER, POS), from CoNLL, CoNLL-U or JSON lines of tokens and tags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from bertkit.config.schema import ModelConfig, TaskConfig
+from bertkit.corpus.loader import split_indices
+from bertkit.errors import BertkitError
+from bertkit.tasks.kinds.base import Evaluate, Part, Prepared, model_inputs, window
+from bertkit.tasks.token_classification import (
+    IGNORE,
+    TokenBatches,
+    TokenClassifier,
+    TokenData,
+    encode_sentences,
+    evaluate_tagger,
+    read_token_file,
+    resolve_tags,
+    tag_indices_check,
+    token_classification_objective,
+)
+from bertkit.tokenizers.base import Tokenizer
+
+
+class TokenKind:
+    name = "token-classification"
+    architecture = "token-classification"
+
+    # -- fine-tuning -------------------------------------------------------------------------------------------
+    def prepare(self, task: TaskConfig, model_cfg: ModelConfig, tokenizer: Tokenizer, train_file: Path,
+                eval_file: Path | None, seed: int) -> Prepared:  # fmt: skip
+        train_data = read_token_file(train_file)
+        train_tags = resolve_tags(train_data, task.tag_scheme)
+        scheme = train_data.scheme
+        with_entities = scheme != "none"
+        metric = task.metric or ("f1" if with_entities else "accuracy")
+        if not with_entities and metric != "accuracy":
+            raise BertkitError(
+                f"task.metric {metric} needs entity tags, but {train_file} has plain tags (scheme none); "
+                "use task.metric=accuracy"
+            )
+        names = sorted({tag for tags in train_tags for tag in tags})
+        if len(names) < 2:
+            raise BertkitError(f"{train_file}: every word has the tag {names[0]!r}; tagging needs at least two tags")
+        if eval_file is not None:
+            eval_data = read_token_file(eval_file)
+            # The evaluation file is read in the training file's scheme (auto: detected on the training file).
+            eval_tags = resolve_tags(eval_data, scheme)
+            tag_indices_check(eval_tags, names, eval_file)
+            train_part, train_part_tags = train_data, train_tags
+        else:
+            train_idx, eval_idx = split_indices(len(train_data), task.eval_fraction, seed)
+            train_part, eval_data = train_data.subset(train_idx), train_data.subset(eval_idx)
+            train_part_tags = [train_tags[i] for i in train_idx]
+            eval_tags = [train_tags[i] for i in eval_idx]
+        max_len = window(task, model_cfg)
+        train_examples = encode_sentences(train_part.words, train_part_tags, names, tokenizer, max_len)
+        eval_examples = None
+        if len(eval_data):
+            eval_examples = encode_sentences(eval_data.words, eval_tags, names, tokenizer, max_len)
+        pad = tokenizer.pad_id
+
+        def sources(model: nn.Module, micro: int, seed: int, device: torch.device) -> tuple[Any, Evaluate | None]:
+            if task.mode == "feature":
+                model.encoder.requires_grad_(False)
+            source = TokenBatches(train_examples, micro, pad, seed)
+            if eval_examples is None:
+                return source, None
+            return source, lambda m: evaluate_tagger(m, eval_examples, eval_tags, names, device, pad, with_entities)
+
+        summary: dict[str, Any] = {
+            "tag_scheme": scheme,
+            "labels": names,
+            "rows_read": train_data.rows_read,
+            "rows_skipped": 0,
+            "label_counts": TokenData(train_file, train_part.words, train_part_tags).tag_counts(),
+            "train_examples": len(train_part),
+            "eval_examples": len(eval_data),
+            "train_words": sum(len(w) for w in train_part.words),
+            "truncated": train_examples.truncated + (eval_examples.truncated if eval_examples else 0),
+            "mode": task.mode,
+        }
+        if eval_file is not None:
+            summary["eval_rows_read"] = eval_data.rows_read
+        return Prepared(
+            labels=names,
+            model_cfg=model_cfg,
+            examples=len(train_part),
+            metric=metric,
+            build=lambda encoder: TokenClassifier(encoder, len(names), task.classifier_dropout),
+            objective=token_classification_objective,
+            sources=sources,
+            task_meta={**task.model_dump(mode="json"), "tag_scheme": scheme, "metric": metric},
+            summary=summary,
+        )
+
+    # -- distillation: one distribution over the tags per word (its first sub-word, where the tagger is trained
+    # and read), so later sub-words, specials and padding are no target -----------------------------------------
+    def logits(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return model(*model_inputs(batch))["logits"]
+
+    def count(self, batch: dict[str, torch.Tensor]) -> float:
+        return float((batch["labels"] != IGNORE).sum().item())
+
+    def rows(self, student: torch.Tensor, teacher: torch.Tensor, batch: dict[str, torch.Tensor]) -> list[Part]:
+        words = batch["labels"] != IGNORE
+        teacher = teacher[:, : student.shape[1]]
+        return [(student[words], teacher[words], batch["labels"][words], 1.0)]
