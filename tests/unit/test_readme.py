@@ -49,3 +49,18 @@ def test_slugs_follow_mkdocs() -> None:
         "time-to-quality-against-transformers-trainer",
         "bertkit-compress",
     }
+
+
+def test_the_licence_file_is_the_one_the_readme_and_the_package_name() -> None:
+    """README, pyproject.toml and LICENSE name the same licence: the Apache License 2.0, its full terms in LICENSE."""
+    import tomllib
+
+    readme = (ROOT / "README.md").read_text("utf-8")
+    [line] = [line for line in readme.splitlines() if line.startswith("Licence:")]
+    named = re.match(r"Licence: ([\w.-]+)", line).group(1)  # type: ignore[union-attr]
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["project"]["license"]["text"]
+    text = (ROOT / "LICENSE").read_text("utf-8")
+    assert named == declared == "Apache-2.0" and "(LICENSE)" in line
+    assert text.lstrip().startswith("Apache License") and "Version 2.0, January 2004" in text.splitlines()[1]
+    assert "TERMS AND CONDITIONS FOR USE, REPRODUCTION, AND DISTRIBUTION" in text
+    assert text.rstrip().endswith("END OF TERMS AND CONDITIONS")
