@@ -18,6 +18,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 JSON_HELP = "Print one JSON object (paths, counts, metrics) as the last line of stdout; progress goes to stderr."
 QUIET_HELP = "No progress bars or status lines (accepted by every command, for uniform pipelines)."
 OVERWRITE_HELP = "Replace the output directory if it exists."
+# The values of the fixed-choice options every training command shares, as their metavars show them
+# (tests/unit/test_engine_cli.py checks them against the schema's).
+ENGINES = "single|ddp|fsdp|deepspeed"
+TRACKERS = "tensorboard|mlflow|wandb"
 ENGINE_HELP = (
     "Execution engine (engine.backend): single, or ddp / fsdp / deepspeed (ZeRO stage engine.deepspeed.zero_stage), "
     "launched with torchrun --nproc-per-node N (or the deepspeed launcher with --no_local_rank)."

@@ -11,6 +11,7 @@ from bertkit.cli.common import (
     OVERWRITE_HELP,
     QUIET_HELP,
     REPORT_TO_HELP,
+    TRACKERS,
     emit,
     engine_overrides,
     guarded,
@@ -28,7 +29,9 @@ def compress_command(
         help="A fine-tuned classifier: a run of `bertkit finetune`, or a Hugging Face "
         "*ForSequenceClassification checkpoint.",
     ),
-    train: Path = typer.Option(..., "--train", help="The labelled training data (CSV/TSV, JSON lines, Parquet)."),
+    train: Path = typer.Option(
+        ..., "--train", help="The labelled training data (CSV/TSV, JSON lines, Parquet, a datasets directory)."
+    ),
     eval: Path = typer.Option(..., "--eval", help="Held-out labelled data: every row of the table is scored on it."),
     output: Path = typer.Option(..., "--output", "-o", help="Directory to write (OUT/model is the student)."),
     layers: int = typer.Option(2, "--layers", "-n", help="Student depth: this many teacher layers are copied."),
@@ -47,13 +50,15 @@ def compress_command(
     ),
     no_baseline: bool = typer.Option(False, "--no-baseline", help="Skip the gold-label fine-tuning baseline."),
     budget: str | None = typer.Option(
-        None, "--budget", help="Bound the distillation stage, e.g. 20m or 5Mtok: it stops at the first step past it "
-        "and keeps the model it has (train.budget of the distill-task recipe)."
+        None,
+        "--budget",
+        help="Bound the distillation stage, e.g. 20m or 5Mtok: it stops at the first step past it "
+        "and keeps the model it has (train.budget of the distill-task recipe).",
     ),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP + " Applies to the distill-task recipe."),
     baseline_set: list[str] = typer.Option([], "--baseline-set", help="Dotted overrides of the baseline's recipe."),
     report_to: list[str] = typer.Option(
-        [], "--report-to", metavar="TRACKER", help=REPORT_TO_HELP + " Each stage is a run nested under one parent."
+        [], "--report-to", metavar=TRACKERS, help=REPORT_TO_HELP + " Each stage is a run nested under one parent."
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the augmentation."),
     overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),

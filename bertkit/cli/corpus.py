@@ -23,7 +23,8 @@ def build_corpus_command(
         ...,
         "--input",
         "-i",
-        help="Text files (.txt, .gz, .bz2, .zst, .jsonl); globs ok; s3:// (fsspec) URLs and URL globs too.",
+        help="Text files (.txt, .gz, .bz2, .zst), JSON lines (.jsonl, .json, .ndjson), Parquet (.parquet, .pq) or a "
+        "datasets save_to_disk directory (every split); globs ok; s3:// (fsspec) URLs and URL globs too.",
     ),
     tokenizer: str = typer.Option(..., "--tokenizer", "-t", help="Tokenizer directory (or its s3:// URL)."),
     output: str = typer.Option(
@@ -32,6 +33,7 @@ def build_corpus_command(
     format: str = typer.Option(
         "full-sentences",
         "--format",
+        metavar="full-sentences|doc-sentences|segment-pair|sentence-pair|sop|single-segment|packed-documents",
         help="Packing: full-sentences, doc-sentences (RoBERTa), segment-pair, sentence-pair (BERT NSP), "
         "sop (ALBERT), single-segment (SpanBERT, ELECTRA), packed-documents (ModernBERT: several documents per "
         "row, attention within each).",
@@ -39,18 +41,30 @@ def build_corpus_command(
     layout: str = typer.Option(
         "bert",
         "--layout",
+        metavar="bert|xlnet",
         help="Special tokens: bert ([CLS] A [SEP] B [SEP]) or xlnet (A [SEP] B [SEP] [CLS], for the xlnet-* recipes).",
     ),
     max_seq_len: int = typer.Option(128, "--max-seq-len", help="Tokens per sequence, specials included."),
     splitter: str = typer.Option(
-        "rules", "--splitter", help="Sentence splitter: rules (English, Korean), pysbd, lines."
+        "rules",
+        "--splitter",
+        metavar="rules|pysbd|lines",
+        help="Sentence splitter: rules (English, Korean), pysbd, lines.",
     ),
-    text_field: str = typer.Option("text", "--text-field", help="Field holding the text in JSON lines input."),
+    text_field: str = typer.Option(
+        "text", "--text-field", help="Field (column) holding the text in JSON lines, Parquet or datasets input."
+    ),
     masking: str = typer.Option(
-        "dynamic", "--masking", help="dynamic: masked by the loader, new each epoch; static: masked here."
+        "dynamic",
+        "--masking",
+        metavar="dynamic|static",
+        help="dynamic: masked by the loader, new each epoch; static: masked here.",
     ),
     mask_strategy: str = typer.Option(
-        "token", "--mask-strategy", help="token, whole-word, ngram (ALBERT), span (SpanBERT)."
+        "token",
+        "--mask-strategy",
+        metavar="token|whole-word|ngram|span",
+        help="token, whole-word, ngram (ALBERT), span (SpanBERT).",
     ),
     mask_prob: float = typer.Option(0.15, "--mask-prob", help="Fraction of maskable tokens to predict."),
     max_predictions: int = typer.Option(0, "--max-predictions", help="Cap on predictions per sequence (0: none)."),
@@ -67,8 +81,12 @@ def build_corpus_command(
     task_index: int | None = typer.Option(
         None, "--task-index", help="With --tasks: which task this is, 0 to N-1 (default: $SLURM_ARRAY_TASK_ID)."
     ),
-    invalid_utf8: str = typer.Option("error", "--invalid-utf8", help="error, or replace bad bytes with U+FFFD."),
-    long_sentences: str = typer.Option("split", "--long-sentences", help="split (counted) or error."),
+    invalid_utf8: str = typer.Option(
+        "error", "--invalid-utf8", metavar="error|replace", help="error, or replace bad bytes with U+FFFD."
+    ),
+    long_sentences: str = typer.Option(
+        "split", "--long-sentences", metavar="split|error", help="split (counted) or error."
+    ),
     overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),

@@ -9,17 +9,21 @@ import typer
 from bertkit.cli.common import (
     BUDGET_HELP,
     ENGINE_HELP,
+    ENGINES,
     JSON_HELP,
     OVERWRITE_HELP,
     QUIET_HELP,
     REPORT_TO_HELP,
     RESUME_HELP,
+    TRACKERS,
     emit_main,
     engine_overrides,
     guarded,
     report_overrides,
 )
 from bertkit.cli.pretrain import SET_HELP
+
+STAGES = ("general", "task")  # --stage
 
 
 @guarded
@@ -48,21 +52,31 @@ def distill_command(
         help="Corpus from build-corpus (or its s3:// URL), built with the teacher's tokenizer (general stage).",
     ),
     method: str | None = typer.Option(
-        None, "--method", help="distilbert, tinybert or minilm (distill.method); default: follows the student."
+        None,
+        "--method",
+        metavar="distilbert|tinybert|minilm",
+        help="distilbert, tinybert or minilm (distill.method); default: follows the student.",
     ),
     init: str | None = typer.Option(
-        None, "--init", help="teacher-layers (DistilBERT: copy embeddings and every other layer) or random."
+        None,
+        "--init",
+        metavar="teacher-layers|random",
+        help="teacher-layers (DistilBERT: copy embeddings and every other layer) or random.",
     ),
-    stage: str = typer.Option("general", "--stage", help="general (on a corpus) or task (on labelled data)."),
-    train_file: Path | None = typer.Option(None, "--train", help="Task stage: labelled examples (CSV, JSON lines)."),
+    stage: str = typer.Option(
+        "general", "--stage", metavar="general|task", help="general (on a corpus) or task (on labelled data)."
+    ),
+    train_file: Path | None = typer.Option(
+        None, "--train", help="Task stage: labelled examples (CSV/TSV, JSON lines, Parquet, a datasets directory)."
+    ),
     eval_file: Path | None = typer.Option(None, "--eval", help="Task stage: held-out labelled examples."),
     recipe: str | None = typer.Option(
         None, "--recipe", "-r", help="A distill recipe (name or .yaml) merged over the student's recipe."
     ),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
-    engine: str | None = typer.Option(None, "--engine", help=ENGINE_HELP),
+    engine: str | None = typer.Option(None, "--engine", metavar=ENGINES, help=ENGINE_HELP),
     budget: str | None = typer.Option(None, "--budget", help=BUDGET_HELP),
-    report_to: list[str] = typer.Option([], "--report-to", metavar="TRACKER", help=REPORT_TO_HELP),
+    report_to: list[str] = typer.Option([], "--report-to", metavar=TRACKERS, help=REPORT_TO_HELP),
     resume: str | None = typer.Option(None, "--resume", metavar="last|auto", help=RESUME_HELP),
     overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
@@ -75,7 +89,7 @@ def distill_command(
     from bertkit.pipelines.rundir import resume_mode
 
     resume_mode(resume, overwrite)  # a bad --resume fails before anything is loaded
-    if stage not in ("general", "task"):
+    if stage not in STAGES:
         raise BertkitError(f"--stage must be general or task, not '{stage}'")
     overrides = list(set_) + engine_overrides(engine, budget) + report_overrides(report_to)
     overrides += [f"distill.{key}={value}" for key, value in (("method", method), ("init", init)) if value]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from bertkit.cli.common import JSON_HELP, OVERWRITE_HELP, QUIET_HELP, guarded, tracker_names
+from bertkit.cli.common import JSON_HELP, OVERWRITE_HELP, QUIET_HELP, TRACKERS, guarded, tracker_names
 
 app = typer.Typer(help="The downstream suites `bertkit evaluate` runs: list, show, prepare.", no_args_is_help=True)
 
@@ -56,10 +56,10 @@ def evaluate_command(
     report_to: list[str] = typer.Option(
         [],
         "--report-to",
-        metavar="TRACKER",
-        help="Log the evaluation to experiment trackers (mlflow, wandb; repeatable or comma-separated): one run with "
-        "the table (each model's task scores and average) and report.json; cells run in this process (without "
-        "--jobs) are runs nested under it.",
+        metavar=TRACKERS,
+        help="Log the evaluation to experiment trackers (repeatable or comma-separated): with mlflow or wandb one run "
+        "with the table (each model's task scores and average) and report.json, under which cells run in this process "
+        "(without --jobs) are nested; every tracker, tensorboard included, logs each cell's curves.",
     ),
     overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),

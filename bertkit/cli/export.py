@@ -17,14 +17,21 @@ HEAD_HELP = (
 )
 
 
+TARGETS = ("hf", "onnx")  # --to
+
+
 @guarded
 def export_command(
-    model: Path = typer.Argument(..., help="A bertkit run or model directory (from pretrain or finetune)."),
+    model: Path = typer.Argument(
+        ..., help="A bertkit run or model directory (pretrain, distill, finetune), or a local Hugging Face checkpoint."
+    ),
     to: str = typer.Option(
         "hf", "--to", metavar="hf|onnx", help="hf: a Hugging Face transformers checkpoint; onnx: an ONNX graph."
     ),
     output: Path = typer.Option(..., "--output", "-o", help="Directory to write."),
-    head: str = typer.Option("auto", "--head", help=HEAD_HELP),
+    head: str = typer.Option(
+        "auto", "--head", metavar="auto|pretraining|mlm|base|generator|classifier", help=HEAD_HELP
+    ),
     quantize: str = typer.Option(
         "none", "--quantize", metavar="none|int8", help="onnx: int8 is ONNX Runtime's dynamic quantisation."
     ),
@@ -50,7 +57,7 @@ def export_command(
             raise BertkitError("--head applies to --to hf; an ONNX export keeps a fine-tuned model's task head")
         emit(export_onnx(model, output, quantize, eval_file, max_drop, opset, overwrite), json_out, "export done")
         return
-    if to != "hf":
+    if to not in TARGETS:
         raise BertkitError(f"--to {to} is not supported; use --to hf or --to onnx")
     if quantize != "none" or eval_file is not None:
         raise BertkitError("--quantize and --eval apply to --to onnx")

@@ -9,11 +9,13 @@ import typer
 from bertkit.cli.common import (
     BUDGET_HELP,
     ENGINE_HELP,
+    ENGINES,
     JSON_HELP,
     OVERWRITE_HELP,
     QUIET_HELP,
     REPORT_TO_HELP,
     RESUME_HELP,
+    TRACKERS,
     emit_main,
     engine_overrides,
     guarded,
@@ -24,7 +26,12 @@ from bertkit.cli.pretrain import SET_HELP
 
 @guarded
 def finetune_command(
-    model: Path = typer.Option(..., "--model", "-m", help="A bertkit model or run directory (from pretrain)."),
+    model: Path = typer.Option(
+        ...,
+        "--model",
+        "-m",
+        help="A bertkit model or run directory (pretrain, distill), or a local Hugging Face checkpoint directory.",
+    ),
     train: Path = typer.Option(
         ...,
         "--train",
@@ -62,9 +69,9 @@ def finetune_command(
     pool: str | None = typer.Option(None, "--pool", metavar="cls|mean", help="Sentence representation (task.pool)."),
     feature_based: bool = typer.Option(False, "--feature-based", help="Freeze the encoder; train only the head."),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
-    engine: str | None = typer.Option(None, "--engine", help=ENGINE_HELP),
+    engine: str | None = typer.Option(None, "--engine", metavar=ENGINES, help=ENGINE_HELP),
     budget: str | None = typer.Option(None, "--budget", help=BUDGET_HELP),
-    report_to: list[str] = typer.Option([], "--report-to", metavar="TRACKER", help=REPORT_TO_HELP),
+    report_to: list[str] = typer.Option([], "--report-to", metavar=TRACKERS, help=REPORT_TO_HELP),
     resume: str | None = typer.Option(None, "--resume", metavar="last|auto", help=RESUME_HELP),
     overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),

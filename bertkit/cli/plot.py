@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from bertkit.cli.common import JSON_HELP, OVERWRITE_HELP, QUIET_HELP, emit, guarded
+from bertkit.cli.common import JSON_HELP, QUIET_HELP, emit, guarded
 from bertkit.errors import BertkitError
 
 
@@ -18,7 +18,10 @@ def plot_command(
         "a pretraining run's snapshots, for its suite score along the run.",
     ),
     output: Path | None = typer.Option(
-        None, "--output", "-o", help="PNG to write; default RUN_DIR/curves.png (needed when comparing)."
+        None,
+        "--output",
+        "-o",
+        help="PNG to write; default RUN_DIR/curves.png, or EVAL_DIR/curve.png (needed when comparing).",
     ),
     compare: bool = typer.Option(
         False,
@@ -29,7 +32,7 @@ def plot_command(
         None, "--metric", help="Evaluation key to compare (default eval_mlm_acc, or eval_plm_acc for XLNet)."
     ),
     target: float | None = typer.Option(None, "--target", help="Draw this accuracy; report when each run reached it."),
-    overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace the PNG if it exists."),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:

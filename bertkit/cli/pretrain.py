@@ -9,11 +9,13 @@ import typer
 from bertkit.cli.common import (
     BUDGET_HELP,
     ENGINE_HELP,
+    ENGINES,
     JSON_HELP,
     OVERWRITE_HELP,
     QUIET_HELP,
     REPORT_TO_HELP,
     RESUME_HELP,
+    TRACKERS,
     emit_main,
     engine_overrides,
     guarded,
@@ -34,21 +36,21 @@ def pretrain_command(
     init_from: Path | None = typer.Option(
         None, "--init-from", help="Start from a bertkit model/run dir or a local HF checkpoint dir."
     ),
-    report_to: list[str] = typer.Option([], "--report-to", metavar="TRACKER", help=REPORT_TO_HELP),
-    engine: str | None = typer.Option(None, "--engine", help=ENGINE_HELP),
+    report_to: list[str] = typer.Option([], "--report-to", metavar=TRACKERS, help=REPORT_TO_HELP),
+    engine: str | None = typer.Option(None, "--engine", metavar=ENGINES, help=ENGINE_HELP),
     budget: str | None = typer.Option(None, "--budget", help=BUDGET_HELP),
     target_acc: float | None = typer.Option(
         None,
         "--target-acc",
-        help="Stop at the first evaluation whose held-out masked-token accuracy reaches this, in (0, 1); the summary "
-        "says when (train.target_acc).",
+        help="Stop at the first evaluation whose held-out masked-token accuracy (XLNet: predicted-token) reaches this, "
+        "in (0, 1); the summary says when (train.target_acc).",
     ),
     resume: str | None = typer.Option(None, "--resume", metavar="last|auto", help=RESUME_HELP),
     overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
-    """Pretrain an encoder on a built corpus with the recipe's objectives (MLM, NSP, SOP, RTD, SBO)."""
+    """Pretrain an encoder on a built corpus with the recipe's objectives (MLM, NSP, SOP, RTD, SBO, PLM)."""
     from bertkit.config.recipe import load_recipe
     from bertkit.pipelines.pretrain import pretrain
     from bertkit.pipelines.rundir import resume_mode

@@ -15,7 +15,9 @@ def quickstart_command(
     pretrain_steps: int | None = typer.Option(None, "--pretrain-steps", help="Override the tiny recipe's steps."),
     finetune_steps: int | None = typer.Option(None, "--finetune-steps", help="Override the fine-tuning steps."),
     data_only: bool = typer.Option(
-        False, "--data-only", help="Only write the sample data (OUTPUT/data: pretrain.txt and the review splits), "
+        False,
+        "--data-only",
+        help="Only write the sample data (OUTPUT/data: pretrain.txt and the review splits), "
         "to walk through the commands one by one as docs/getting-started.md does.",
     ),  # fmt: skip
     overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),

@@ -63,8 +63,9 @@ def show_command(
     task: str | None = typer.Option(
         None,
         "--task",
-        help="With --for finetune (implied): the --task of the command, e.g. question-answering; with --for "
-        "distill: what the teacher was fine-tuned for.",
+        metavar="classification|multi-label|regression|token-classification|question-answering",
+        help="With --for finetune (implied): the --task of the command; with --for distill: what the teacher was "
+        "fine-tuned for (classification, token-classification or question-answering).",
     ),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),

@@ -31,6 +31,7 @@ def train_command(
     kind: str = typer.Option(
         "wordpiece",
         "--kind",
+        metavar="wordpiece|bbpe|sentencepiece-unigram|sentencepiece-bpe",
         help="wordpiece (BERT/ELECTRA), bbpe (RoBERTa), sentencepiece-unigram or sentencepiece-bpe (ALBERT/XLNet).",
     ),
     vocab_size: int = typer.Option(30522, "--vocab-size", help="Vocabulary size, special tokens included."),

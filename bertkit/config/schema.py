@@ -381,7 +381,7 @@ class EngineConfig(StrictModel):
     peak_tflops: float | None = Field(None, gt=0)
     # Off by default: TensorBoard's writer costs seconds per run, which tiny CPU runs notice.
     tensorboard: bool = Field(False, description="also write TensorBoard event files (needs tensorboard installed)")
-    # On CPU it measured slower than eager, after a minute of compiling (README, make bench): for GPUs.
+    # On CPU it measured slower than eager, after a minute of compiling (docs/benchmarks.md, make bench): for GPUs.
     compile: bool = Field(False, description="torch.compile the model (for GPUs; slower than eager on CPU)")
     # Unpadding (bertkit/models/unpad.py): only the real tokens of a batch go through the encoder, attention by
     # sequence boundaries. auto: where the family allows it (not XLNet, not block-sparse attention) and the batch

@@ -41,6 +41,12 @@ CHARS_PER_BLOCK = 1 << 20
 PID_FILE = ".build.pid"
 
 
+# What --masking, --invalid-utf8 and --long-sentences take (FORMATS, LAYOUTS and STRATEGIES: pack.py, masking.py).
+MASKINGS = ("dynamic", "static")
+INVALID_UTF8 = ("error", "replace")
+LONG_SENTENCES = ("split", "error")
+
+
 @dataclass(frozen=True)
 class BuildOptions:
     format: str = "full-sentences"
@@ -74,7 +80,7 @@ class BuildOptions:
                 "not read; use --layout bert (or another --format for XLNet)",
             ),
             (self.max_seq_len >= 8, f"--max-seq-len {self.max_seq_len} is too short; use at least 8"),
-            (self.masking in ("static", "dynamic"), f"--masking must be static or dynamic, not '{self.masking}'"),
+            (self.masking in MASKINGS, f"--masking must be static or dynamic, not '{self.masking}'"),
             (
                 self.mask_strategy in STRATEGIES,
                 f"unknown --mask-strategy '{self.mask_strategy}'; choose one of {', '.join(STRATEGIES)}",
@@ -84,8 +90,8 @@ class BuildOptions:
             (self.dupe_factor >= 1, "--dupe-factor must be at least 1"),
             (self.dupe_factor == 1 or self.masking == "static", "--dupe-factor only makes sense with --masking static"),
             (0.0 <= self.short_seq_prob <= 1.0, "--short-seq-prob must be between 0 and 1"),
-            (self.invalid_utf8 in ("error", "replace"), "--invalid-utf8 must be error or replace"),
-            (self.long_sentences in ("split", "error"), "--long-sentences must be split or error"),
+            (self.invalid_utf8 in INVALID_UTF8, "--invalid-utf8 must be error or replace"),
+            (self.long_sentences in LONG_SENTENCES, "--long-sentences must be split or error"),
         ]
         for ok, message in checks:
             if not ok:
