@@ -1,5 +1,5 @@
-# Set-up installs everything into .venv in the checkout. torch is installed first, pinned to the CPU
-# wheel, so that no later requirement can pull a multi-GB CUDA build onto a CPU machine.
+# Set-up installs everything into .venv in the checkout. torch is installed first, pinned (TORCH), so that no later
+# requirement can replace it: on an index that serves the CPU wheel for the pin, no multi-GB CUDA build is pulled.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
