@@ -36,7 +36,8 @@ RESUME_HELP = (
     "after preemption)."
 )
 BUDGET_HELP = (
-    "Train for this much training time or data, e.g. 30m, 2h, 5Mtok (train.budget): warm-up and decay are laid over "
+    "Train for this much training time, data or compute (train.budget), e.g. 30m, 2h, 5Mtok, or 2e13flop / 20Tflop "
+    "(training FLOPs as bertkit counts them, which load cannot skew): warm-up and decay are laid over "
     "it and the run ends on the deadline with a checkpoint; train.steps becomes an upper bound (distill --stage task: "
     "it only stops the phases)."
 )

@@ -193,22 +193,31 @@ class ScheduleConfig(StrictModel):
 
 
 _BUDGET = re.compile(
-    r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d|tok|tokens|k ?tok(?:ens)?|m ?tok(?:ens)?|b ?tok(?:ens)?)\s*$", re.I
+    r"^\s*(\d+(?:\.\d+)?(?:e[+-]?\d+)?)\s*"
+    r"(s|sec|m|min|h|d|tok|tokens|[kmb] ?tok(?:ens)?|[kmgtpe]? ?flops?)\s*$",
+    re.I,
 )
 _TIME_UNITS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
 _TOKEN_UNITS = {"": 1, "k": 1e3, "m": 1e6, "b": 1e9}
+_FLOP_UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "p": 1e15, "e": 1e18}
 
 
 def parse_budget(text: str) -> tuple[str, float]:
-    """'30m' -> ('seconds', 1800); '5Mtok' -> ('tokens', 5e6). Raises ValueError with the accepted forms."""
+    """'30m' -> ('seconds', 1800); '5Mtok' -> ('tokens', 5e6); '2e13flop' or '20Tflop' -> ('flops', 2e13): training
+    FLOPs as bertkit counts them (bertkit/engine/flops.py). Raises ValueError with the accepted forms."""
     match = _BUDGET.match(text)
     if not match:
         raise ValueError(
-            f"cannot read budget {text!r}; use a duration like 90s, 30m, 2h, 1d or a token count like 500ktok, 5Mtok"
+            f"cannot read budget {text!r}; use a duration like 90s, 30m, 2h, 1d, a token count like 500ktok, 5Mtok "
+            "or a FLOP count like 2e13flop, 20Tflop"
         )
     value, unit = float(match.group(1)), match.group(2).lower().replace(" ", "")
+    if value <= 0:
+        raise ValueError(f"budget {text!r} is not positive; give a duration, token or FLOP count above 0")
     if unit in _TIME_UNITS:
         return "seconds", value * _TIME_UNITS[unit]
+    if unit.endswith(("flop", "flops")):
+        return "flops", value * _FLOP_UNITS[unit.removesuffix("s").removesuffix("flop")]
     return "tokens", value * _TOKEN_UNITS[unit.removesuffix("tokens").removesuffix("tok")]
 
 
@@ -242,7 +251,9 @@ class TrainConfig(StrictModel):
     checkpoint_every: int = Field(0, ge=0, description="0 saves only the final model")
     # Checkpoints kept in the run directory; older ones are deleted.
     keep_last: int = Field(2, gt=0)
-    # A wall-clock or token budget: 30m, 2h, 5Mtok. None trains for `steps`. With `budget_schedule` (the default)
+    # A time, token or FLOP budget: 30m, 2h, 5Mtok, 2e13flop or 20Tflop (training FLOPs as bertkit/engine/flops.py
+    # counts them: 6 x non-embedding parameters + attention, per token; load cannot skew it, so runs on different
+    # machines spend the same compute). None trains for `steps`. With `budget_schedule` (the default)
     # the learning-rate schedule is laid over the budget's spent share, as cramming does (the rate at share p is
     # the step schedule's rate at step p x steps), so warm-up and decay end exactly on the deadline and `steps`
     # is only an upper bound. Time is training time: start-up, evaluations and checkpoint writes do not count.

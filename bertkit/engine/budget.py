@@ -17,7 +17,7 @@ from bertkit.config.schema import parse_budget
 
 @dataclass(frozen=True)
 class Budget:
-    kind: str  # "seconds" (training time) or "tokens" (real tokens, padding excluded)
+    kind: str  # "seconds" (training time), "tokens" (real tokens, padding excluded) or "flops" (training FLOPs)
     total: float
     # Where this process took the run over: spent and progress at the checkpoint it resumed from.
     anchor_spent: float = 0.0
@@ -43,7 +43,9 @@ class Budget:
         return {"kind": self.kind, "total": self.total, "spent": spent, "progress": self.progress(spent)}
 
     def describe(self, amount: float) -> str:
-        return f"{amount:,.1f} s" if self.kind == "seconds" else f"{amount:,.0f} tokens"
+        if self.kind == "seconds":
+            return f"{amount:,.1f} s"
+        return f"{amount:.3g} FLOPs" if self.kind == "flops" else f"{amount:,.0f} tokens"
 
 
 def ramped_micro_steps(progress: float, grad_accum: int, ramp: float) -> int:

@@ -69,11 +69,16 @@ class RunProgress:
         """The progress after the steps and tokens counted so far; every rank gets the same value."""
         if self.budget is None:
             self.value = self.counters.step / self.total_steps
-        elif self.budget.kind == "tokens":
-            self.value = self.budget.progress(float(self.counters.tokens))  # counted over all ranks already
+        elif self.budget.kind in ("tokens", "flops"):  # counted over all ranks already
+            self.value = self.budget.progress(float(self.spent_counted()))
         else:  # each rank measures its own clock: all take the slowest's, so they stop and schedule alike
             self.value = self.budget.progress(dist.all_reduce_max(self.clock.seconds()))
         return self.value
+
+    def spent_counted(self) -> float:
+        """Tokens or FLOPs spent so far, for a budget of that kind."""
+        flops = self.budget is not None and self.budget.kind == "flops"
+        return float(self.counters.flops if flops else self.counters.tokens)
 
     @property
     def over_budget(self) -> bool:
@@ -92,6 +97,6 @@ class RunProgress:
         saved = state.get("budget") or {}
         saved_progress = float(saved.get("progress", self.counters.step / self.total_steps))
         if (saved.get("kind"), saved.get("total")) != (self.budget.kind, self.budget.total):
-            spent = float(self.counters.tokens) if self.budget.kind == "tokens" else self.clock.before
+            spent = self.clock.before if self.budget.kind == "seconds" else self.spent_counted()
             self.budget = self.budget.resumed(spent, saved_progress)
         self.resumed_at = float(saved.get("progress", self.budget.anchor_progress))

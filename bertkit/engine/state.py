@@ -28,18 +28,20 @@ def warn(line: str) -> None:
 
 
 class Counters:
-    """Optimizer steps taken, steps skipped (a NaN/inf loss or gradient) and real tokens trained on (all ranks)."""
+    """Optimizer steps taken, steps skipped (a NaN/inf loss or gradient), real tokens trained on and the training
+    FLOPs they cost (bertkit/engine/flops.py's count), all over every rank."""
 
     def __init__(self) -> None:
         self.step = self.skipped_steps = self.tokens = 0
+        self.flops = 0.0
 
     def state_dict(self) -> dict[str, Any]:
         # The step itself is the checkpoint's name and its trainer_state.json's "step" (save_checkpoint).
-        return {"skipped_steps": self.skipped_steps, "tokens": self.tokens}
+        return {"skipped_steps": self.skipped_steps, "tokens": self.tokens, "flops": self.flops}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.step, self.skipped_steps = int(state["step"]), int(state["skipped_steps"])
-        self.tokens = int(state["tokens"])
+        self.tokens, self.flops = int(state["tokens"]), float(state.get("flops", 0.0))
 
 
 class RandomState:

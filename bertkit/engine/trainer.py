@@ -68,6 +68,7 @@ class TrainResult:
     # out; what a time budget counts.
     train_seconds: float = 0.0
     tokens: int = 0
+    flops: float = 0.0  # training FLOPs, as bertkit counts them (what a FLOP budget spends)
     resumed_from: int | None = None
     # "budget" when a time/token budget ended the run before `steps`; "early_stopping" when `on_eval` did;
     # "target" when an evaluation reached `train.target_acc`
@@ -266,6 +267,9 @@ class Trainer:
         self.consecutive_bad = 0
         self.counters.step += 1
         self.counters.tokens += out.tokens
+        # The same on every rank: the global batch's tokens and sequences.
+        self.counters.flops += training_flops(self.backend.module, out.tokens, out.tokens / out.sequences,
+                                              self.flops_params)  # fmt: skip
         self.progress.update()
         if self.progress.shaped:
             self.scheduler.set_progress(self.progress.value)  # the next step's rate, as a step scheduler sets it
@@ -302,6 +306,7 @@ class Trainer:
         row["lr"] = self.scheduler.get_last_lr()[0]
         row["grad_norm"] = round(float(self.last_grad_norm), 4)
         row["tokens"] = self.counters.tokens
+        row["flops"] = float(f"{self.counters.flops:.6g}")  # training FLOPs so far (what a FLOP budget spends)
         row["tokens_per_s"] = round(window.tokens / window.seconds, 1) if window.seconds > 0 else None
         if window.seconds > 0 and window.sequences:
             mean_length = window.tokens / window.sequences
@@ -407,6 +412,7 @@ class Trainer:
         result.steps, result.skipped_steps, result.tokens = (
             self.counters.step, self.counters.skipped_steps, self.counters.tokens,
         )  # fmt: skip
+        result.flops = self.counters.flops
         result.seconds, result.train_seconds = self.clock.wall(), self.clock.seconds()
         return result
 

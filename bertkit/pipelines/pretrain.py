@@ -479,6 +479,7 @@ def pretrain(
         "parameters": sum(p.numel() for p in model.encoder.parameters()),
         "steps": result.steps,
         "tokens": result.tokens,
+        "flops": float(f"{result.flops:.4g}"),  # training FLOPs spent (what --budget NNflop counts)
         "seconds": round(result.seconds, 1),
         "loss_first": first,
         "loss_last": last,

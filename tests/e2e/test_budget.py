@@ -203,10 +203,41 @@ def test_snapshots_at_shares_load_in_transformers(corpus_dir: Path, tmp_path: Pa
     assert model.config.num_hidden_layers == 2
 
 
+def test_flop_budget_spends_the_same_compute_whatever_the_machine(corpus_dir: Path, tmp_path: Path) -> None:
+    """`--budget NNflop` counts bertkit's own training FLOPs (6 x non-embedding parameters + attention, per real
+    token), so where it stops depends on the data alone, never on load: a 6-step run logs the FLOPs after each step,
+    and a budget between steps 3 and 4 ends a run exactly at step 4, with the schedule laid over the FLOPs, the
+    summary saying what was spent, and a rerun stopping at the same step."""
+    reference = pretrain(corpus_dir, tmp_path / "steps", *sets(train__steps=6))
+    spent = [row["flops"] for row in rows(tmp_path / "steps") if "loss" in row]
+    assert len(spent) == 6 and spent == sorted(spent) and reference["flops"] == pytest.approx(spent[-1], rel=1e-3)
+    assert spent[0] > 0
+    budget = (spent[2] + spent[3]) / 2
+    for name in ("a", "b"):
+        summary = pretrain(corpus_dir, tmp_path / name, *sets(), "--budget", f"{budget:.6e}flop")
+        assert summary["stopped"] == "budget" and summary["steps"] == 4, summary
+        assert summary["flops"] == pytest.approx(spent[3], rel=1e-3) and summary["flops"] >= budget
+        train_rows = [row for row in rows(tmp_path / name) if "loss" in row]
+        schedule = ScheduleConfig(warmup_fraction=0.1)
+        for row in train_rows:  # the rate a row logs is the next step's, at the spent share of the FLOP budget
+            share = min(1.0, row["flops"] / budget)
+            assert row["lr"] == pytest.approx(LR * lr_multiplier(share * STEPS, STEPS, schedule), rel=1e-4)
+        assert train_rows[-1]["lr"] == 0.0
+    in_teraflops = pretrain(corpus_dir, tmp_path / "t", *sets(), "--budget", f"{budget / 1e12:.6e}Tflop")
+    assert in_teraflops["steps"] == 4
+
+
 def test_bad_budget_and_target_input(corpus_dir: Path, tmp_path: Path, xlnet_corpus: Path) -> None:
     line = run_error("pretrain", "-r", "bert-tiny", "-c", str(corpus_dir), "-o", str(tmp_path / "short"),
                      *sets(), "--budget", "10tok", "--quiet")  # fmt: skip
     assert "was spent by the first step" in line and not (tmp_path / "short").exists()
+    line = run_error("pretrain", "-r", "bert-tiny", "-c", str(corpus_dir), "-o", str(tmp_path / "short"),
+                     *sets(), "--budget", "1kflop", "--quiet")  # fmt: skip
+    assert "was spent by the first step" in line and not (tmp_path / "short").exists()
+    for bad in ("2e13flips", "flop", "-5Tflop", "0flop"):
+        line = run_error("pretrain", "-r", "bert-tiny", "-c", str(corpus_dir), "-o", str(tmp_path / "b"),
+                         "--budget", bad)  # fmt: skip
+        assert "budget" in line and not (tmp_path / "b").exists(), line
     for bad in ("1.5", "0"):
         line = run_error("pretrain", "-r", "bert-tiny", "-c", str(corpus_dir), "-o", str(tmp_path / "t"),
                          "--target-acc", bad)  # fmt: skip

@@ -250,6 +250,7 @@ def distill_general(
         "terms": list(objective.terms),
         "steps": result.steps,
         "tokens": result.tokens,
+        "flops": float(f"{result.flops:.4g}"),  # training FLOPs spent (what --budget NNflop counts)
         "seconds": round(result.seconds, 1),
         **summarize(result, objective.terms),
         "eval": result.eval,

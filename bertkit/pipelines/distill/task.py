@@ -96,7 +96,7 @@ def _remaining_budget(budget: str | None, spent: dict[str, float]) -> tuple[str 
     left = value - spent[kind]
     if left <= 0:
         return None, True
-    return (f"{left:.3f}s" if kind == "seconds" else f"{int(left)}tok"), False
+    return {"seconds": f"{left:.3f}s", "tokens": f"{int(left)}tok", "flops": f"{left:.6e}flop"}[kind], False
 
 
 def distill_task(
@@ -188,7 +188,7 @@ def distill_task(
     encoder_state = encoder_weights(student_weights)
     projections = load_projections(student_path)
     phases: list[dict[str, Any]] = []
-    spent = {"seconds": 0.0, "tokens": 0.0}
+    spent = {"seconds": 0.0, "tokens": 0.0, "flops": 0.0}
     stopped = None
 
     def run_phase(name: str, model: nn.Module, objective: Any, source: Any, phase: PhaseConfig,
@@ -213,6 +213,7 @@ def distill_task(
         )  # fmt: skip
         spent["seconds"] += result.train_seconds  # the loop's training clock, as its budget counts
         spent["tokens"] += result.tokens
+        spent["flops"] += result.flops
         if result.stopped == "budget":
             stopped = "budget"
         return result
@@ -228,6 +229,7 @@ def distill_task(
             phases.append({**done, "done_before": True})
             spent["seconds"] += done.get("train_seconds", done["seconds"])
             spent["tokens"] += done["tokens"]
+            spent["flops"] += done.get("flops", 0.0)
         else:
             torch.manual_seed(recipe.train.seed)
             student = DistillStudent(student_cfg, teacher_hidden_size=teacher.config.hidden_size)
@@ -295,6 +297,7 @@ def distill_task(
         "train_examples": setup.train_count,
         "eval_examples": setup.eval_count,
         "steps": sum(p["steps"] for p in phases),
+        "flops": float(f"{spent['flops']:.4g}"),
         "tokens": int(spent["tokens"]),  # what a token budget (--budget 5Mtok) counts, as the general stage reports
         "seconds": round(time.perf_counter() - started, 1),
         "loss_first": phases[0]["loss_first"] if phases else None,
@@ -346,8 +349,8 @@ def _phase_summary(name: str, result: TrainResult, phase: PhaseConfig, terms: tu
     first, last = result.first_last("loss")
     out: dict[str, Any] = {"phase": name, "steps": result.steps, "lr": phase.lr, "decay": phase.decay,
                            "warmup_fraction": phase.warmup_fraction, "terms": list(terms), "loss_first": first,
-                           "loss_last": last, "tokens": result.tokens, "seconds": round(result.seconds, 1),
-                           "train_seconds": round(result.train_seconds, 3),
+                           "loss_last": last, "tokens": result.tokens, "flops": result.flops,
+                           "seconds": round(result.seconds, 1), "train_seconds": round(result.train_seconds, 3),
                            "resumed_from": result.resumed_from, "stopped": result.stopped}  # fmt: skip
     for term in terms:
         out[f"{term}_loss_first"], out[f"{term}_loss_last"] = result.first_last(f"{term}_loss")

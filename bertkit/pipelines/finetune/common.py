@@ -112,6 +112,7 @@ def training_summary(
         "steps": result.steps,
         "stopped": result.stopped,
         "seconds": round(result.seconds, 1),
+        "flops": float(f"{result.flops:.4g}"),
         "loss_first": first,
         "loss_last": last,
         "eval": best.best_metrics if best is not None and best.best_metrics else result.eval,
