@@ -223,8 +223,19 @@ def test_flop_budget_spends_the_same_compute_whatever_the_machine(corpus_dir: Pa
             share = min(1.0, row["flops"] / budget)
             assert row["lr"] == pytest.approx(LR * lr_multiplier(share * STEPS, STEPS, schedule), rel=1e-4)
         assert train_rows[-1]["lr"] == 0.0
-    in_teraflops = pretrain(corpus_dir, tmp_path / "t", *sets(), "--budget", f"{budget / 1e12:.6e}Tflop")
+    in_teraflops = pretrain(corpus_dir, tmp_path / "t", *sets(train__checkpoint_every=2), "--budget",
+                            f"{budget / 1e12:.6e}Tflop")  # fmt: skip
     assert in_teraflops["steps"] == 4
+    # The FLOPs spent are part of the checkpoint: a run resumed from step 2 spends the rest and ends where "a" did.
+    import shutil
+
+    shutil.copytree(tmp_path / "t", tmp_path / "r")
+    for later in ("step-4", "step-3"):
+        shutil.rmtree(tmp_path / "r" / "checkpoints" / later, ignore_errors=True)
+    resumed = pretrain(corpus_dir, tmp_path / "r", *sets(train__checkpoint_every=2), "--budget", f"{budget:.6e}flop",
+                       "--resume", "last")  # fmt: skip
+    assert resumed["resumed_from"] == 2 and resumed["steps"] == 4 and resumed["flops"] == in_teraflops["flops"]
+    assert curve(tmp_path / "r") == curve(tmp_path / "a")
 
 
 def test_bad_budget_and_target_input(corpus_dir: Path, tmp_path: Path, xlnet_corpus: Path) -> None:
