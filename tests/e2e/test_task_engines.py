@@ -72,7 +72,8 @@ def task_args(
         "train.checkpoint_every": CHECKPOINT_EVERY,
         "train.eval_every": EVAL_EVERY,
         "schedule.warmup_steps": 4,
-        "task.classifier_dropout": 0.1 if dropout else 0.0,
+        # QA's head has no dropout of its own (task.classifier_dropout is refused there)
+        **({} if task == "question-answering" else {"task.classifier_dropout": 0.1 if dropout else 0.0}),
         "task.max_seq_len": 64,
         **({"task.doc_stride": 24} if task == "question-answering" else {}),
         "engine.threads": 1,
