@@ -126,6 +126,14 @@ class ModelConfig(StrictModel):
         """Whether 0-based layer `index` attends to every token (all layers but ModernBERT's local ones)."""
         return True
 
+    def _refuse_settings(self, unsupported: dict[str, tuple[bool, str]]) -> None:
+        """key -> (whether its value contradicts this family, the fix): the first contradiction is one error."""
+        for name, (bad, fix) in unsupported.items():
+            if bad:
+                raise ValueError(
+                    f"model.{name}={getattr(self, name)} does not apply to model.family={self.FAMILY}; {fix}"
+                )
+
     @model_validator(mode="after")
     def _common_checks(self) -> ModelConfig:
         if self.hidden_size % self.num_heads:
@@ -259,13 +267,10 @@ class XLNetConfig(ModelConfig):
 
     @model_validator(mode="after")
     def _relative(self) -> XLNetConfig:
-        unsupported = {
+        self._refuse_settings({
             "norm": (self.norm != "post", "set model.norm=post"),
             "position_offset": (self.position_offset != 0, "set model.position_offset=0 (positions are relative)"),
-        }
-        for name, (bad, fix) in unsupported.items():
-            if bad:
-                raise ValueError(f"model.{name}={getattr(self, name)} does not apply to model.family=xlnet; {fix}")
+        })  # fmt: skip
         return self
 
 
@@ -299,9 +304,7 @@ class ModernBertConfig(ModelConfig):
             "position_offset": (self.position_offset != 0, "set model.position_offset=0 (positions are rotary)"),
             "hidden_act": (self.hidden_act == "relu", "set model.hidden_act=gelu (GeGLU)"),
         }
-        for name, (bad, fix) in unsupported.items():
-            if bad:
-                raise ValueError(f"model.{name}={getattr(self, name)} does not apply to model.family=modernbert; {fix}")
+        self._refuse_settings(unsupported)
         if self.hidden_size // self.num_heads % 2:
             raise ValueError(
                 f"rotary positions rotate pairs of dimensions, but hidden_size / num_heads = "

@@ -10,7 +10,6 @@ jumps back up.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from bertkit.config.schema import parse_budget
 
@@ -37,15 +36,6 @@ class Budget:
 
     def resumed(self, spent: float, progress: float) -> Budget:
         return Budget(self.kind, self.total, spent, progress)
-
-    def state(self, spent: float) -> dict[str, Any]:
-        """What a checkpoint keeps, so a resumed run continues the same budget."""
-        return {"kind": self.kind, "total": self.total, "spent": spent, "progress": self.progress(spent)}
-
-    def describe(self, amount: float) -> str:
-        if self.kind == "seconds":
-            return f"{amount:,.1f} s"
-        return f"{amount:.3g} FLOPs" if self.kind == "flops" else f"{amount:,.0f} tokens"
 
 
 def ramped_micro_steps(progress: float, grad_accum: int, ramp: float) -> int:
