@@ -226,16 +226,17 @@ def test_flop_budget_spends_the_same_compute_whatever_the_machine(corpus_dir: Pa
     in_teraflops = pretrain(corpus_dir, tmp_path / "t", *sets(train__checkpoint_every=2), "--budget",
                             f"{budget / 1e12:.6e}Tflop")  # fmt: skip
     assert in_teraflops["steps"] == 4
-    # The FLOPs spent are part of the checkpoint: a run resumed from step 2 spends the rest and ends where "a" did.
+    # The FLOPs spent are part of the checkpoint: a run resumed from step 2 with the same budget spends the rest and
+    # ends on the uninterrupted run's curve (the same budget string: "flop" and "Tflop" round differently).
     import shutil
 
     shutil.copytree(tmp_path / "t", tmp_path / "r")
     for later in ("step-4", "step-3"):
         shutil.rmtree(tmp_path / "r" / "checkpoints" / later, ignore_errors=True)
-    resumed = pretrain(corpus_dir, tmp_path / "r", *sets(train__checkpoint_every=2), "--budget", f"{budget:.6e}flop",
-                       "--resume", "last")  # fmt: skip
+    resumed = pretrain(corpus_dir, tmp_path / "r", *sets(train__checkpoint_every=2), "--budget",
+                       f"{budget / 1e12:.6e}Tflop", "--resume", "last")  # fmt: skip
     assert resumed["resumed_from"] == 2 and resumed["steps"] == 4 and resumed["flops"] == in_teraflops["flops"]
-    assert curve(tmp_path / "r") == curve(tmp_path / "a")
+    assert curve(tmp_path / "r") == curve(tmp_path / "t")
 
 
 def test_bad_budget_and_target_input(corpus_dir: Path, tmp_path: Path, xlnet_corpus: Path) -> None:
