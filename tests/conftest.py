@@ -13,6 +13,10 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
+# engine.precision=auto picks bf16 on a CPU with AMX or AVX512-BF16; the suite compares runs exactly (resume,
+# batch splits, process counts), so it trains in fp32 on every CPU unless this is set otherwise. Subprocesses
+# (torchrun, the CLI) inherit it. tests/unit/test_engine_cpu.py tests the choice itself.
+os.environ.setdefault("BERTKIT_CPU_BF16", "0")
 
 
 @pytest.fixture(scope="module")

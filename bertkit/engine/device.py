@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 
 import torch
 
@@ -29,6 +30,42 @@ def resolve_device(cfg: EngineConfig) -> torch.device:
     index = local_rank() if cfg.backend != "single" else torch.cuda.current_device()
     torch.cuda.set_device(index)
     return torch.device("cuda", index)
+
+
+# Overrides the CPU's bf16 detection for engine.precision=auto: 0 treats this CPU as emulating bf16 (fp32),
+# 1 as running it natively (bf16). For machines whose flags mislead (some VMs hide them), and for test suites
+# that compare runs exactly and want fp32 on every CPU.
+CPU_BF16_ENV = "BERTKIT_CPU_BF16"
+
+
+def cpu_runs_bf16() -> bool:
+    """Whether this CPU runs bf16 natively (AVX512-BF16, AMX or ARM's bf16), or what BERTKIT_CPU_BF16 says."""
+    forced = os.environ.get(CPU_BF16_ENV, "").strip()
+    if forced in ("0", "1"):
+        return forced == "1"
+    from bertkit.engine.cpu import cpu_info
+
+    return cpu_info().native_bf16
+
+
+def resolve_precision(requested: str, device: torch.device) -> tuple[str, str | None]:
+    """The precision a run trains in, and for `auto` the one line that says what it picked and why."""
+    if requested != "auto":
+        return requested, None
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        if torch.cuda.is_bf16_supported():
+            return "bf16", f"precision: bf16 autocast (engine.precision=auto; {name} runs bf16 natively)"
+        return "fp32", (
+            f"precision: fp32 (engine.precision=auto; {name} has no bf16; --set engine.precision=fp16 for "
+            "half precision with loss scaling)"
+        )
+    if cpu_runs_bf16():
+        return "bf16", "precision: bf16 autocast (engine.precision=auto; this CPU runs bf16 natively: AMX or AVX512-BF16)"
+    return "fp32", (
+        "precision: fp32 (engine.precision=auto; this CPU has no native bf16 (AVX512-BF16 or AMX), where bf16 "
+        "autocast would be emulated and many times slower)"
+    )
 
 
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:

@@ -30,7 +30,7 @@ from bertkit.engine.checkpoint import load_state
 from bertkit.engine.checkpointer import Checkpointer
 from bertkit.engine.clock import RunProgress, TrainingClock
 from bertkit.engine.contracts import DataSource, Evaluator, Objective, OnEval, OnSnapshot
-from bertkit.engine.device import resolve_device
+from bertkit.engine.device import resolve_device, resolve_precision
 from bertkit.engine.flops import non_embedding_parameters, peak_flops, training_flops
 from bertkit.engine.log_window import LogWindow
 from bertkit.engine.metrics_log import MetricsLog
@@ -69,6 +69,7 @@ class TrainResult:
     train_seconds: float = 0.0
     tokens: int = 0
     flops: float = 0.0  # training FLOPs, as bertkit counts them (what a FLOP budget spends)
+    precision: str = "fp32"  # what the run trained in (engine.precision=auto resolved)
     resumed_from: int | None = None
     # "budget" when a time/token budget ended the run before `steps`; "early_stopping" when `on_eval` did;
     # "target" when an evaluation reached `train.target_acc`
@@ -108,12 +109,13 @@ class Trainer:
         self.train_cfg, self.optim_cfg, self.schedule_cfg, self.engine_cfg = cfg
         self.hooks, self.resume, self.description = hooks, resume, description
         self.device = resolve_device(self.engine_cfg)
+        self.precision, self.precision_line = resolve_precision(self.engine_cfg.precision, self.device)
         self.backend = create_backend(self.engine_cfg, self.device)
         self.rank, self.world = self.backend.rank, self.backend.world_size
         self.main = self.rank == 0
         self.quiet = quiet or not self.main
         self._check_inputs()
-        self.result = TrainResult(steps=0)
+        self.result = TrainResult(steps=0, precision=self.precision)
         self.counters, self.clock, self.window = Counters(), TrainingClock(), LogWindow()
         self.progress = RunProgress(self.train_cfg, self.clock, self.counters)
         self.checkpointer = Checkpointer(run_dir / "checkpoints", self.train_cfg.keep_last, self.main)
@@ -189,7 +191,9 @@ class Trainer:
             )
         if world > 1:
             self.source.shard(self.rank, world)
-        if self.main and self.device.type == "cpu" and self.engine_cfg.precision == "bf16":
+        if self.precision_line and not self.quiet:
+            warn(self.precision_line)
+        if self.main and self.device.type == "cpu" and self.precision == "bf16":
             from bertkit.engine.cpu import bf16_warning
 
             if warning := bf16_warning():
@@ -219,9 +223,9 @@ class Trainer:
             self.objective.attach(self.backend)  # frozen modules the objective reads (a teacher), placed by the engine
         schedule = BudgetScheduler if self.progress.shaped else build_scheduler
         self.scheduler = schedule(self.backend.optimizer, self.train_cfg.steps, self.schedule_cfg)
-        fp16_scaling = self.engine_cfg.precision == "fp16" and self.backend.uses_amp_scaler
+        fp16_scaling = self.precision == "fp16" and self.backend.uses_amp_scaler
         self.scaler = torch.amp.GradScaler("cuda") if fp16_scaling else None
-        self.peak = peak_flops(self.device, self.engine_cfg.precision, self.engine_cfg.peak_tflops) * self.world
+        self.peak = peak_flops(self.device, self.precision, self.engine_cfg.peak_tflops) * self.world
         self._parts()
 
     def _parts(self) -> None:
@@ -259,7 +263,7 @@ class Trainer:
         train_cfg = self.train_cfg
         micro_steps = ramped_micro_steps(self.progress.value, train_cfg.grad_accum, train_cfg.batch_ramp)
         batches = [_to_device(self.source.next_batch(), self.device) for _ in range(micro_steps)]
-        out = train_step(self.backend, self.objective, batches, self.engine_cfg.precision, self.optim_cfg.grad_clip,
+        out = train_step(self.backend, self.objective, batches, self.precision, self.optim_cfg.grad_clip,
                          self.scaler)  # fmt: skip
         if not out.applied:
             self._skipped(out)
@@ -290,7 +294,7 @@ class Trainer:
             raise BertkitError(
                 f"loss or gradient was NaN/inf for {self.consecutive_bad} steps in a row at step {self.counters.step}; "
                 f"stopped, last good state saved in {saved} (lower optim.lr or raise schedule.warmup_steps"
-                f"{', or use fp32' if self.engine_cfg.precision != 'fp32' else ''})"
+                f"{', or use fp32' if self.precision != 'fp32' else ''})"
             )
 
     def _log_step(self, tracker: Tracker) -> None:

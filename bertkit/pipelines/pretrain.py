@@ -480,6 +480,7 @@ def pretrain(
         "steps": result.steps,
         "tokens": result.tokens,
         "flops": float(f"{result.flops:.4g}"),  # training FLOPs spent (what --budget NNflop counts)
+        "precision": result.precision,  # engine.precision=auto resolved on this device
         "seconds": round(result.seconds, 1),
         "loss_first": first,
         "loss_last": last,

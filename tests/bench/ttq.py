@@ -35,6 +35,9 @@ HELD_OUT_EVERY = 20
 EVAL_PARAGRAPHS = 400
 BLOCK = 128
 HERE = Path(__file__).resolve().parent
+# Both sides train in fp32, as the Trainer side does on CPU: engine.precision=auto would pick bf16 on a CPU with
+# AMX or AVX512-BF16, which would compare precisions instead of engines and recipes.
+os.environ.setdefault("BERTKIT_CPU_BF16", "0")
 # The shape: 4 layers, 256 wide, 4 heads, a 1,024-wide feed-forward, 128 positions. A gated feed-forward
 # (GeGLU: ModernBERT's, which crammed-bert uses) has three matrices instead of two, so it gets two thirds of the
 # width (680) for the same parameters and FLOPs per token as the Trainer's BERT.

@@ -68,3 +68,53 @@ def test_a_bf16_cpu_run_warns_once_at_start(
           engine, quiet=True)  # fmt: skip
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
     assert len(lines) == 1 and "bf16 autocast is emulated" in lines[0]
+
+
+def test_auto_precision_follows_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """engine.precision=auto: bf16 on a CPU with AMX or AVX512-BF16, fp32 on one that would emulate it, each
+    with one line that says why; explicit values are kept as given; BERTKIT_CPU_BF16 overrides the flags."""
+    from bertkit.engine.device import resolve_precision
+
+    here = torch.device("cpu")
+    monkeypatch.delenv("BERTKIT_CPU_BF16", raising=False)
+    fake(monkeypatch, "AVX2", {"avx2", "fma"})
+    precision, line = resolve_precision("auto", here)
+    assert precision == "fp32" and "no native bf16" in (line or "")
+    fake(monkeypatch, "AVX512", {"avx512f", "amx_bf16"})
+    precision, line = resolve_precision("auto", here)
+    assert precision == "bf16" and "runs bf16 natively" in (line or "")
+    for explicit in ("fp32", "bf16"):
+        assert resolve_precision(explicit, here) == (explicit, None)
+    monkeypatch.setenv("BERTKIT_CPU_BF16", "0")
+    assert resolve_precision("auto", here)[0] == "fp32"
+    fake(monkeypatch, "AVX2", {"avx2"})
+    monkeypatch.setenv("BERTKIT_CPU_BF16", "1")
+    assert resolve_precision("auto", here)[0] == "bf16"
+
+
+def test_this_cpu_gets_what_its_flags_say(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the machine running the tests, without the override: bf16 exactly where the CPU has native bf16."""
+    from bertkit.engine.device import resolve_precision
+
+    monkeypatch.delenv("BERTKIT_CPU_BF16", raising=False)
+    expected = "bf16" if cpu.cpu_info().native_bf16 else "fp32"
+    assert resolve_precision("auto", torch.device("cpu"))[0] == expected
+
+
+def test_an_auto_run_says_its_precision_once_and_records_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The default recipe setting is auto; the run says what it picked in one line at start (not with --quiet)
+    and the result records it."""
+    from tests.unit.test_engine_loop import OPTIM, SCHEDULE, Regression, make_model, objective
+
+    assert EngineConfig().precision == "auto"
+    engine = EngineConfig(device="cpu", tensorboard=False)
+    result = train(make_model(), objective, Regression(8), tmp_path / "said", TrainConfig(steps=2, batch_size=8),
+                   OPTIM, SCHEDULE, engine)  # fmt: skip
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("precision:")]
+    assert lines == [lines[0]] and "engine.precision=auto" in lines[0]
+    assert result.precision == "fp32"  # the suite's conftest sets BERTKIT_CPU_BF16=0
+    train(make_model(), objective, Regression(8), tmp_path / "quiet", TrainConfig(steps=2, batch_size=8),
+          OPTIM, SCHEDULE, engine, quiet=True)  # fmt: skip
+    assert "precision:" not in capsys.readouterr().err

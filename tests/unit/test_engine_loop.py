@@ -403,3 +403,15 @@ def test_a_source_that_cannot_reshard_refuses_another_world_size(tmp_path: Path)
     checkpointer = Checkpointer(tmp_path / "checkpoints", 1, True)
     checkpointer.add("data", DataPosition(Regression(8), world=2))  # reshardable: continues the global order
     checkpointer.restore(path, {}, saved)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_auto_precision_is_bf16_on_a_gpu_that_has_it(tmp_path: Path) -> None:
+    """engine.precision=auto (the recipes' default) trains in bf16 autocast on a CUDA GPU with bf16."""
+    if not torch.cuda.is_bf16_supported():
+        pytest.skip("this GPU has no bf16")
+    engine = EngineConfig(device="cuda", tensorboard=False)
+    cfg = TrainConfig(steps=5, batch_size=8)
+    result = train(make_model(), objective, Regression(8), tmp_path, cfg, OPTIM, SCHEDULE, engine, quiet=True)
+    assert engine.precision == "auto" and result.precision == "bf16"

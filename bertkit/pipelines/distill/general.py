@@ -251,6 +251,7 @@ def distill_general(
         "steps": result.steps,
         "tokens": result.tokens,
         "flops": float(f"{result.flops:.4g}"),  # training FLOPs spent (what --budget NNflop counts)
+        "precision": result.precision,  # engine.precision=auto resolved on this device
         "seconds": round(result.seconds, 1),
         **summarize(result, objective.terms),
         "eval": result.eval,

@@ -113,6 +113,7 @@ def training_summary(
         "stopped": result.stopped,
         "seconds": round(result.seconds, 1),
         "flops": float(f"{result.flops:.4g}"),
+        "precision": result.precision,  # engine.precision=auto resolved on this device
         "loss_first": first,
         "loss_last": last,
         "eval": best.best_metrics if best is not None and best.best_metrics else result.eval,
