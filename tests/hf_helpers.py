@@ -50,3 +50,48 @@ def save_hf_classifier(
     tokenizer.save_pretrained(out)
     assert (out / "model.safetensors").is_file() and not list(out.glob("*.bin"))
     return out
+
+
+# family -> (transformers config class, masked-LM class)
+MASKED_LMS = {
+    "bert": ("BertConfig", "BertForMaskedLM"),
+    "roberta": ("RobertaConfig", "RobertaForMaskedLM"),
+    "albert": ("AlbertConfig", "AlbertForMaskedLM"),
+    "distilbert": ("DistilBertConfig", "DistilBertForMaskedLM"),
+    "modernbert": ("ModernBertConfig", "ModernBertForMaskedLM"),
+}
+
+
+def save_hf_masked_lm(out: Path, tokenizer_dir: Path, family: str) -> Path:
+    """A tiny random transformers *ForMaskedLM of `family` (2 layers, hidden 32), saved with save_pretrained,
+    with the tokenizer files of `tokenizer_dir` copied as they are (so a corpus built with that tokenizer is
+    one built with the checkpoint's). initializer_range 0.2 gives logits of order 1: a weight mapped to the
+    wrong place shows in them."""
+    import shutil
+
+    import torch
+    import transformers
+
+    from bertkit.tokenizers import load_tokenizer
+
+    tokenizer = load_tokenizer(tokenizer_dir)
+    config_class, model_class = MASKED_LMS[family]
+    if family == "distilbert":
+        shape = {"dim": 32, "n_layers": 2, "n_heads": 4, "hidden_dim": 64}
+    else:
+        shape = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64}
+    shape.update(vocab_size=tokenizer.vocab_size, max_position_embeddings=130, pad_token_id=tokenizer.pad_id,
+                 initializer_range=0.2)  # fmt: skip
+    if family == "albert":
+        shape["embedding_size"] = 16
+    if family == "modernbert":
+        shape.update(cls_token_id=tokenizer.cls_id, sep_token_id=tokenizer.sep_id, bos_token_id=tokenizer.cls_id,
+                     eos_token_id=tokenizer.sep_id, global_attn_every_n_layers=2, local_attention=16)  # fmt: skip
+    torch.manual_seed(0)
+    model = getattr(transformers, model_class)(getattr(transformers, config_class)(**shape))
+    model.save_pretrained(out)
+    for name in tokenizer_dir.iterdir():
+        if name.is_file():
+            shutil.copy(name, out / name.name)
+    assert (out / "model.safetensors").is_file() and not list(out.glob("*.bin"))
+    return out

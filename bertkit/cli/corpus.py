@@ -23,10 +23,17 @@ def build_corpus_command(
         ...,
         "--input",
         "-i",
-        help="Text files (.txt, .gz, .bz2, .zst), JSON lines (.jsonl, .json, .ndjson), Parquet (.parquet, .pq) or a "
-        "datasets save_to_disk directory (every split); globs ok; s3:// (fsspec) URLs and URL globs too.",
+        help="Text files (.txt, .gz, .bz2, .zst), JSON lines (.jsonl, .json, .ndjson), CSV/TSV with a header row, "
+        "Parquet (.parquet, .pq) or a datasets save_to_disk directory (every split); globs ok; s3:// (fsspec) URLs "
+        "and URL globs too.",
     ),
-    tokenizer: str = typer.Option(..., "--tokenizer", "-t", help="Tokenizer directory (or its s3:// URL)."),
+    tokenizer: str = typer.Option(
+        ...,
+        "--tokenizer",
+        "-t",
+        help="Tokenizer directory (or its s3:// URL), or a model whose tokenizer to use: a bertkit run or model "
+        "dir, a Hugging Face checkpoint dir or a hub name (continued pretraining: the --init-from model).",
+    ),
     output: str = typer.Option(
         ..., "--output", "-o", help="Corpus directory to write, or an s3:// URL (built locally, uploaded whole)."
     ),
@@ -52,7 +59,9 @@ def build_corpus_command(
         help="Sentence splitter: rules (English, Korean), pysbd, lines.",
     ),
     text_field: str = typer.Option(
-        "text", "--text-field", help="Field (column) holding the text in JSON lines, Parquet or datasets input."
+        "text",
+        "--text-field",
+        help="Field (column) holding the text in JSON lines, CSV/TSV, Parquet or datasets input.",
     ),
     masking: str = typer.Option(
         "dynamic",

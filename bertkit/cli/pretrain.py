@@ -33,8 +33,12 @@ def pretrain_command(
         None, "--corpus", "-c", help="Corpus directory from build-corpus, or its s3:// (fsspec) URL."
     ),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
-    init_from: Path | None = typer.Option(
-        None, "--init-from", help="Start from a bertkit model/run dir or a local HF checkpoint dir."
+    init_from: str | None = typer.Option(
+        None,
+        "--init-from",
+        help="Continue from a checkpoint: a bertkit run or model dir, a Hugging Face checkpoint dir or a hub name "
+        "(e.g. sentence-transformers/all-MiniLM-L6-v2, through the hub cache); it gives the model's family, shapes "
+        "and tokenizer (see the continue-mlm recipe).",
     ),
     report_to: list[str] = typer.Option([], "--report-to", metavar=TRACKERS, help=REPORT_TO_HELP),
     engine: str | None = typer.Option(None, "--engine", metavar=ENGINES, help=ENGINE_HELP),

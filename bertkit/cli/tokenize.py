@@ -59,7 +59,9 @@ def train_command(
     ),
     threads: int = typer.Option(0, "--threads", help="Worker threads (0: all cores)."),
     seed: int = typer.Option(0, "--seed", help="SentencePiece: seed of the sentence sampling."),
-    text_field: str = typer.Option("text", "--text-field", help="Field/column holding the text (JSON, Parquet)."),
+    text_field: str = typer.Option(
+        "text", "--text-field", help="Field/column holding the text (JSON lines, CSV/TSV, Parquet, datasets)."
+    ),
     overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),

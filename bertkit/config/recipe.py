@@ -43,6 +43,9 @@ class PretrainRecipe(StrictModel):
     name: str = "custom"
     # One line on what the recipe is (shown by `bertkit recipes list`).
     description: str = ""
+    # A recipe that continues a checkpoint (continue-mlm): pretrain refuses to run it without --init-from, whose
+    # checkpoint gives the model section.
+    init_from_required: bool = Field(False, description="the recipe continues a checkpoint given with --init-from")
     model: FamilyModelConfig = Field(default_factory=BertConfig)
     data: DataConfig = DataConfig()
     objective: ObjectiveConfig = ObjectiveConfig()

@@ -61,7 +61,9 @@ def resolve_precision(requested: str, device: torch.device) -> tuple[str, str | 
             "half precision with loss scaling)"
         )
     if cpu_runs_bf16():
-        return "bf16", "precision: bf16 autocast (engine.precision=auto; this CPU runs bf16 natively: AMX or AVX512-BF16)"
+        return "bf16", (
+            "precision: bf16 autocast (engine.precision=auto; this CPU runs bf16 natively: AMX or AVX512-BF16)"
+        )
     return "fp32", (
         "precision: fp32 (engine.precision=auto; this CPU has no native bf16 (AVX512-BF16 or AMX), where bf16 "
         "autocast would be emulated and many times slower)"

@@ -116,9 +116,12 @@ def cache_key(text: str) -> str:
 
 
 def local_tokenizer(location: Path | str) -> Path:
-    """A tokenizer directory, downloaded to the cache first when it is a URL (a few MB: fetched every time)."""
+    """A tokenizer directory, downloaded to the cache first when it is a URL (a few MB: fetched every time); a
+    model (run directory, checkpoint directory, hub name) gives its own tokenizer (modelio's tokenizer_source)."""
     if not is_url(location):
-        return Path(location)
+        from bertkit.modelio.modeldir import tokenizer_source
+
+        return tokenizer_source(location)
     url = str(location).rstrip("/")
     fs, path = filesystem(url)
     target = cache_root() / "tokenizers" / cache_key(url)

@@ -2,13 +2,15 @@
 Parquet files (one row group at a time) and Hugging Face `datasets` directories written by `save_to_disk`.
 
 Plain text convention (BERT's `create_pretraining_data.py`): one sentence or paragraph per line, documents
-separated by blank lines. In JSON lines, Parquet and datasets, each record's text field is one document, its
-lines the paragraphs. Invalid UTF-8 is replaced, counted and reported, never a crash.
+separated by blank lines. In JSON lines, CSV/TSV (a header row, then one record per row), Parquet and datasets,
+each record's text field is one document, its lines the paragraphs: a task's training file is its own corpus.
+Invalid UTF-8 is replaced, counted and reported, never a crash.
 """
 
 from __future__ import annotations
 
 import bz2
+import csv
 import glob
 import gzip
 import io
@@ -157,6 +159,48 @@ def _is_jsonl(path: Path) -> bool:
     return stem.endswith((".jsonl", ".json", ".ndjson"))
 
 
+def _delimiter(path: Path) -> str | None:
+    """',' for CSV, a tab for TSV (optionally compressed), else None."""
+    stem = path.name.lower()
+    for suffix in (".gz", ".bz2", ".zst"):
+        stem = stem.removesuffix(suffix)
+    return {".csv": ",", ".tsv": "\t"}.get(Path(stem).suffix)
+
+
+def _iter_delimited_documents(path: Path, delimiter: str, stats: ReadStats, text_field: str) -> Iterator[list[str]]:
+    """Each row's `text_field` column of a CSV/TSV file with a header row, as one document. Lines are decoded
+    one at a time (bad UTF-8 counted as in text files); a quoted field may span lines."""
+
+    def lines() -> Iterator[str]:
+        with open_binary(path) as handle:
+            for raw in io.BufferedReader(handle):  # type: ignore[arg-type]
+                stats.bytes += len(raw)
+                stats.lines += 1
+                yield _decode(raw, stats)
+
+    reader = csv.reader(lines(), delimiter=delimiter, strict=True)
+    try:
+        header = [name.strip().removeprefix("\ufeff") for name in next(reader, [])]
+        if text_field not in header:
+            raise BertkitError(
+                f"{path} has no column '{text_field}' (columns: {', '.join(header[:20])}); "
+                "choose the text column with --text-field"
+            )
+        column = header.index(text_field)
+        for row in reader:
+            if len(row) <= column:
+                continue
+            paragraphs = [p.strip() for p in row[column].split("\n") if p.strip()]
+            if paragraphs:
+                stats.documents += 1
+                yield paragraphs
+    except csv.Error as err:
+        raise BertkitError(f"{path} line {reader.line_num} is not valid {'TSV' if delimiter == chr(9) else 'CSV'}: "
+                           f"{err}") from None  # fmt: skip
+    except (OSError, EOFError) as err:
+        raise BertkitError(f"cannot read {path}: {err}") from None
+
+
 def _is_parquet(path: Path) -> bool:
     return path.is_file() and path.name.lower().endswith((".parquet", ".pq"))
 
@@ -168,6 +212,9 @@ def iter_documents(paths: list[Path], stats: ReadStats | None = None, text_field
         stats.files += 1
         if path.is_dir() or _is_parquet(path):
             yield from _iter_table_documents(path, stats, text_field)
+            continue
+        if delimiter := _delimiter(path):
+            yield from _iter_delimited_documents(path, delimiter, stats, text_field)
             continue
         jsonl = _is_jsonl(path)
         try:

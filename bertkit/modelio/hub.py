@@ -1,7 +1,8 @@
 """Hugging Face hub names: a short name (ALIASES) or a repository id, resolved to a snapshot in the hub cache
 (downloaded, or read from the cache offline). Only what bertkit reads is fetched (HUB_FILES): never pickled
-weights, never code. Only bertkit/modelio/modeldir.py's `resolve_model_path(spec, hub=True)` calls it: distill's
-teacher (and what loads a model as a teacher) is the one model argument that accepts a hub name."""
+weights, never code. Only bertkit/modelio/modeldir.py calls it (`resolve_model_path(spec, hub=True)` and
+`tokenizer_source`): the model arguments that name a public model (distill's teacher, pretrain's --init-from,
+evaluate's models, build-corpus's and tokenize's --tokenizer) accept a hub name."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 from bertkit.errors import BertkitError
 
-# Short names for common teachers. Anything else that looks like a hub name is passed through as it is
+# Short names for common public models. Anything else that looks like a hub name is passed through as it is
 # (`roberta-base`, `roberta-large`, `bert-base-cased`, `org/name`).
 ALIASES = {
     "bert-base": "bert-base-uncased",
@@ -87,13 +88,14 @@ def download(repo_id: str) -> Path:
     except LocalEntryNotFoundError:
         why = "HF_HUB_OFFLINE is set" if offline else "the hub cannot be reached"
         raise BertkitError(
-            f"cannot get teacher {repo_id}: {why} and there is no complete cached copy under {cache}; "
+            f"cannot get {repo_id}: no directory of that name here, {why} and there is no complete cached copy "
+            f"under {cache}; "
             f"download it where there is network (same HF_HOME), or {local}"
         ) from None
     except HFValidationError:
-        raise BertkitError(f"teacher {repo_id!r} is neither an existing directory nor a valid hub model name") from None
+        raise BertkitError(f"{repo_id!r} is neither an existing directory nor a valid hub model name") from None
     except (HfHubHTTPError, OSError) as err:
-        raise BertkitError(f"cannot download teacher {repo_id}: {str(err).splitlines()[0]}; {local}") from None
+        raise BertkitError(f"cannot download {repo_id}: {str(err).splitlines()[0]}; {local}") from None
     path = Path(folder)
     if not (path / "model.safetensors").is_file():
         raise BertkitError(

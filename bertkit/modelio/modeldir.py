@@ -66,6 +66,29 @@ def resolve_model_path(spec: str | Path, hub: bool = False) -> Path:
     return find_model_dir(Path(spec))
 
 
+# Files that make a directory a tokenizer directory (bertkit's, a Hugging Face one, or a bare vocabulary).
+TOKENIZER_FILES = ("bertkit_tokenizer.json", "tokenizer.json", "vocab.txt", "vocab.json", "spm.model", "spiece.model",
+                   "sentencepiece.bpe.model")  # fmt: skip
+
+
+def tokenizer_source(spec: str | Path) -> Path:
+    """The directory whose tokenizer a `--tokenizer` argument names: a tokenizer directory, a bertkit run or model
+    directory (its `model/`), a Hugging Face checkpoint directory, or a hub name (its tokenizer files, through
+    the hub cache). A missing local path is one error, never a hub request."""
+    from bertkit.modelio.hub import ALIASES, download, looks_like_path
+
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        if any((path / name).is_file() for name in TOKENIZER_FILES):
+            return path
+        if (path / "model" / MODEL_META).is_file():
+            return path / "model"
+        return path  # load_tokenizer names what is missing
+    if path.exists() or looks_like_path(str(spec)) or len(Path(str(spec)).parts) > 2:
+        raise BertkitError(f"tokenizer directory not found: {spec}")
+    return download(ALIASES.get(str(spec), str(spec)))
+
+
 def find_model_dir(path: Path) -> Path:
     from bertkit.modelio.hf_dir import is_hf_dir
 

@@ -16,21 +16,28 @@ import torch
 from torch import nn
 
 from bertkit.config.recipe import PretrainRecipe
-from bertkit.config.schema import MaskingConfig, ModelConfig, ObjectiveConfig, unpad_unsupported
+from bertkit.config.schema import (
+    MaskingConfig,
+    ModelConfig,
+    ObjectiveConfig,
+    check_engine_model,
+    check_model_objective,
+    unpad_unsupported,
+)
 from bertkit.corpus.build import TOKENIZER_SUBDIR
 from bertkit.corpus.loader import MLMBatches, PLMBatches, SampledBatches, split_indices
 from bertkit.corpus.masking import MaskingSpec
 from bertkit.corpus.permutation import PermutationSpec
 from bertkit.corpus.remote import with_local_corpora
 from bertkit.corpus.shards import Corpus
-from bertkit.engine.checkpoint import load_state
 from bertkit.engine.dist import is_main
 from bertkit.engine.loop import train
 from bertkit.errors import BertkitError
-from bertkit.modelio.modeldir import load_model_dir, save_model_dir
+from bertkit.modelio.modeldir import save_model_dir
 from bertkit.models.pretraining import build_pretraining_model
 from bertkit.objectives import build_objective
 from bertkit.objectives.base import Objective
+from bertkit.pipelines.init_from import load_init_checkpoint
 from bertkit.pipelines.rundir import join_job, prepare_run_dir, write_summary
 from bertkit.tokenizers.base import Tokenizer, load_tokenizer
 
@@ -42,29 +49,21 @@ CORPUS_NEEDS = {
     "plm": ("layout", ("xlnet",), "--layout xlnet"),
 }
 _OPTION_DEFAULTS = {"format": "full-sentences", "mask_strategy": "token", "layout": "bert"}
-# Fields that fix the shapes of the weights: a checkpoint given to --init-from must agree on all of them.
-SHAPE_FIELDS = (
-    "hidden_size",
-    "embedding_dim",
-    "num_layers",
-    "num_heads",
-    "intermediate_size",
-    "max_position_embeddings",
-    "type_vocab_size",
-    "layer_sharing",
-)
-SHAPE_KEYS = {"embedding_dim": "embedding_size", "layer_sharing": "sharing"}  # the recipe key behind each
-_SAME_FAMILY = {"spanbert": "bert"}  # SpanBERT checkpoints are BERT checkpoints
-# Families a recipe may warm-start from besides its own: BigBird starts from RoBERTa, as in the paper.
-_WARM_STARTS = {"bigbird": {"roberta"}}
-# Tables a checkpoint may have fewer rows of than the recipe: the missing rows are copied (see _extend_tables).
-_EXTENDABLE = ("max_position_embeddings", "type_vocab_size")
 # Held-out evaluation compares runs, so it depends on neither the run's seed nor its masking rate: the held-out
 # sequences are drawn with a fixed seed, and they are masked once, at 15% with BERT's 80/10/10 (as MLPerf, MosaicBERT
 # and ModernBERT evaluate, whatever rate they train at), with a fixed seed (the same masks at every evaluation).
 EVAL_SPLIT_SEED = 0
 EVAL_MASK_SEED = 1234
 EVAL_MASKING = MaskingConfig()
+
+
+def _say_init(init_from: str | Path, report: dict[str, Any]) -> None:
+    """One line at start: where the weights come from and which ones start fresh."""
+    from bertkit.engine.state import warn
+
+    fresh = report["new_weights"]
+    new = f"; new (initialised as BERT does): {', '.join(fresh)}" if fresh else "; every weight from it"
+    warn(f"init: {report['source']} (--init-from {init_from}), model from the {report['model_from']}{new}")
 
 
 def check_corpus_fits(objective: ObjectiveConfig, manifest: dict[str, Any], corpus_dir: Path) -> None:
@@ -100,80 +99,6 @@ class CheckedBatches(SampledBatches):
                 )
             self.checked = True
         return batch
-
-
-def _usable_positions(cfg: ModelConfig) -> int:
-    return cfg.max_position_embeddings - cfg.position_offset
-
-
-def _check_family(recipe_cfg: ModelConfig, init_cfg: ModelConfig, init_from: Path, recipe: str) -> bool:
-    """Refuse a checkpoint of another family (bar the warm starts above); True when the families are the same."""
-    recipe_family = _SAME_FAMILY.get(recipe_cfg.family, recipe_cfg.family)
-    init_family = _SAME_FAMILY.get(init_cfg.family, init_cfg.family)
-    if recipe_family != init_family and init_family not in _WARM_STARTS.get(recipe_family, ()):
-        raise BertkitError(
-            f"--init-from {init_from} is a {init_cfg.family} model but recipe '{recipe}' trains {recipe_cfg.family}; "
-            "pick a recipe of the same family"
-        )
-    return recipe_family == init_family
-
-
-def _fit_init_checkpoint(recipe_cfg: ModelConfig, init_cfg: ModelConfig, init_from: Path, recipe: str) -> ModelConfig:
-    """The recipe's model with the checkpoint's vocabulary; one line naming every shape that differs.
-
-    A checkpoint with fewer positions or token types than the recipe is accepted: `_extend_tables` fills
-    the rest by copying (BigBird warm-starts from RoBERTa's 512 positions this way)."""
-    same_family = _check_family(recipe_cfg, init_cfg, init_from, recipe)
-    # Position numbering (RoBERTa's pad + 1) belongs to the family: a warm start takes the recipe's.
-    offset = init_cfg.position_offset if same_family else recipe_cfg.position_offset
-    fitted = recipe_cfg.model_copy(update={"position_offset": offset})
-    extendable = {
-        "max_position_embeddings": _usable_positions(init_cfg) <= _usable_positions(fitted),
-        "type_vocab_size": 1 <= init_cfg.type_vocab_size <= recipe_cfg.type_vocab_size,
-    }
-    differing = [
-        (name, getattr(init_cfg, name), getattr(recipe_cfg, name))
-        for name in SHAPE_FIELDS
-        if getattr(init_cfg, name) != getattr(recipe_cfg, name) and not extendable.get(name, False)
-    ]
-    if differing:
-        what = ", ".join(f"{name} {theirs} vs {ours}" for name, theirs, ours in differing)
-        fix = " ".join(
-            f"--set model.{SHAPE_KEYS.get(name, name)}={theirs}"
-            for name, theirs, _ in differing
-        )
-        raise BertkitError(f"--init-from {init_from} does not fit recipe '{recipe}' ({what}); add {fix}")
-    return ModelConfig.model_validate(
-        {**fitted.model_dump(), "vocab_size": init_cfg.vocab_size, "pad_token_id": init_cfg.pad_token_id}
-    )
-
-
-def _extend_tables(
-    init_cfg: ModelConfig, cfg: ModelConfig, weights: dict[str, torch.Tensor]
-) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """Grow the checkpoint's position and token-type tables to the recipe's sizes by copying.
-
-    Positions: the learned ones (rows from the checkpoint's offset on) are repeated in order until the
-    table is full, as BigBird (and Longformer) extended RoBERTa's 512 positions to 4,096; rows before the
-    recipe's offset (RoBERTa's padding rows) are kept. Token types: new types start as a copy of type 0."""
-    weights, report = dict(weights), {}
-    key = "encoder.embeddings.position_embeddings.weight"
-    old_rows = weights[key].shape[0] if key in weights else cfg.max_position_embeddings
-    if key in weights and (old_rows != cfg.max_position_embeddings or init_cfg.position_offset != cfg.position_offset):
-        table = weights[key]
-        learned = table[init_cfg.position_offset :]
-        rows = cfg.max_position_embeddings - cfg.position_offset
-        repeats = -(-rows // learned.shape[0])
-        tiled = learned.repeat(repeats, 1)[:rows]
-        weights[key] = torch.cat([table[: cfg.position_offset], tiled], dim=0).contiguous()
-        report["positions"] = f"{learned.shape[0]} learned positions copied to {rows}"
-    key = "encoder.embeddings.token_type_embeddings.weight"
-    if key in weights and weights[key].shape[0] < cfg.type_vocab_size:
-        table = weights[key]
-        extra = table[:1].expand(cfg.type_vocab_size - table.shape[0], -1)
-        weights[key] = torch.cat([table, extra], dim=0).contiguous()
-        report["token_types"] = f"{table.shape[0]} -> {cfg.type_vocab_size} (new types copy type 0)"
-    return weights, report
 
 
 def _check_block_sparse(cfg: ModelConfig, corpus: Corpus, corpus_dir: Path, longest: int) -> None:
@@ -335,13 +260,18 @@ def mlm_masking_spec(masking: MaskingConfig, tokenizer: Tokenizer) -> MaskingSpe
 def pretrain(
     recipe: PretrainRecipe,
     output: Path,
-    init_from: Path | None = None,
+    init_from: str | Path | None = None,
     overwrite: bool = False,
     resume: bool | str | None = False,
     quiet: bool = False,
 ) -> dict[str, Any]:
     if recipe.data.train is None:
         raise BertkitError("no training corpus: pass --corpus DIR (or --set data.train=DIR)")
+    if recipe.init_from_required and init_from is None:
+        raise BertkitError(
+            f"recipe '{recipe.name}' continues the pretraining of a checkpoint; pass --init-from MODEL (a bertkit run "
+            "or model directory, a Hugging Face checkpoint directory or a hub name)"
+        )
     join_job(
         recipe,
         {"output": output, "init_from": init_from, "overwrite": overwrite, "resume": resume},
@@ -352,18 +282,15 @@ def pretrain(
     check_corpus_fits(recipe.objective, corpus.manifest, recipe.data.train)
     tokenizer = load_tokenizer(recipe.data.train / TOKENIZER_SUBDIR)
     model_cfg = recipe.model
-    init_weights = None
-    extended: dict[str, Any] = {}
+    init = None
     if init_from is not None:
-        _, _, init_cfg, init_weights, init_tokenizer = load_model_dir(init_from)
-        _check_family(model_cfg, init_cfg, init_from, recipe.name)  # the first thing wrong with another family
-        if init_tokenizer.fingerprint() != tokenizer.fingerprint():
-            raise BertkitError(
-                f"--init-from {init_from} was trained with a different tokenizer than the corpus "
-                f"{recipe.data.train}; rebuild the corpus with that model's tokenizer"
-            )
-        model_cfg = _fit_init_checkpoint(model_cfg, init_cfg, init_from, recipe.name)
-        init_weights, extended = _extend_tables(init_cfg, model_cfg, init_weights)
+        init = load_init_checkpoint(init_from, model_cfg, recipe.name, tokenizer, recipe.data.train)
+        model_cfg = init.cfg
+        try:
+            check_model_objective(model_cfg, recipe.objective)
+            check_engine_model(recipe.engine, model_cfg)
+        except ValueError as err:
+            raise BertkitError(f"--init-from {init_from}: {err}") from None
     else:
         # From scratch, the vocabulary is the corpus tokenizer's: a recipe cannot know its size in advance.
         update: dict[str, Any] = {"vocab_size": tokenizer.vocab_size, "pad_token_id": tokenizer.pad_id}
@@ -410,13 +337,17 @@ def pretrain(
 
     torch.manual_seed(recipe.train.seed)  # reproducible initial weights (and the same on every rank)
     model = build_pretraining_model(model_cfg, recipe.objective)
-    if init_weights is not None:
-        absent = [
-            k for k in model.state_dict() if k.startswith("encoder.") and "pooler" not in k and k not in init_weights
-        ]
-        if absent:
-            raise BertkitError(f"--init-from {init_from} does not fit this model: it has no {absent[0]}")
-        load_state(model, init_weights, str(init_from), strict=False)
+    init_report = None
+    if init is not None:
+        new_weights = init.load_into(model, str(init_from))
+        init_report = {
+            "source": str(init.source),
+            "model_from": "checkpoint" if init.from_checkpoint else f"recipe '{recipe.name}' (warm start)",
+            "new_weights": new_weights,  # initialised as BERT initialises them (an MLM head's decoder is tied)
+            "extended": init.extended,
+        }
+        if not quiet and is_main():
+            _say_init(init_from, init_report)
     objective = build_objective(recipe.objective)
     spec = _masking_spec(recipe, tokenizer)
     seed = recipe.train.seed
@@ -488,7 +419,7 @@ def pretrain(
         "skipped_steps": result.skipped_steps,
         "resumed_from": result.resumed_from,
         "init_from": str(init_from) if init_from is not None else None,
-        "init_extended": extended,
+        "init": init_report,
         "stopped": result.stopped,
         "target": result.target,
         "train_sequences": len(train_idx),

@@ -106,7 +106,8 @@ def test_warm_start_from_a_roberta_run(tmp_path: Path, text_file: Path, tokenize
     summary = run_json("pretrain", "--recipe", "bigbird-tiny", "--corpus", str(long_corpus), "--output", str(bigbird),
                        "--init-from", str(roberta), "--set", "train.steps=1", "--set", "train.batch_size=2",
                        "--set", "optim.lr=1e-12", "--set", "schedule.warmup_steps=0", *FAST)  # fmt: skip
-    assert summary["family"] == "bigbird" and set(summary["init_extended"]) == {"positions", "token_types"}
+    assert summary["family"] == "bigbird" and set(summary["init"]["extended"]) == {"positions", "token_types"}
+    assert summary["init"]["model_from"] == "recipe 'bigbird-tiny' (warm start)"
     before = read_weights(roberta / "model" / "model.safetensors")
     after = read_weights(bigbird / "model" / "model.safetensors")
     from bertkit.modelio.modeldir import load_model_dir

@@ -15,7 +15,7 @@ from bertkit.config.schema import ModelConfig
 from bertkit.errors import BertkitError
 from bertkit.models.bert import BertEncoder
 from bertkit.models.block_sparse import BlockSparseAttention, block_sparse_attention, random_blocks
-from bertkit.pipelines.pretrain import _extend_tables, _fit_init_checkpoint
+from bertkit.pipelines.init_from import _warm_start, extend_tables, is_warm_start
 
 BLOCK = 16
 
@@ -179,14 +179,14 @@ def test_recipes_load() -> None:
 def test_warm_start_from_roberta_copies_positions() -> None:
     roberta = load_recipe("roberta-tiny", ["model.vocab_size=300", "model.pad_token_id=1"]).model  # type: ignore
     bigbird = load_recipe("bigbird-tiny").model  # type: ignore[union-attr]
-    fitted = _fit_init_checkpoint(bigbird, roberta, "run", "bigbird-tiny")  # type: ignore[arg-type]
+    fitted = _warm_start(bigbird, roberta, "run", "bigbird-tiny")  # type: ignore[arg-type]
     assert (fitted.vocab_size, fitted.pad_token_id, fitted.position_offset) == (300, 1, 0)
     positions = torch.randn(130, 128)
     weights = {
         "encoder.embeddings.position_embeddings.weight": positions,
         "encoder.embeddings.token_type_embeddings.weight": torch.randn(1, 128),
     }
-    extended, report = _extend_tables(roberta, fitted, weights)
+    extended, report = extend_tables(roberta, fitted, weights)
     table = extended["encoder.embeddings.position_embeddings.weight"]
     assert table.shape == (1024, 128)
     # RoBERTa's 128 learned positions (rows 2..129) become BigBird's 0..127, then repeat.
@@ -197,6 +197,7 @@ def test_warm_start_from_roberta_copies_positions() -> None:
     assert set(report) == {"positions", "token_types"}
     # A checkpoint with more positions than the recipe, or of an unrelated family, is refused.
     with pytest.raises(BertkitError, match="max_position_embeddings"):
-        _fit_init_checkpoint(bigbird.model_copy(update={"max_position_embeddings": 64}), roberta, "run", "x")
+        _warm_start(bigbird.model_copy(update={"max_position_embeddings": 64}), roberta, "run", "x")
+    assert is_warm_start(bigbird, roberta, "run", "x")
     with pytest.raises(BertkitError, match="same family"):
-        _fit_init_checkpoint(bigbird, roberta.model_copy(update={"family": "bert"}), "run", "x")
+        is_warm_start(bigbird, load_recipe("bert-tiny").model, "run", "x")  # type: ignore[arg-type]

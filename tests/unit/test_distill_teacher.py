@@ -201,7 +201,7 @@ def test_offline_without_a_cached_copy_is_one_line(offline_hub: Path) -> None:
             resolve_model_path(spec, hub=True)
         message = str(err.value)
         assert "\n" not in message
-        assert f"cannot get teacher {repo or spec}" in message and "HF_HUB_OFFLINE" in message
+        assert f"cannot get {repo or spec}: no directory of that name here" in message and "HF_HUB_OFFLINE" in message
         assert "pass a local model directory instead" in message
 
 

@@ -101,9 +101,7 @@ def test_this_cpu_gets_what_its_flags_say(monkeypatch: pytest.MonkeyPatch) -> No
     assert resolve_precision("auto", torch.device("cpu"))[0] == expected
 
 
-def test_an_auto_run_says_its_precision_once_and_records_it(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
+def test_an_auto_run_says_its_precision_once_and_records_it(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """The default recipe setting is auto; the run says what it picked in one line at start (not with --quiet)
     and the result records it."""
     from tests.unit.test_engine_loop import OPTIM, SCHEDULE, Regression, make_model, objective

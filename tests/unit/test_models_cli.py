@@ -1,6 +1,6 @@
 """The model families through the CLI: ELECTRA pretraining end to end, `bertkit export --to hf` for every
-family loading into transformers with no missing or unexpected weights, the real MiniLM BERT as
---init-from, and one-line errors for inputs that do not fit."""
+family loading into transformers with no missing or unexpected weights, and one-line errors for inputs that do
+not fit (--init-from: tests/e2e/test_continue_pretraining.py)."""
 
 from __future__ import annotations
 
@@ -97,26 +97,6 @@ def test_export_every_family_loads_cleanly(name: str, tmp_path: Path, tokenizer_
             "export", str(tmp_path / "model"), "--to", "hf", "--output", str(tmp_path / head), "--head", head
         )
         assert _loading_info(auto_class, tmp_path / head) == {}, (name, head, out["architecture"])
-
-
-def test_init_from_real_minilm(tmp_path: Path, minilm_dir: Path, text_file: Path) -> None:
-    from bertkit.corpus.build import BuildOptions, build_corpus
-    from bertkit.modelio.hf_dir import load_hf_dir
-    from bertkit.modelio.weights import read_weights
-
-    build_corpus([text_file], minilm_dir, tmp_path / "corpus", BuildOptions(max_seq_len=32))
-    common = ["pretrain", "--recipe", "bert-tiny", "--corpus", str(tmp_path / "corpus"), "--init-from", str(minilm_dir)]
-    error = run_error(*common, "--output", str(tmp_path / "bad"))
-    assert "does not fit recipe 'bert-tiny'" in error and "--set model.hidden_size=384" in error
-    shape = ["--set", "model.hidden_size=384", "--set", "model.num_layers=6", "--set", "model.num_heads=12",
-             "--set", "model.intermediate_size=1536", "--set", "model.max_position_embeddings=512"]  # fmt: skip
-    run_json(*common, *shape, "--output", str(tmp_path / "run"), "--set", "train.steps=2",
-             "--set", "train.batch_size=4", "--set", "optim.lr=1e-12", "--set", "schedule.warmup_steps=0",
-             "--set", "train.eval_batches=1", "--set", "engine.threads=1")  # fmt: skip
-    trained = read_weights(tmp_path / "run" / "model" / "model.safetensors")
-    real = load_hf_dir(minilm_dir).weights
-    for key in ("encoder.embeddings.word_embeddings.weight", "encoder.layers.5.attention.qkv.weight"):
-        assert torch.allclose(trained[key], real[key], atol=1e-6), key
 
 
 def test_bad_inputs_are_one_line(tmp_path: Path, corpus_dir: Path, minilm_dir: Path, tokenizer_dir: Path) -> None:

