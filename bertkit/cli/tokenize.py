@@ -1,4 +1,4 @@
-"""`bertkit tokenize train|encode|inspect`."""
+"""`bertkit tokenize train|encode|inspect|extend`."""
 
 from __future__ import annotations
 
@@ -201,6 +201,68 @@ def inspect_command(
         emit(result, True, "tokenizer")
         return
     _print_inspection(result)
+
+
+@app.command("extend")
+@guarded
+def extend_command(
+    tokenizer: str = typer.Option(
+        ...,
+        "--tokenizer",
+        "-t",
+        help="The tokenizer to extend: a tokenizer directory, or a model's (bertkit run or model dir, Hugging Face "
+        "checkpoint dir, hub name).",
+    ),
+    input: list[str] = typer.Option(
+        ...,
+        "--input",
+        "-i",
+        help="Domain text to choose words from: text, JSON lines, CSV/TSV, Parquet or a datasets dir; globs ok.",
+    ),
+    output: Path = typer.Option(..., "--output", "-o", help="Tokenizer directory to write."),
+    add: int = typer.Option(0, "--add", "-n", help="How many words to add: those the tokenizer splits worst."),
+    words: Optional[Path] = typer.Option(
+        None, "--words", help="Add exactly these words (a file, one per line) instead of choosing them."
+    ),
+    min_frequency: int = typer.Option(2, "--min-frequency", help="Only words seen at least this often."),
+    text_field: str = typer.Option(
+        "text", "--text-field", help="Field/column holding the text (JSON lines, CSV/TSV, Parquet, datasets)."
+    ),
+    max_lines: int = typer.Option(1_000_000, "--max-lines", help="Read at most this many lines of the input."),
+    overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
+    json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
+) -> None:
+    """Add the domain words a tokenizer splits worst (frequency x pieces saved) as single tokens, for continued
+    pretraining with `pretrain --init-from MODEL` on a corpus built with the result; reports each word and the
+    fertility (tokens per word) of the input before and after."""
+    from bertkit.pipelines.extend_vocab import extend_vocabulary
+
+    result = extend_vocabulary(tokenizer, input, output, add, words, min_frequency, text_field, max_lines, overwrite)
+    if json_out or quiet:
+        emit(result, json_out, "tokenizer extended")
+        return
+    _print_extension(result)
+
+
+def _print_extension(result: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title=f"{result['added']} words added to {result['base']}", title_justify="left")
+    for column in ("id", "word", "frequency", "pieces before", "tokens saved"):
+        table.add_column(column)
+    for row in result["words"]:
+        table.add_row(str(row["id"]), row["word"], str(row["frequency"]), " ".join(row["pieces"]),
+                      str(row["tokens_saved"]))  # fmt: skip
+    console.print(table)
+    before, after = result["fertility"]["before"], result["fertility"]["after"]
+    console.print(
+        f"vocabulary {result['vocab_size']['before']} -> {result['vocab_size']['after']}; on {result['lines']} input "
+        f"lines, fertility {before} -> {after} tokens per word ({result['tokens']['before']} -> "
+        f"{result['tokens']['after']} tokens); written to {result['output']}"
+    )
 
 
 def _print_inspection(result: dict) -> None:

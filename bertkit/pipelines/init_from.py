@@ -83,17 +83,45 @@ def load_init_checkpoint(
 
     source, _, init_cfg, weights, init_tokenizer = load_model_dir(spec, hub=True)
     warm_start = is_warm_start(recipe_cfg, init_cfg, spec, recipe)
-    if init_tokenizer.fingerprint() != tokenizer.fingerprint():
+    grown = init_tokenizer.fingerprint() != tokenizer.fingerprint()
+    if grown and (tokenizer.extends or {}).get("fingerprint") != init_tokenizer.fingerprint():
         raise BertkitError(
             f"--init-from {spec} has another tokenizer than the corpus {corpus_dir} was built with; build the corpus "
-            f"with the checkpoint's: bertkit build-corpus --tokenizer {spec} ..."
+            f"with the checkpoint's (bertkit build-corpus --tokenizer {spec} ...) or with one `bertkit tokenize "
+            f"extend --tokenizer {spec}` made"
         )
     if warm_start:
         cfg = _warm_start(recipe_cfg, init_cfg, spec, recipe)
     else:
         cfg = _checkpoint_model(recipe_cfg, init_cfg, spec, recipe)
     weights, extended = extend_tables(init_cfg, cfg, weights)
+    if grown:
+        weights = grow_vocabulary(weights, tokenizer.extends or {}, tokenizer.vocab_size)
+        cfg = cfg.model_copy(update={"vocab_size": tokenizer.vocab_size})
+        extended["vocabulary"] = (
+            f"{init_cfg.vocab_size} -> {tokenizer.vocab_size} rows (each new word's row the mean of its pieces')"
+        )
     return InitCheckpoint(source, cfg, weights, extended, from_checkpoint=not warm_start)
+
+
+def grow_vocabulary(weights: dict[str, torch.Tensor], extends: dict[str, Any], size: int) -> dict[str, torch.Tensor]:
+    """Grow every table indexed by token id (the word embeddings, an MLM head's output bias) from the base
+    tokenizer's size to `size`: the row of each word `tokenize extend` added is the mean of the rows of the
+    pieces the base tokenizer cut it into (its `extends` record), in the order of the new ids."""
+    old = int(extends["vocab_size"])
+    pieces = list(extends["pieces"].values())
+    if old + len(pieces) != size:
+        raise BertkitError(
+            f"the corpus tokenizer has {size} tokens, but it records {old} + {len(pieces)} added; extend the "
+            "checkpoint's tokenizer again with `bertkit tokenize extend`"
+        )
+    grown = dict(weights)
+    for key, table in weights.items():
+        if table.dim() == 0 or table.shape[0] != old or not ("word_embeddings" in key or key.endswith("head.bias")):
+            continue
+        rows = torch.stack([table[torch.tensor(ids)].mean(dim=0) for ids in pieces]) if pieces else table[:0]
+        grown[key] = torch.cat([table, rows.to(table.dtype)], dim=0).contiguous()
+    return grown
 
 
 def is_warm_start(recipe_cfg: ModelConfig, init_cfg: ModelConfig, spec: str | Path, recipe: str) -> bool:

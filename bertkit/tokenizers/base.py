@@ -43,6 +43,9 @@ class Tokenizer:
         self.specials = specials
         self.path = path
         self.spm_model = spm_model  # the SentencePiece model the backend mirrors, saved as spm.model
+        # What `tokenize extend` added to: the base tokenizer's fingerprint and size, and each new word's ids under
+        # it (bertkit/tokenizers/extend.py); None for a tokenizer that extends none.
+        self.extends: dict | None = None
         ids = {}
         for role in ROLES:
             token = getattr(specials, role)
@@ -104,7 +107,9 @@ class Tokenizer:
             write_vocab_and_merges(self.backend, directory)
         if self.spm_model is not None:
             (directory / SPM_MODEL_FILE).write_bytes(self.spm_model)
-        meta = {"kind": self.kind, "special_tokens": self.specials.as_dict()}
+        meta: dict = {"kind": self.kind, "special_tokens": self.specials.as_dict()}
+        if self.extends is not None:
+            meta["extends"] = self.extends
         (directory / BERTKIT_TOKENIZER_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
         # PreTrainedTokenizerFast takes tokenizer.json as it is. A model-specific class (BertTokenizer in
         # transformers 5) would rebuild the pipeline from its own options and lose what bertkit set, such as
@@ -214,4 +219,7 @@ def load_tokenizer(directory: Path | str) -> Tokenizer:
     # Padding and truncation would silently change what `encode` returns; bertkit pads in the collator.
     backend.no_padding()
     backend.no_truncation()
-    return Tokenizer(backend, kind, specials, directory, spm_model)
+    tokenizer = Tokenizer(backend, kind, specials, directory, spm_model)
+    if isinstance(meta.get("extends"), dict):
+        tokenizer.extends = meta["extends"]
+    return tokenizer

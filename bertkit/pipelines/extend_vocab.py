@@ -1,0 +1,72 @@
+"""`bertkit tokenize extend` as a library call: a model's (or a tokenizer directory's) tokenizer and domain text
+in, a tokenizer with the domain's worst-split words added out, with the table of what was added and the
+fertility (tokens per word) of the domain text before and after."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from pathlib import Path
+from typing import Any
+
+from bertkit.errors import BertkitError
+from bertkit.fsutil import atomic_output_dir, check_output_dir
+from bertkit.inputs.remote import local_tokenizer
+from bertkit.inputs.sources import ReadStats, expand_inputs, iter_lines
+from bertkit.tokenizers.base import load_tokenizer
+from bertkit.tokenizers.extend import choose_words, count_words, extend_tokenizer, given_words, word_table
+from bertkit.tokenizers.stats import sample_statistics
+
+
+def extend_vocabulary(
+    tokenizer: str | Path,
+    inputs: list[str],
+    output: Path,
+    add: int = 0,
+    words_file: Path | None = None,
+    min_frequency: int = 2,
+    text_field: str = "text",
+    max_lines: int = 1_000_000,
+    overwrite: bool = False,
+) -> dict[str, Any]:
+    if words_file is None and add < 1:
+        raise BertkitError(f"--add must be at least 1, not {add} (or list the words with --words FILE)")
+    if min_frequency < 1:
+        raise BertkitError(f"--min-frequency must be at least 1, not {min_frequency}")
+    check_output_dir(output, overwrite)
+    started = time.perf_counter()
+    base = load_tokenizer(local_tokenizer(tokenizer))
+    paths = expand_inputs(inputs)
+    stats = ReadStats()
+    lines = list(itertools.islice((line for line in iter_lines(paths, stats, text_field)), max_lines))
+    if not lines:
+        raise BertkitError(f"{', '.join(map(str, inputs))} holds no text to choose words from")
+    counts = count_words(base, lines)
+    if words_file is not None:
+        if not words_file.is_file():
+            raise BertkitError(f"--words file not found: {words_file}")
+        words = given_words(base, words_file.read_text("utf-8").splitlines(), counts)
+    else:
+        words = choose_words(base, counts, add, min_frequency)
+        if not words:
+            raise BertkitError(
+                f"no word of the input is split by this tokenizer and occurs {min_frequency} times or more; "
+                "nothing to add (lower --min-frequency, or give more text)"
+            )
+    extended = extend_tokenizer(base, words)
+    with atomic_output_dir(output, overwrite) as tmp:
+        extended.save(tmp)
+    before, after = sample_statistics(base, lines, top=0), sample_statistics(extended, lines, top=0)
+    return {
+        "output": str(output),
+        "base": str(base.path),
+        "kind": base.kind,
+        "asked": add if words_file is None else len(words),
+        "added": len(words),
+        "vocab_size": {"before": base.vocab_size, "after": extended.vocab_size},
+        "lines": len(lines),
+        "words": word_table(words, base),
+        "fertility": {"before": before["fertility"], "after": after["fertility"]},
+        "tokens": {"before": before["sample_tokens"], "after": after["sample_tokens"]},
+        "seconds": round(time.perf_counter() - started, 2),
+    }
