@@ -20,6 +20,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -528,3 +529,18 @@ def evaluate_tagger(
     scores = tagging_scores(gold, predicted, with_entities)
     scores["examples"] = len(gold)
     return scores
+
+
+def tag_record(
+    text: str, spans: list[tuple[int, int]], tags: list[str | None], with_entities: bool = True
+) -> dict[str, Any]:
+    """{"entities": [{"type", "start", "end", "text"}], "tags": [...]}: an entity's start and end are
+    character offsets into `text` (end exclusive), from its first word's start to its last word's end,
+    so text[start:end] is exactly its text. A word the model did not see (truncated) is tagged O."""
+    if with_entities:
+        tags = [tag or "O" for tag in tags]
+    found = []
+    for kind, first, end in entities(tags) if with_entities else []:
+        start, stop = spans[first][0], spans[end - 1][1]
+        found.append({"type": kind, "start": start, "end": stop, "text": text[start:stop]})
+    return {"entities": found, "tags": tags}

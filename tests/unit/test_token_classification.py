@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from bertkit.errors import BertkitError
-from bertkit.pipelines.predict.run import tag_record
 from bertkit.tasks.token_classification import (
     IGNORE,
     TokenClassificationObjective,
@@ -20,6 +19,7 @@ from bertkit.tasks.token_classification import (
     read_token_file,
     resolve_tags,
     split_words,
+    tag_record,
     tagging_scores,
 )
 

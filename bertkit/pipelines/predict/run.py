@@ -22,13 +22,13 @@ import torch
 
 from bertkit.corpus.loader import pad_batch
 from bertkit.errors import BertkitError
-from bertkit.pipelines.predict.common import jsonl_sink, load_task_model, torch_threads
+from bertkit.pipelines.predict.common import InferenceModel, jsonl_sink, load_task_model, torch_threads
 from bertkit.pipelines.predict.qa import predict_qa
 from bertkit.progress import Tracker
 from bertkit.tasks.architectures import window_length
-from bertkit.tasks.classification import encode_examples
 from bertkit.tasks.data import file_format
-from bertkit.tasks.token_classification import encode_words, entities, split_words, word_offsets
+from bertkit.tasks.kinds import task_kind
+from bertkit.tasks.kinds.base import PredictRequest, RunModel
 
 CHUNK_BATCHES = 32  # batches read, predicted and written at a time
 
@@ -119,14 +119,6 @@ def _parquet_rows(path: Path, fields: list[str]) -> Iterator[tuple[str, Any]]:
             yield f"row {number}", {name: values[index] for name, values in columns.items()}
 
 
-def _text(path: Path, where: str, row: Any, field: str | None) -> str:
-    value = row if field is None else row.get(field)
-    if not isinstance(value, str) or not value.strip():
-        what = "missing or empty" if value is None or isinstance(value, str) else f"a {type(value).__name__}"
-        raise BertkitError(f"{path} {where}: text {('(' + repr(field) + ') ') if field else ''}is {what}; fix the row")
-    return value
-
-
 def predict(
     model_path: Path,
     input_path: Path,
@@ -173,106 +165,20 @@ def _predict(
     if not input_path.is_file():
         raise BertkitError(f"input file not found: {input_path}")
     loaded = load_task_model(model_path, device, threads)
-    model_dir, meta, cfg, tokenizer, model = loaded.model_dir, loaded.meta, loaded.cfg, loaded.tokenizer, loaded.model
-    architecture = meta["architecture"]
-    if architecture == "question-answering":
+    kind = task_kind(loaded.meta["architecture"])
+    if kind.predicts_from == "questions":
         return predict_qa(loaded, input_path, output, batch_size, max_seq_len, quiet)
-    task = meta.get("task") or {}
-    labels: list[str] = list(meta.get("labels") or [])
-    tokens_task = architecture == "token-classification"
-    regression = architecture == "sequence-regression"
-    multi_label = architecture == "sequence-multi-label"
-    threshold = float(task.get("threshold", 0.5))
-    max_len = window_length(cfg, task, max_seq_len)
+    task = loaded.meta.get("task") or {}
+    max_len = window_length(loaded.cfg, task, max_seq_len)
     if max_len < 3:
         raise BertkitError(f"--max-seq-len must be at least 3, not {max_seq_len}")
-    kind = "parquet" if file_format(input_path) == "parquet" else file_format(input_path)
-    if kind == "dataset":
+    form = file_format(input_path)
+    if form == "dataset":
         raise BertkitError(f"{input_path}: predict reads files; export the split to JSON lines or Parquet first")
-    text_field = text_field or (None if tokens_task else task.get("text_field", "text"))
-    pair_field = None if tokens_task else (text_pair_field or task.get("text_pair_field"))
-    fields = [f for f in (text_field, pair_field) if f]
-    if kind == "text" and pair_field:
-        raise BertkitError(f"this model reads text pairs ({pair_field}); give JSON lines, CSV/TSV or Parquet input")
-
-    target = loaded.device
-    use_types = pair_field is not None and cfg.type_vocab_size > 1
-
-    def predict_chunk(rows: list[tuple[str, Any]]) -> list[dict[str, Any]]:
-        if tokens_task:
-            return _tag_chunk(rows)
-        texts = [_text(input_path, where, row, text_field if kind != "text" else None) for where, row in rows]
-        pairs = [_text(input_path, where, row, pair_field) for where, row in rows] if pair_field else None
-        examples = encode_examples(texts, pairs, np.zeros(len(texts)), tokenizer, max_len)
-        logits = _run(model, examples.input_ids, examples.token_type_ids if use_types else None)
-        if regression:
-            return [{"score": round(float(x), 6)} for x in logits[:, 0]]
-        if multi_label:  # one sigmoid per label; every label at or above task.threshold is predicted
-            sig = torch.sigmoid(torch.from_numpy(logits)).numpy()
-            return [
-                {
-                    "labels": [name for name, v in zip(labels, p, strict=True) if v >= threshold],
-                    "probabilities": {name: round(float(v), 6) for name, v in zip(labels, p, strict=True)},
-                }
-                for p in sig
-            ]
-        probs = torch.softmax(torch.from_numpy(logits), dim=-1).numpy()
-        return [
-            {
-                "label": labels[int(p.argmax())],
-                "probabilities": {name: round(float(v), 6) for name, v in zip(labels, p, strict=True)},
-            }
-            for p in probs
-        ]
-
-    def _tag_chunk(rows: list[tuple[str, Any]]) -> list[dict[str, Any]]:
-        texts, spans, words_of = [], [], []
-        for where, row in rows:
-            if kind != "text" and isinstance(row, dict) and "tokens" in row and text_field is None:
-                tokens = row["tokens"]
-                if not isinstance(tokens, list) or not all(
-                    isinstance(t, str) and t and not any(c.isspace() for c in t) for t in tokens
-                ):
-                    raise BertkitError(
-                        f"{input_path} {where}: 'tokens' must be a list of non-empty strings without spaces"
-                    )
-                text, word_spans = word_offsets(tokens)
-                words = list(tokens)
-            else:
-                text = _text(input_path, where, row, None if kind == "text" else (text_field or "text"))
-                words, word_spans = split_words(text)
-            texts.append(text)
-            spans.append(word_spans)
-            words_of.append(words)
-        examples = encode_words(texts, spans, tokenizer, max_len)
-        logits = _run(model, examples.input_ids, None)
-        out = []
-        for n, positions in enumerate(examples.positions):
-            best = logits[n].argmax(-1)
-            tags = [labels[int(best[p])] if p >= 0 else None for p in positions]
-            out.append(tag_record(texts[n], spans[n], tags, task.get("tag_scheme") != "none"))
-        return out
-
-    def _run(model: Any, input_ids: list[np.ndarray], types: list[np.ndarray] | None) -> np.ndarray:
-        """Logits of every row, predicted in batches of similar length, back in input order."""
-        order = np.argsort([len(ids) for ids in input_ids], kind="stable")
-        results: list[np.ndarray | None] = [None] * len(input_ids)
-        with torch.no_grad():
-            for start in range(0, len(order), batch_size):
-                rows = [int(i) for i in order[start : start + batch_size]]
-                ids, mask = pad_batch([input_ids[i] for i in rows], tokenizer.pad_id)
-                type_ids = pad_batch([types[i] for i in rows], 0)[0].to(target) if types is not None else None
-                logits = model(ids.to(target), mask.to(target), type_ids)["logits"].float().cpu().numpy()
-                for j, i in enumerate(rows):
-                    results[i] = logits[j]
-        if tokens_task:  # per token: rows of different lengths, padded to the chunk's longest
-            longest = max(r.shape[0] for r in results)  # type: ignore[union-attr]
-            padded = np.zeros((len(results), longest, len(labels)), dtype=np.float32)
-            for i, r in enumerate(results):
-                padded[i, : r.shape[0]] = r  # type: ignore[union-attr]
-            return padded
-        return np.stack(results)  # type: ignore[arg-type]
-
+    request = PredictRequest(loaded.meta, loaded.tokenizer, max_len, loaded.cfg.type_vocab_size, input_path,
+                             form == "text", text_field, text_pair_field)  # fmt: skip
+    predictor = kind.predictor(request)
+    run = _batched(loaded, batch_size)
     started = time.perf_counter()
     rows_done = 0
     chunk_rows = batch_size * CHUNK_BATCHES
@@ -280,10 +186,11 @@ def _predict(
     counter = _CountingReader(raw)
     try:
         with jsonl_sink(output) as sink:
-            if kind == "parquet":
-                rows_iter = _parquet_rows(input_path, fields)
+            if form == "parquet":
+                rows_iter = _parquet_rows(input_path, predictor.fields)
             else:
-                rows_iter = _rows(input_path, kind, _open_text(input_path, counter), fields if kind != "text" else [])
+                fields = predictor.fields if form != "text" else []
+                rows_iter = _rows(input_path, form, _open_text(input_path, counter), fields)
             size = input_path.stat().st_size
             with Tracker("predict", total=size or None, quiet=quiet, unit="bytes") as tracker:
                 shown = 0
@@ -301,11 +208,11 @@ def _predict(
                         ) from None
                     if not chunk:
                         break
-                    for record in predict_chunk(chunk):
+                    for record in predictor.records(chunk, run):
                         sink.write(json.dumps(record, ensure_ascii=False) + "\n")
                     sink.flush()
                     rows_done += len(chunk)
-                    position = size if kind == "parquet" else counter.position
+                    position = size if form == "parquet" else counter.position
                     tracker.advance(position - shown, info=f"{rows_done} rows")
                     shown = position
             if rows_done == 0:
@@ -315,27 +222,32 @@ def _predict(
     seconds = time.perf_counter() - started
     return {
         "output": "-" if to_stdout else str(output),
-        "model": str(model_dir),
+        "model": str(loaded.model_dir),
         "backend": loaded.backend,
-        "task": architecture,
+        "task": kind.architecture,
         "rows": rows_done,
-        "labels": labels,
+        "labels": list(loaded.meta.get("labels") or []),
         "max_seq_len": max_len,
         "seconds": round(seconds, 2),
         "rows_per_s": round(rows_done / seconds, 1) if seconds > 0 else None,
     }
 
 
-def tag_record(
-    text: str, spans: list[tuple[int, int]], tags: list[str | None], with_entities: bool = True
-) -> dict[str, Any]:
-    """{"entities": [{"type", "start", "end", "text"}], "tags": [...]}: an entity's start and end are
-    character offsets into `text` (end exclusive), from its first word's start to its last word's end,
-    so text[start:end] is exactly its text. A word the model did not see (truncated) is tagged O."""
-    if with_entities:
-        tags = [tag or "O" for tag in tags]
-    found = []
-    for kind, first, end in entities(tags) if with_entities else []:
-        start, stop = spans[first][0], spans[end - 1][1]
-        found.append({"type": kind, "start": start, "end": stop, "text": text[start:stop]})
-    return {"entities": found, "tags": tags}
+def _batched(loaded: InferenceModel, batch_size: int) -> RunModel:
+    """The model over rows of token ids, in batches of similar length (little padding), back in input order."""
+
+    def run(input_ids: list[np.ndarray], types: list[np.ndarray] | None) -> list[np.ndarray]:
+        order = np.argsort([len(ids) for ids in input_ids], kind="stable")
+        results: list[np.ndarray] = [np.empty(0)] * len(input_ids)
+        pad, target = loaded.tokenizer.pad_id, loaded.device
+        with torch.no_grad():
+            for start in range(0, len(order), batch_size):
+                rows = [int(i) for i in order[start : start + batch_size]]
+                ids, mask = pad_batch([input_ids[i] for i in rows], pad)
+                type_ids = pad_batch([types[i] for i in rows], 0)[0].to(target) if types is not None else None
+                logits = loaded.model(ids.to(target), mask.to(target), type_ids)["logits"].float().cpu().numpy()
+                for j, i in enumerate(rows):
+                    results[i] = logits[j]
+        return results
+
+    return run

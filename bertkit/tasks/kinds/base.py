@@ -1,6 +1,6 @@
 """What a task kind is to bertkit: how its data is read and encoded, the model it trains, its objective and
-metrics (`prepare`, for `finetune`), and what a teacher fine-tuned for it gives the distillation task stage
-(`logits`, `count`, `rows`). One file per kind (sequence.py, tokens.py, spans.py); bertkit/tasks/kinds/__init__.py
+metrics (`prepare`, for `finetune`), what a teacher fine-tuned for it gives the distillation task stage
+(`logits`, `count`, `rows`), and what `predict` writes for each input row (`predictor`). One file per kind (sequence.py, tokens.py, spans.py); bertkit/tasks/kinds/__init__.py
 is the registry.
 
 The distillation half: TinyBERT's L_pred is a soft cross-entropy between teacher's and student's output
@@ -15,12 +15,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
+import numpy as np
 import torch
 from torch import nn
 
 from bertkit.config.schema import ModelConfig, TaskConfig
+from bertkit.errors import BertkitError
 from bertkit.tokenizers.base import Tokenizer
 
 Part = tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]
@@ -47,9 +49,49 @@ class Prepared:
     fresh: tuple[str, ...] = ()
 
 
+# What `bertkit predict` gives a kind to run its model: token ids of each row (and segment ids, or None) in, that
+# row's logits out, in input order ((C,) for a sequence, (T, C) for tokens); batching and the device are its own.
+RunModel = Callable[[list[np.ndarray], list[np.ndarray] | None], list[np.ndarray]]
+
+
+@dataclass
+class PredictRequest:
+    """What a kind's predictor needs to know of the model and the input."""
+
+    meta: dict[str, Any]  # the fine-tuned model's bertkit_model.json (task settings, labels)
+    tokenizer: Tokenizer
+    max_len: int  # tokens per input
+    type_vocab_size: int
+    source: Path  # the input file (named in errors)
+    plain_text: bool  # text lines, not a table or JSON lines
+    text_field: str | None  # --text-field (None: the kind's default)
+    pair_field: str | None  # --text-pair-field
+
+
+@dataclass
+class RowPredictor:
+    """A kind's prediction over rows of a table, JSON lines or text lines: the fields it reads, and the records
+    (one JSON object per row) of a chunk of (where, row) pairs."""
+
+    fields: list[str]
+    records: Callable[[list[tuple[str, Any]], RunModel], list[dict[str, Any]]]
+
+
+def row_text(source: Path, where: str, row: Any, field: str | None) -> str:
+    """The text of one input row (a line of a text file, or `field` of a record); one line when it has none."""
+    value = row if field is None else row.get(field)
+    if not isinstance(value, str) or not value.strip():
+        what = "missing or empty" if value is None or isinstance(value, str) else f"a {type(value).__name__}"
+        named = f"({field!r}) " if field else ""
+        raise BertkitError(f"{source} {where}: text {named}is {what}; fix the row")
+    return value
+
+
 class TaskKind(Protocol):
     name: str  # task.kind
     architecture: str  # bertkit_model.json's name of a model fine-tuned for it (predict and export read it)
+    # What `bertkit predict` reads for it: rows (tables, JSON lines, text lines), or SQuAD's question files.
+    predicts_from: Literal["rows", "questions"]
 
     def prepare(self, task: TaskConfig, model_cfg: ModelConfig, tokenizer: Tokenizer, train_file: Path,
                 eval_file: Path | None, seed: int) -> Prepared: ...  # fmt: skip
@@ -59,6 +101,8 @@ class TaskKind(Protocol):
     def count(self, batch: dict[str, torch.Tensor]) -> float: ...
 
     def rows(self, student: torch.Tensor, teacher: torch.Tensor, batch: dict[str, torch.Tensor]) -> list[Part]: ...
+
+    def predictor(self, request: PredictRequest) -> RowPredictor: ...  # the kinds that predict from rows
 
 
 def model_inputs(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:

@@ -26,7 +26,17 @@ from bertkit.tasks.classification import (
     sequence_targets,
 )
 from bertkit.tasks.data import TaskData, read_task_file
-from bertkit.tasks.kinds.base import Evaluate, Part, Prepared, model_inputs, window
+from bertkit.tasks.kinds.base import (
+    Evaluate,
+    Part,
+    PredictRequest,
+    Prepared,
+    RowPredictor,
+    RunModel,
+    model_inputs,
+    row_text,
+    window,
+)
 from bertkit.tokenizers.base import Tokenizer
 
 _OBJECTIVES = {
@@ -48,6 +58,8 @@ def subset(data: TaskData, indices: np.ndarray) -> TaskData:
 
 class SequenceKind:
     """One kind of sequence task: `name` is classification, multi-label or regression."""
+
+    predicts_from = "rows"
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -166,6 +178,47 @@ class SequenceKind:
 
     def rows(self, student: torch.Tensor, teacher: torch.Tensor, batch: dict[str, torch.Tensor]) -> list[Part]:
         return [(student, teacher, batch["labels"], 1.0)]
+
+    # -- prediction: a label with its probabilities, the labels above the threshold, or a score ------------------
+    def predictor(self, request: PredictRequest) -> RowPredictor:
+        task, source = request.meta.get("task") or {}, request.source
+        labels: list[str] = list(request.meta.get("labels") or [])
+        text_field = request.text_field or task.get("text_field", "text")
+        pair_field = request.pair_field or task.get("text_pair_field")
+        if request.plain_text and pair_field:
+            raise BertkitError(f"this model reads text pairs ({pair_field}); give JSON lines, CSV/TSV or Parquet input")
+        use_types = pair_field is not None and request.type_vocab_size > 1
+        threshold = float(task.get("threshold", 0.5))
+
+        def records(rows: list[tuple[str, Any]], run: RunModel) -> list[dict[str, Any]]:
+            texts = [row_text(source, where, row, None if request.plain_text else text_field) for where, row in rows]
+            pairs = [row_text(source, where, row, pair_field) for where, row in rows] if pair_field else None
+            examples = encode_examples(texts, pairs, np.zeros(len(texts)), request.tokenizer, request.max_len)
+            logits = np.stack(run(examples.input_ids, examples.token_type_ids if use_types else None))
+            return self._records(logits, labels, threshold)
+
+        return RowPredictor([f for f in (text_field, pair_field) if f], records)
+
+    def _records(self, logits: np.ndarray, labels: list[str], threshold: float) -> list[dict[str, Any]]:
+        if self.name == "regression":
+            return [{"score": round(float(x), 6)} for x in logits[:, 0]]
+        if self.name == "multi-label":  # one sigmoid per label; every label at or above task.threshold is predicted
+            sig = torch.sigmoid(torch.from_numpy(logits)).numpy()
+            return [
+                {
+                    "labels": [name for name, v in zip(labels, p, strict=True) if v >= threshold],
+                    "probabilities": {name: round(float(v), 6) for name, v in zip(labels, p, strict=True)},
+                }
+                for p in sig
+            ]
+        probs = torch.softmax(torch.from_numpy(logits), dim=-1).numpy()
+        return [
+            {
+                "label": labels[int(p.argmax())],
+                "probabilities": {name: round(float(v), 6) for name, v in zip(labels, p, strict=True)},
+            }
+            for p in probs
+        ]
 
 
 def skipped_summary(train_read: Any, eval_read: Any | None) -> dict[str, Any]:

@@ -23,6 +23,7 @@ MASKED = -1.0e4
 class SpanKind:
     name = "question-answering"
     architecture = "question-answering"
+    predicts_from = "questions"  # SQuAD JSON or JSON lines of question and context (bertkit/pipelines/predict/qa.py)
 
     # -- fine-tuning -------------------------------------------------------------------------------------------
     def prepare(self, task: TaskConfig, model_cfg: ModelConfig, tokenizer: Tokenizer, train_file: Path,

