@@ -1,7 +1,7 @@
 """What a task kind is to bertkit: how its data is read and encoded, the model it trains, its objective and
 metrics (`prepare`, for `finetune`), what a teacher fine-tuned for it gives the distillation task stage
-(`logits`, `count`, `rows`), and what `predict` writes for each input row (`predictor`). One file per kind (sequence.py, tokens.py, spans.py); bertkit/tasks/kinds/__init__.py
-is the registry.
+(`logits`, `count`, `rows`), and what `predict` writes for each input row (`predictor`). One file per kind
+(sequence.py, tokens.py, spans.py); bertkit/tasks/kinds/__init__.py is the registry.
 
 The distillation half: TinyBERT's L_pred is a soft cross-entropy between teacher's and student's output
 distributions; a kind gives its logits in one layout, the one the teacher-output cache stores (bertkit/distill/
