@@ -25,7 +25,8 @@ def train_command(
         ...,
         "--input",
         "-i",
-        help="Text (.txt, .gz, .bz2, .zst), JSON lines (.jsonl), Parquet, or a datasets save_to_disk dir; globs ok.",
+        help="Text (.txt, .gz, .bz2, .zst), JSON lines (.jsonl), CSV/TSV with a header row, Parquet, or a datasets "
+        "save_to_disk dir; globs ok.",
     ),
     output: Path = typer.Option(..., "--output", "-o", help="Tokenizer directory to write."),
     kind: str = typer.Option(

@@ -54,11 +54,13 @@ def resolve_precision(requested: str, device: torch.device) -> tuple[str, str | 
         return requested, None
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
-        if torch.cuda.is_bf16_supported():
+        # Compute capability 8.0 (Ampere) and later have bf16 tensor cores; torch.cuda.is_bf16_supported() also
+        # says yes where bf16 is emulated (Turing, Volta), which is slower than fp32 there.
+        if torch.cuda.get_device_capability(device) >= (8, 0):
             return "bf16", f"precision: bf16 autocast (engine.precision=auto; {name} runs bf16 natively)"
         return "fp32", (
-            f"precision: fp32 (engine.precision=auto; {name} has no bf16; --set engine.precision=fp16 for "
-            "half precision with loss scaling)"
+            f"precision: fp32 (engine.precision=auto; {name} has no native bf16; --set engine.precision=fp16 "
+            "for half precision with loss scaling)"
         )
     if cpu_runs_bf16():
         return "bf16", (

@@ -16,6 +16,7 @@ import gzip
 import io
 import json
 import re
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -167,6 +168,17 @@ def _delimiter(path: Path) -> str | None:
     return {".csv": ",", ".tsv": "\t"}.get(Path(stem).suffix)
 
 
+def _allow_long_fields() -> None:
+    """A document is one field: lift the csv module's 128 KB field limit (to the largest the platform takes)."""
+    limit = sys.maxsize
+    while True:
+        try:
+            csv.field_size_limit(limit)
+            return
+        except OverflowError:
+            limit //= 2
+
+
 def _iter_delimited_documents(path: Path, delimiter: str, stats: ReadStats, text_field: str) -> Iterator[list[str]]:
     """Each row's `text_field` column of a CSV/TSV file with a header row, as one document. Lines are decoded
     one at a time (bad UTF-8 counted as in text files); a quoted field may span lines."""
@@ -178,7 +190,11 @@ def _iter_delimited_documents(path: Path, delimiter: str, stats: ReadStats, text
                 stats.lines += 1
                 yield _decode(raw, stats)
 
-    reader = csv.reader(lines(), delimiter=delimiter, strict=True)
+    _allow_long_fields()
+    # TSV is read as written: tabs separate fields, quotes are text (GLUE's files hold unbalanced ones). CSV
+    # fields may be quoted, a quoted field spanning lines.
+    quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
+    reader = csv.reader(lines(), delimiter=delimiter, strict=True, quoting=quoting)
     try:
         header = [name.strip().removeprefix("\ufeff") for name in next(reader, [])]
         if text_field not in header:

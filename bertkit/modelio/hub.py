@@ -2,7 +2,7 @@
 (downloaded, or read from the cache offline). Only what bertkit reads is fetched (HUB_FILES): never pickled
 weights, never code. Only bertkit/modelio/modeldir.py calls it (`resolve_model_path(spec, hub=True)` and
 `tokenizer_source`): the model arguments that name a public model (distill's teacher, pretrain's --init-from,
-evaluate's models, build-corpus's and tokenize's --tokenizer) accept a hub name."""
+evaluate's models, build-corpus's and tokenize extend's --tokenizer) accept a hub name."""
 
 from __future__ import annotations
 

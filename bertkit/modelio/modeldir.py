@@ -74,7 +74,8 @@ TOKENIZER_FILES = ("bertkit_tokenizer.json", "tokenizer.json", "vocab.txt", "voc
 def tokenizer_source(spec: str | Path) -> Path:
     """The directory whose tokenizer a `--tokenizer` argument names: a tokenizer directory, a bertkit run or model
     directory (its `model/`), a Hugging Face checkpoint directory, or a hub name (its tokenizer files, through
-    the hub cache). A missing local path is one error, never a hub request."""
+    the hub cache). A missing path that reads as a path (absolute, ./, ../, ~, or more than two parts) is one
+    error; a missing ORG/NAME or NAME is looked up on the hub."""
     from bertkit.modelio.hub import ALIASES, download, looks_like_path
 
     path = Path(spec).expanduser()

@@ -31,6 +31,8 @@ def extend_vocabulary(
 ) -> dict[str, Any]:
     if words_file is None and add < 1:
         raise BertkitError(f"--add must be at least 1, not {add} (or list the words with --words FILE)")
+    if words_file is not None and add:
+        raise BertkitError("--add chooses the words and --words lists them; give one of the two")
     if min_frequency < 1:
         raise BertkitError(f"--min-frequency must be at least 1, not {min_frequency}")
     check_output_dir(output, overwrite)
@@ -45,7 +47,11 @@ def extend_vocabulary(
     if words_file is not None:
         if not words_file.is_file():
             raise BertkitError(f"--words file not found: {words_file}")
-        words = given_words(base, words_file.read_text("utf-8").splitlines(), counts)
+        try:
+            listed = words_file.read_text("utf-8-sig").splitlines()
+        except UnicodeDecodeError:
+            raise BertkitError(f"--words {words_file} is not UTF-8 text; re-encode it as UTF-8") from None
+        words = given_words(base, listed, counts)
     else:
         words = choose_words(base, counts, add, min_frequency)
         if not words:

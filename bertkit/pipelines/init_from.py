@@ -37,12 +37,16 @@ SHAPE_FIELDS = (
 SHAPE_KEYS = {"embedding_dim": "embedding_size", "layer_sharing": "sharing"}  # the recipe key behind each
 # Model keys a recipe may set to something else than the checkpoint has: they change training, not what the
 # weights mean (dropout), or are built fresh when absent (the pooler, ELECTRA's generator).
-FREE_KEYS = {"family", "hidden_dropout", "attention_dropout", "attention", "block_size", "num_random_blocks", "pooler",
+FREE_KEYS = {"hidden_dropout", "attention_dropout", "attention", "block_size", "num_random_blocks", "pooler",
              "generator"}  # fmt: skip
+# Model keys the tokenizer owns, as it does from scratch: the checkpoint's (or, extended, the corpus tokenizer's).
+TOKENIZER_KEYS = {"vocab_size", "pad_token_id"}
 # Tables a checkpoint may have fewer rows of than the recipe asks for: the missing rows are copied (see
 # extend_tables).
 EXTENDABLE = ("max_position_embeddings", "type_vocab_size")
-SAME_FAMILY = {"spanbert": "bert"}  # SpanBERT checkpoints are BERT checkpoints
+SAME_FAMILY = {"spanbert": "bert"}
+# The word-embedding tables (XLNet's is `word_embedding`), which tokenize extend grows.
+WORD_TABLES = ("word_embeddings.weight", "word_embedding.weight")  # SpanBERT checkpoints are BERT checkpoints
 # Families a recipe may warm-start from besides its own: BigBird starts from RoBERTa, as in the paper.
 WARM_STARTS = {"bigbird": {"roberta"}}
 
@@ -96,32 +100,45 @@ def load_init_checkpoint(
         cfg = _checkpoint_model(recipe_cfg, init_cfg, spec, recipe)
     weights, extended = extend_tables(init_cfg, cfg, weights)
     if grown:
-        weights = grow_vocabulary(weights, tokenizer.extends or {}, tokenizer.vocab_size)
-        cfg = cfg.model_copy(update={"vocab_size": tokenizer.vocab_size})
+        weights, rows = grow_vocabulary(weights, tokenizer.extends or {}, tokenizer.vocab_size)
+        cfg = cfg.model_copy(update={"vocab_size": rows})
+        added = tokenizer.vocab_size - int((tokenizer.extends or {})["vocab_size"])
         extended["vocabulary"] = (
-            f"{init_cfg.vocab_size} -> {tokenizer.vocab_size} rows (each new word's row the mean of its pieces')"
+            f"{added} words added: {init_cfg.vocab_size} -> {rows} rows (each new word's row the mean of its pieces')"
         )
     return InitCheckpoint(source, cfg, weights, extended, from_checkpoint=not warm_start)
 
 
-def grow_vocabulary(weights: dict[str, torch.Tensor], extends: dict[str, Any], size: int) -> dict[str, torch.Tensor]:
-    """Grow every table indexed by token id (the word embeddings, an MLM head's output bias) from the base
-    tokenizer's size to `size`: the row of each word `tokenize extend` added is the mean of the rows of the
-    pieces the base tokenizer cut it into (its `extends` record), in the order of the new ids."""
-    old = int(extends["vocab_size"])
+def grow_vocabulary(
+    weights: dict[str, torch.Tensor], extends: dict[str, Any], size: int
+) -> tuple[dict[str, torch.Tensor], int]:
+    """The tables indexed by token id (the word embeddings, an MLM head's output bias) with a row for each word
+    `tokenize extend` added: the mean of the rows of the pieces the base tokenizer cut it into (its `extends`
+    record), written at the word's id in id order, so a word added by a second extension may read the first's.
+    A table with spare rows past the base tokenizer (ModernBERT's 50,368 for 50,280 tokens) takes the new rows
+    there; else it grows. Returns the tables and their row count."""
+    base = int(extends["vocab_size"])
     pieces = list(extends["pieces"].values())
-    if old + len(pieces) != size:
+    if base + len(pieces) != size:
         raise BertkitError(
-            f"the corpus tokenizer has {size} tokens, but it records {old} + {len(pieces)} added; extend the "
+            f"the corpus tokenizer has {size} tokens, but it records {base} + {len(pieces)} added; extend the "
             "checkpoint's tokenizer again with `bertkit tokenize extend`"
         )
+    embedding = next((k for k in weights if k.endswith(WORD_TABLES)), None)
+    if embedding is None:
+        raise BertkitError("the checkpoint has no word-embedding table to grow")
+    rows = max(weights[embedding].shape[0], size)
     grown = dict(weights)
     for key, table in weights.items():
-        if table.dim() == 0 or table.shape[0] != old or not ("word_embeddings" in key or key.endswith("head.bias")):
+        if not (key.endswith(WORD_TABLES) or (key.endswith("head.bias") and table.dim() == 1)):
             continue
-        rows = torch.stack([table[torch.tensor(ids)].mean(dim=0) for ids in pieces]) if pieces else table[:0]
-        grown[key] = torch.cat([table, rows.to(table.dtype)], dim=0).contiguous()
-    return grown
+        if table.shape[0] != weights[embedding].shape[0]:
+            continue
+        table = torch.cat([table, table.new_zeros((rows - table.shape[0], *table.shape[1:]))]).contiguous()
+        for offset, ids in enumerate(pieces):
+            table[base + offset] = table[torch.tensor(ids)].mean(dim=0)
+        grown[key] = table
+    return grown, rows
 
 
 def is_warm_start(recipe_cfg: ModelConfig, init_cfg: ModelConfig, spec: str | Path, recipe: str) -> bool:
@@ -141,7 +158,7 @@ def _checkpoint_model(recipe_cfg: ModelConfig, init_cfg: ModelConfig, spec: str 
     """The checkpoint's model, with the recipe's settings that may differ from it (dropout, attention, pooler,
     larger tables); a recipe key that contradicts the checkpoint is one error naming each."""
     given = {key: getattr(recipe_cfg, key) for key in type(recipe_cfg).model_fields
-             if key in recipe_cfg.model_fields_set and key != "family"}  # fmt: skip
+             if key in recipe_cfg.model_fields_set and key != "family" and key not in TOKENIZER_KEYS}  # fmt: skip
     theirs = init_cfg.model_dump()
     conflicts = []
     for key, ours in given.items():
@@ -157,7 +174,21 @@ def _checkpoint_model(recipe_cfg: ModelConfig, init_cfg: ModelConfig, spec: str 
             f"{'these keys' if len(conflicts) > 1 else 'the key'} (continue-mlm sets none) or start from scratch"
         )
     family = recipe_cfg.family if "family" in recipe_cfg.model_fields_set else init_cfg.family
-    return ModelConfig.model_validate({**theirs, **given, "family": family})
+    return _validated({**theirs, **given, "family": family}, spec, recipe)
+
+
+def _validated(fields: dict[str, Any], spec: str | Path, recipe: str) -> ModelConfig:
+    """The model the run trains; a combination the family refuses (a pooler on ModernBERT) is one line."""
+    from pydantic import ValidationError
+
+    try:
+        return ModelConfig.model_validate(fields)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise BertkitError(
+            f"--init-from {spec} with recipe '{recipe}': {first['msg']}{f' (model.{where})' if where else ''}"
+        ) from None
 
 
 def _usable_positions(cfg: ModelConfig) -> int:
@@ -181,8 +212,10 @@ def _warm_start(recipe_cfg: ModelConfig, init_cfg: ModelConfig, spec: str | Path
         what = ", ".join(f"{name} {theirs} vs {ours}" for name, theirs, ours in differing)
         fix = " ".join(f"--set model.{SHAPE_KEYS.get(name, name)}={theirs}" for name, theirs, _ in differing)
         raise BertkitError(f"--init-from {spec} does not fit recipe '{recipe}' ({what}); add {fix}")
-    return ModelConfig.model_validate(
-        {**recipe_cfg.model_dump(), "vocab_size": init_cfg.vocab_size, "pad_token_id": init_cfg.pad_token_id}
+    return _validated(
+        {**recipe_cfg.model_dump(), "vocab_size": init_cfg.vocab_size, "pad_token_id": init_cfg.pad_token_id},
+        spec,
+        recipe,
     )
 
 

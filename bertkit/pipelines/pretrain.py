@@ -297,7 +297,8 @@ def pretrain(
         if model_cfg.family == "roberta":
             update["position_offset"] = tokenizer.pad_id + 1  # RoBERTa numbers positions from padding_idx + 1
         model_cfg = model_cfg.model_copy(update=update)
-    if tokenizer.vocab_size != model_cfg.vocab_size:
+    # A checkpoint's table may have spare rows past its tokenizer (ModernBERT's); never fewer.
+    if tokenizer.vocab_size > model_cfg.vocab_size:
         raise BertkitError(
             f"the corpus tokenizer has {tokenizer.vocab_size} tokens but the model's vocabulary is "
             f"{model_cfg.vocab_size}; build the corpus with the model's tokenizer"

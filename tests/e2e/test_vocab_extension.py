@@ -99,6 +99,12 @@ def test_extend_bad_input_is_one_line(tmp_path: Path, minilm_dir: Path, plots: P
     assert "'the' is already one token" in error
     assert "--add must be at least 1" in run_error("tokenize", "extend", "--tokenizer", str(minilm_dir), "-i",
                                                   str(plots), "-o", str(tmp_path / "b"))  # fmt: skip
+    both = run_error("tokenize", "extend", "--tokenizer", str(minilm_dir), "-i", str(plots), "--words", str(words),
+                     "--add", "3", "-o", str(tmp_path / "b"))  # fmt: skip
+    assert "give one of the two" in both
+    words.write_bytes(b"caf\xe9\n")  # Latin-1, not UTF-8
+    assert "is not UTF-8 text" in run_error("tokenize", "extend", "--tokenizer", str(minilm_dir), "-i", str(plots),
+                                            "--words", str(words), "-o", str(tmp_path / "b"))  # fmt: skip
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
@@ -119,7 +125,7 @@ def test_continued_pretraining_grows_the_vocabulary(
              "--max-seq-len", "64")  # fmt: skip
     out = run_json("pretrain", "-r", "continue-mlm-tiny", "-c", str(tmp_path / "corpus"), "-o", str(tmp_path / "run"),
                    "--init-from", str(minilm_dir), *STILL)  # fmt: skip
-    assert out["init"]["extended"]["vocabulary"].startswith("30522 -> 30562 rows")
+    assert out["init"]["extended"]["vocabulary"].startswith("40 words added: 30522 -> 30562 rows")
     _, _, cfg, weights, tok = load_model_dir(tmp_path / "run")
     assert cfg.vocab_size == tok.vocab_size == 30562
     table = weights["encoder.embeddings.word_embeddings.weight"]
@@ -140,3 +146,23 @@ def test_continued_pretraining_grows_the_vocabulary(
         theirs = hf(**batch).logits[0]
         mine = ours(batch["input_ids"], batch["attention_mask"], token_type_ids=batch["token_type_ids"])["mlm_logits"]
     assert (theirs - mine).abs().max().item() < 1e-4
+
+
+def test_growth_writes_each_row_at_its_id() -> None:
+    """grow_vocabulary against hand-computed means: a table with spare rows past the base tokenizer (ModernBERT
+    keeps 50,368 rows for 50,280 tokens) takes the new rows there without growing; a word of a second extension
+    whose pieces include the first's word reads that word's new row; an XLNet-named table and a head bias grow
+    with the embeddings."""
+    from bertkit.pipelines.init_from import grow_vocabulary
+
+    table = torch.arange(24, dtype=torch.float32).reshape(12, 2)  # 10 tokens, 2 spare rows
+    bias = torch.arange(12, dtype=torch.float32)
+    extends = {"fingerprint": "x", "vocab_size": 10, "pieces": {"first": [1, 3], "second": [10, 5]}}
+    weights, rows = grow_vocabulary({"encoder.word_embedding.weight": table, "mlm_head.bias": bias}, extends, 12)
+    assert rows == 12
+    grown = weights["encoder.word_embedding.weight"]
+    first = (table[1] + table[3]) / 2
+    assert torch.equal(grown[10], first) and torch.equal(grown[11], (first + table[5]) / 2)
+    assert weights["mlm_head.bias"][10].item() == 2.0
+    weights, rows = grow_vocabulary({"encoder.word_embedding.weight": table[:10]}, extends, 12)
+    assert rows == 12 and weights["encoder.word_embedding.weight"].shape == (12, 2)

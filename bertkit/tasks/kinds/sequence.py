@@ -222,7 +222,6 @@ class SequenceKind:
             for p in probs
         ]
 
-
     # -- the distillation task stage: this kind's data read as the teacher was fine-tuned on it -----------------
     def teacher_task(self, teacher: Any, task: TaskConfig, student_cfg: ModelConfig, train_file: Path,
                      eval_file: Path | None, longest: int, seed: int) -> TeacherTask:  # fmt: skip
