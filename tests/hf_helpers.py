@@ -59,6 +59,10 @@ MASKED_LMS = {
     "albert": ("AlbertConfig", "AlbertForMaskedLM"),
     "distilbert": ("DistilBertConfig", "DistilBertForMaskedLM"),
     "modernbert": ("ModernBertConfig", "ModernBertForMaskedLM"),
+    "bigbird": ("BigBirdConfig", "BigBirdForMaskedLM"),
+    # Pretraining checkpoints of the families whose objective is not masked LM alone.
+    "electra": ("ElectraConfig", "ElectraForPreTraining"),
+    "xlnet": ("XLNetConfig", "XLNetLMHeadModel"),
 }
 
 
@@ -78,12 +82,17 @@ def save_hf_masked_lm(out: Path, tokenizer_dir: Path, family: str) -> Path:
     config_class, model_class = MASKED_LMS[family]
     if family == "distilbert":
         shape = {"dim": 32, "n_layers": 2, "n_heads": 4, "hidden_dim": 64}
+    elif family == "xlnet":
+        shape = {"d_model": 32, "n_layer": 2, "n_head": 4, "d_inner": 64}
     else:
         shape = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64}
-    shape.update(vocab_size=tokenizer.vocab_size, max_position_embeddings=130, pad_token_id=tokenizer.pad_id,
-                 initializer_range=0.2)  # fmt: skip
-    if family == "albert":
+    shape.update(vocab_size=tokenizer.vocab_size, pad_token_id=tokenizer.pad_id, initializer_range=0.2)
+    if family != "xlnet":  # relative positions: no table
+        shape["max_position_embeddings"] = 130
+    if family in ("albert", "electra"):
         shape["embedding_size"] = 16
+    if family == "bigbird":
+        shape["attention_type"] = "original_full"  # short sequences: BigBird itself falls back to full attention
     if family == "modernbert":
         shape.update(cls_token_id=tokenizer.cls_id, sep_token_id=tokenizer.sep_id, bos_token_id=tokenizer.cls_id,
                      eos_token_id=tokenizer.sep_id, global_attn_every_n_layers=2, local_attention=16)  # fmt: skip

@@ -55,7 +55,7 @@ def pretrain_command(
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
     """Pretrain an encoder on a built corpus with the recipe's objectives (MLM, NSP, SOP, RTD, SBO, PLM)."""
-    from bertkit.config.recipe import load_recipe
+    from bertkit.config.recipe import load_recipe, override_keys
     from bertkit.pipelines.pretrain import pretrain
     from bertkit.pipelines.rundir import resume_mode
 
@@ -64,5 +64,6 @@ def pretrain_command(
     overrides = list(set_) + ([f"data.train={corpus}"] if corpus else []) + engine_overrides(engine, budget)
     overrides += [f"train.target_acc={target_acc}"] if target_acc is not None else []
     loaded = load_recipe(recipe, overrides, kind="pretrain")
-    summary = pretrain(loaded, output, init_from, overwrite, resume, quiet)  # type: ignore[arg-type]
+    summary = pretrain(loaded, output, init_from, overwrite, resume, quiet,  # type: ignore[arg-type]
+                       model_keys=override_keys(set_, "model"))  # fmt: skip
     emit_main(summary, json_out, "pretraining done")

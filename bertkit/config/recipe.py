@@ -193,6 +193,12 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     return key.strip().split("."), value
 
 
+def override_keys(overrides: list[str], section: str) -> set[str]:
+    """The keys of `section` that `--set` overrides name: ['model.num_layers=4'] -> {'num_layers'}."""
+    keys = (parse_override(item)[0] for item in overrides)
+    return {path[1] for path in keys if len(path) > 1 and path[0] == section}
+
+
 # Pairs of keys of which a recipe sets one: a --set of one replaces the other coming from the file.
 _EITHER_OR = {
     ("train", "steps"): ("train", "epochs"),

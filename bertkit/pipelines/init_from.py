@@ -2,12 +2,12 @@
 tokenizer it takes; the recipe gives objectives, optimiser and schedule.
 
 MODEL is a bertkit run or model directory, a local Hugging Face checkpoint directory or a hub name (through the
-hub cache, as `distill --teacher` takes one). The model section is the checkpoint's. A model key the recipe sets
-(in its file or with `--set`) must agree with the checkpoint where it fixes the weights or what they compute
-(shapes, activation, norms, positions); dropout, the attention pattern and the pooler may differ, and the position
-and token-type tables may grow (new rows copied). A recipe of another family is refused, bar BigBird's warm start
-from RoBERTa, which keeps the recipe's model (block-sparse attention, 4,096 positions) and must match the
-checkpoint's shapes. A recipe that names no family (`continue-mlm`) takes the checkpoint's.
+hub cache, as `distill --teacher` takes one). The model section is the checkpoint's: the recipe file's gives way
+to it. A model key given with `--set` must agree with the checkpoint where it fixes the weights or what they
+compute (shapes, activation, norms, positions); dropout, the attention pattern and the pooler may differ, and the
+position and token-type tables may grow (new rows copied). A recipe of another family is refused, bar BigBird's
+warm start from RoBERTa, which keeps the recipe's model (block-sparse attention, 4,096 positions) and must match
+the checkpoint's shapes. A recipe that names no family (`continue-mlm`) takes the checkpoint's.
 """
 
 from __future__ import annotations
@@ -79,7 +79,12 @@ def _family(cfg: ModelConfig) -> str:
 
 
 def load_init_checkpoint(
-    spec: str | Path, recipe_cfg: ModelConfig, recipe: str, tokenizer: Tokenizer, corpus_dir: Path
+    spec: str | Path,
+    recipe_cfg: ModelConfig,
+    recipe: str,
+    tokenizer: Tokenizer,
+    corpus_dir: Path,
+    model_keys: set[str] | frozenset[str] = frozenset(),
 ) -> InitCheckpoint:
     """Read the checkpoint `spec` names and fit it to the recipe's model section; one line on anything that
     does not fit (another family, another tokenizer than the corpus's, a recipe key that contradicts it)."""
@@ -97,7 +102,7 @@ def load_init_checkpoint(
     if warm_start:
         cfg = _warm_start(recipe_cfg, init_cfg, spec, recipe)
     else:
-        cfg = _checkpoint_model(recipe_cfg, init_cfg, spec, recipe)
+        cfg = _checkpoint_model(recipe_cfg, init_cfg, spec, recipe, model_keys)
     weights, extended = extend_tables(init_cfg, cfg, weights)
     if grown:
         weights, rows = grow_vocabulary(weights, tokenizer.extends or {}, tokenizer.vocab_size)
@@ -154,11 +159,14 @@ def is_warm_start(recipe_cfg: ModelConfig, init_cfg: ModelConfig, spec: str | Pa
     return True
 
 
-def _checkpoint_model(recipe_cfg: ModelConfig, init_cfg: ModelConfig, spec: str | Path, recipe: str) -> ModelConfig:
-    """The checkpoint's model, with the recipe's settings that may differ from it (dropout, attention, pooler,
-    larger tables); a recipe key that contradicts the checkpoint is one error naming each."""
+def _checkpoint_model(
+    recipe_cfg: ModelConfig, init_cfg: ModelConfig, spec: str | Path, recipe: str, model_keys: set[str] | frozenset[str]
+) -> ModelConfig:
+    """The checkpoint's model (the recipe file's model section gives way to it), with the settings given with
+    `--set model.KEY` that may differ from it (dropout, attention, pooler, larger tables); one that contradicts the
+    checkpoint is one error naming each."""
     given = {key: getattr(recipe_cfg, key) for key in type(recipe_cfg).model_fields
-             if key in recipe_cfg.model_fields_set and key != "family" and key not in TOKENIZER_KEYS}  # fmt: skip
+             if key in model_keys and key != "family" and key not in TOKENIZER_KEYS}  # fmt: skip
     theirs = init_cfg.model_dump()
     conflicts = []
     for key, ours in given.items():
@@ -168,10 +176,10 @@ def _checkpoint_model(recipe_cfg: ModelConfig, init_cfg: ModelConfig, spec: str 
             continue
         conflicts.append((key, theirs[key], ours))
     if conflicts:
-        what = ", ".join(f"model.{key} {ours} (the checkpoint has {have})" for key, have, ours in conflicts)
+        what = ", ".join(f"--set model.{key}={ours} (the checkpoint has {have})" for key, have, ours in conflicts)
         raise BertkitError(
-            f"--init-from {spec} fixes the model, but recipe '{recipe}' sets {what}; drop "
-            f"{'these keys' if len(conflicts) > 1 else 'the key'} (continue-mlm sets none) or start from scratch"
+            f"--init-from {spec} gives the model, which {what} contradicts; drop "
+            f"{'these settings' if len(conflicts) > 1 else 'the setting'} or pretrain from scratch"
         )
     family = recipe_cfg.family if "family" in recipe_cfg.model_fields_set else init_cfg.family
     return _validated({**theirs, **given, "family": family}, spec, recipe)

@@ -264,7 +264,11 @@ def pretrain(
     overwrite: bool = False,
     resume: bool | str | None = False,
     quiet: bool = False,
+    model_keys: set[str] | frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
+    """Pretrain as `recipe` says into `output`. With `init_from`, the checkpoint gives the model; of the recipe's
+    model section only its family and the keys named in `model_keys` (the command line's `--set model.KEY`) count,
+    and those must agree with the checkpoint (bertkit/pipelines/init_from.py)."""
     if recipe.data.train is None:
         raise BertkitError("no training corpus: pass --corpus DIR (or --set data.train=DIR)")
     if recipe.init_from_required and init_from is None:
@@ -284,7 +288,7 @@ def pretrain(
     model_cfg = recipe.model
     init = None
     if init_from is not None:
-        init = load_init_checkpoint(init_from, model_cfg, recipe.name, tokenizer, recipe.data.train)
+        init = load_init_checkpoint(init_from, model_cfg, recipe.name, tokenizer, recipe.data.train, model_keys)
         model_cfg = init.cfg
         try:
             check_model_objective(model_cfg, recipe.objective)

@@ -22,7 +22,7 @@ STILL = ["--set", "optim.lr=1e-12", "--set", "train.steps=2", "--set", "train.ev
 SENTENCES = ["The for statement iterates over the items of any sequence.", "Classes bundle data and functions."]
 
 
-@pytest.mark.parametrize("family", ["bert", "roberta", "albert", "distilbert", "modernbert"])
+@pytest.mark.parametrize("family", ["bert", "roberta", "albert", "distilbert", "modernbert", "bigbird"])
 def test_a_masked_lm_of_every_family_continues_and_exports_its_logits(
     family: str, tmp_path: Path, tokenizer_dir: Path, corpus_dir: Path
 ) -> None:
@@ -47,10 +47,42 @@ def test_a_masked_lm_of_every_family_continues_and_exports_its_logits(
     assert (theirs - ours)[real].abs().max().item() < 1e-4
 
 
+@pytest.mark.parametrize("family", ["electra", "xlnet"])
+def test_families_with_their_own_objective_continue_with_their_recipe(
+    family: str, tmp_path: Path, tokenizer_dir: Path, spm_dir: Path, corpus_dir: Path, xlnet_corpus: Path
+) -> None:
+    """ELECTRA (ElectraForPreTraining: the discriminator, no generator) continues with electra-tiny's replaced-token
+    detection, its generator new; XLNet (XLNetLMHeadModel) with xlnet-tiny's permutation LM on a corpus in XLNet's
+    layout. No --set of the model: the recipes' shapes give way to the checkpoint's, and the export computes the
+    checkpoint's logits."""
+    transformers = pytest.importorskip("transformers")
+    from hf_helpers import save_hf_masked_lm
+
+    source, corpus = (tokenizer_dir, corpus_dir) if family == "electra" else (spm_dir, xlnet_corpus)
+    checkpoint = save_hf_masked_lm(tmp_path / "hf", source, family)
+    out = run_json("pretrain", "-r", f"{family}-tiny", "-c", str(corpus), "-o", str(tmp_path / "run"),
+                   "--init-from", str(checkpoint), *STILL)  # fmt: skip
+    assert out["family"] == family and out["init"]["model_from"] == "checkpoint"
+    if family == "electra":
+        new = out["init"]["new_weights"]
+        assert new and all(key.startswith("generator") for key in new), new
+    else:
+        assert out["init"]["new_weights"] == []
+    run_json("export", str(tmp_path / "run"), "--to", "hf", "--head", "pretraining", "--output", str(tmp_path / "x"))
+    model_class = getattr(transformers, "ElectraForPreTraining" if family == "electra" else "XLNetLMHeadModel")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(checkpoint)
+    batch = tokenizer(SENTENCES, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        theirs = model_class.from_pretrained(checkpoint).eval()(**batch).logits
+        ours = model_class.from_pretrained(tmp_path / "x").eval()(**batch).logits
+    real = batch["attention_mask"].bool()
+    assert (theirs - ours)[real].abs().max().item() < 1e-4
+
+
 def test_a_headless_checkpoint_gets_a_new_mlm_head(tmp_path: Path, minilm_dir: Path, text_file: Path) -> None:
     """all-MiniLM-L6-v2 (a BertModel) with no --set: the encoder is the checkpoint's, the MLM head is new (BERT's
-    initialisation, the decoder tied to the word embeddings) and the summary lists it; a recipe whose shapes
-    contradict the checkpoint is one line naming them."""
+    initialisation, the decoder tied to the word embeddings) and the summary lists it; a family recipe's shapes give
+    way to the checkpoint's; a --set shape that contradicts the checkpoint is one line."""
     from bertkit.modelio.hf_dir import load_hf_dir
     from bertkit.modelio.weights import read_weights
 
@@ -66,12 +98,14 @@ def test_a_headless_checkpoint_gets_a_new_mlm_head(tmp_path: Path, minilm_dir: P
     real = load_hf_dir(minilm_dir).weights
     for key in ("encoder.embeddings.word_embeddings.weight", "encoder.layers.5.attention.qkv.weight"):
         assert torch.allclose(trained[key], real[key], atol=1e-6), key
-    error = run_error("pretrain", "-r", "bert-tiny", "-c", str(corpus), "-o", str(tmp_path / "bad"),
-                      "--init-from", str(minilm_dir))  # fmt: skip
-    assert "recipe 'bert-tiny' sets model.hidden_size 128 (the checkpoint has 384), model.num_layers 2" in error
+    # A family recipe gives its objectives and optimiser; its model section gives way to the checkpoint's.
+    family = run_json("pretrain", "-r", "bert-tiny", "-c", str(corpus), "-o", str(tmp_path / "family"),
+                      "--init-from", str(minilm_dir), *STILL)  # fmt: skip
+    assert family["parameters"] == out["parameters"] and family["objectives"] == ["mlm"]
     error = run_error("pretrain", "-r", "continue-mlm-tiny", "-c", str(corpus), "-o", str(tmp_path / "bad"),
-                      "--init-from", str(minilm_dir), "--set", "model.num_layers=4")  # fmt: skip
-    assert "model.num_layers 4 (the checkpoint has 6)" in error
+                      "--init-from", str(minilm_dir), "--set", "model.num_layers=4",
+                      "--set", "model.hidden_dropout=0.2")  # fmt: skip
+    assert "--set model.num_layers=4 (the checkpoint has 6) contradicts" in error and "dropout" not in error
     assert not (tmp_path / "bad").exists()
 
 
@@ -143,7 +177,8 @@ def test_a_family_recipe_takes_the_checkpoints_vocabulary_and_bad_settings_are_o
              "model.max_position_embeddings=130"]  # fmt: skip
     recipe = load_recipe("bert-base", shape).model  # type: ignore[union-attr]
     checkpoint = load_recipe("bert-tiny", [*shape, "model.vocab_size=2000"]).model  # type: ignore[union-attr]
-    assert recipe.vocab_size == 30522 and _checkpoint_model(recipe, checkpoint, "ckpt", "bert-base").vocab_size == 2000
+    fitted = _checkpoint_model(recipe, checkpoint, "ckpt", "bert-base", {"vocab_size"})  # even with --set
+    assert recipe.vocab_size == 30522 and fitted.vocab_size == 2000
     modernbert = save_hf_masked_lm(tmp_path / "hf", tokenizer_dir, "modernbert")
     error = run_error("pretrain", "-r", "continue-mlm-tiny", "-c", str(corpus_dir), "-o", str(tmp_path / "run"),
                       "--init-from", str(modernbert), "--set", "model.pooler=true")  # fmt: skip
