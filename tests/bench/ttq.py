@@ -14,7 +14,10 @@ frequent-token plateau gets none of the rest right).
 
 Both trainers run at the same time, each in its own process pinned to its own core with one thread, so they see
 the same machine (a 2-core box gives each one core); or, with --sequential (the bench's setting), one after the
-other, each on both cores with two threads."""
+other, each on both cores with two threads. With --trainer-crammed (and --sequential) a third side runs between
+them: the Trainer running the crammed-bert recipe (ttq_trainer.py --recipe crammed), so that the report gives the
+recipe's effect (the Trainer with run_mlm's recipe against the Trainer with crammed-bert's) apart from the
+engine's (the Trainer with crammed-bert's against bertkit with it), with each side's tokens per second."""
 
 from __future__ import annotations
 
@@ -43,6 +46,8 @@ os.environ.setdefault("BERTKIT_CPU_BF16", "0")
 # width (680) for the same parameters and FLOPs per token as the Trainer's BERT.
 SHAPE = {"model.num_layers": 4, "model.hidden_size": 256, "model.num_heads": 4}
 FFN = {"plain": 1024, "gated": 680}
+# The third side's name: the Trainer running the crammed-bert recipe (--trainer-crammed).
+CRAMMED = "trainer-crammed"
 # Both sides keep the weights at every 5% of the budget: the time to a target is known to 1.5 minutes of 30.
 SNAPSHOTS = 20
 
@@ -197,10 +202,13 @@ def launch_bertkit(paths: dict[str, Path], output: Path, recipe: str, budget: st
 
 
 def launch_trainer(paths: dict[str, Path], output: Path, budget_s: float, cores: set[int],
-                   lr: float) -> subprocess.Popen:  # fmt: skip
+                   lr: float, recipe: str = "run_mlm") -> subprocess.Popen:  # fmt: skip
+    """The Trainer side: run_mlm's BERT, or (`recipe` crammed) the crammed-bert recipe's ModernBERT at SHAPE."""
+    width = FFN["gated" if recipe == "crammed" else "plain"]
     args = [sys.executable, str(HERE / "ttq_trainer.py"), "--train-text", str(paths["train"]), "--tokenizer",
             str(paths["tok"]), "--output", str(output), "--budget-seconds", str(budget_s), "--lr", str(lr),
-            "--threads", str(len(cores)), "--snapshots", str(SNAPSHOTS)]  # fmt: skip
+            "--threads", str(len(cores)), "--snapshots", str(SNAPSHOTS), "--recipe", recipe,
+            "--intermediate", str(width)]  # fmt: skip
     return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=pinned(cores))
 
 
@@ -309,6 +317,9 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=1e-3, help="the Trainer's peak rate")
     parser.add_argument("--set", dest="sets", action="append", default=[], help="bertkit --set overrides")
     parser.add_argument("--no-trainer", action="store_true", help="bertkit alone (for recipe ablations)")
+    parser.add_argument("--trainer-crammed", action="store_true",
+                        help="a third side: the Trainer running the crammed-bert recipe (with --sequential), which "
+                             "splits the recipe's effect from the engine's")  # fmt: skip
     parser.add_argument("--tokens", help="a token budget instead of --minutes (ablations: independent of load)")
     parser.add_argument("--name", default="bertkit")
     parser.add_argument("--no-downstream", action="store_true", help="pretraining figures only")
@@ -325,14 +336,19 @@ def main() -> None:
     extra = [x for s in args.sets for x in ("--set", s)]
     budget_text = args.tokens or f"{(args.bertkit_minutes or args.minutes) * 60:g}s"
     both = {0, 1}
+    if args.trainer_crammed and not args.sequential:
+        parser.error("--trainer-crammed runs the three sides one after the other: add --sequential")
     if args.rescore:
         results = {args.name: json.loads((args.work / args.name / "summary.json").read_text())}
-        if not args.no_trainer:
-            results["trainer"] = json.loads((args.work / "trainer" / "trainer_summary.json").read_text())
+        for side in ([] if args.no_trainer else ["trainer"]) + ([CRAMMED] if args.trainer_crammed else []):
+            results[side] = json.loads((args.work / side / "trainer_summary.json").read_text())
     elif args.sequential:  # one after the other, each with the whole machine: its clock is its own
         results = {} if args.no_trainer else {
             "trainer": finish(launch_trainer(paths, args.work / "trainer", budget, both, args.lr), "trainer")
         }  # fmt: skip
+        if args.trainer_crammed:
+            crammed = launch_trainer(paths, args.work / CRAMMED, budget, both, args.lr, "crammed")
+            results[CRAMMED] = finish(crammed, CRAMMED)
         bertkit_run = launch_bertkit(paths, args.work / args.name, args.recipe, budget_text, both, extra)
         results[args.name] = finish(bertkit_run, args.name)
     else:
@@ -351,8 +367,9 @@ def main() -> None:
     earlier = json.loads(report_file.read_text()) if args.rescore and report_file.exists() else {}
     evaluation = evaluation_set(paths["held"], paths["tok"], paths["train"])
     curves = {args.name: score_bertkit(args.work / args.name, evaluation, args.work / f"{args.name}-scored")}
-    if not args.no_trainer:
-        curves["trainer"] = score_trainer(args.work / "trainer", evaluation)
+    for side in results:
+        if side != args.name:
+            curves[side] = score_trainer(args.work / side, evaluation)
     report = {
         "minutes": args.minutes,
         "bertkit_minutes": args.bertkit_minutes or args.minutes,
@@ -380,11 +397,23 @@ def main() -> None:
         report["equal_seconds"] = equal
         report["bertkit_at_equal"] = at_time(curves[args.name], equal)
         report["trainer_at_equal"] = at_time(curves["trainer"], equal)
+        report["tokens_per_second"] = {side: round(curve[-1]["tokens"] / curve[-1]["train_seconds"], 1)
+                                       for side, curve in curves.items()}  # fmt: skip
+    if CRAMMED in results:
+        # The recipe's effect (run_mlm against crammed, both in the Trainer) and the engine's (crammed in the Trainer
+        # against crammed in bertkit), at equal time and as time to the Trainer-run_mlm's final accuracy.
+        crammed_curve = curves[CRAMMED]
+        report["trainer_crammed_final"] = crammed_curve[-1]["eval_mlm_acc"]
+        report["trainer_crammed_at_equal"] = at_time(crammed_curve, report["equal_seconds"])
+        report["trainer_crammed_seconds_to_trainer_final"] = time_to(crammed_curve, report["trainer_final"])
+        report["trainer_crammed_steps"] = results[CRAMMED]["max_steps"]
         # The pretraining figures first, so a fine-tuning failure loses nothing of the hour before it.
         report_file.write_text(json.dumps(report, indent=1))
     if "trainer" in results and not (args.no_downstream or args.rescore):
         trainer_final = Path(results["trainer"]["rows"][-1]["path"])  # its summary, as printed or as saved
         models = {args.name: args.work / args.name, "trainer": trainer_final}
+        if CRAMMED in results:
+            models[CRAMMED] = Path(results[CRAMMED]["rows"][-1]["path"])
         report["downstream"] = downstream(args.work, {**models, "untrained": untrained(paths, args.work, args.recipe)})
     else:  # no fine-tuning now: a rescored run keeps its own figures and wall clock
         report.update({k: earlier[k] for k in ("downstream", "wall_minutes") if k in earlier})
