@@ -47,10 +47,9 @@ from bertkit.engine.loop import TrainResult, train
 from bertkit.errors import BertkitError
 from bertkit.fsutil import save_safetensors_atomic, write_json_atomic
 from bertkit.modelio.modeldir import encoder_weights, load_model_dir, save_model_dir
-from bertkit.pipelines.distill.task_data import prepare_task
+from bertkit.pipelines.distill.task_data import TaskSetup, prepare_task
 from bertkit.pipelines.rundir import join_job, prepare_run_dir, write_summary
 from bertkit.progress import stderr_console
-from bertkit.tasks.kinds.base import TeacherTask
 
 PHASES = ("intermediate", "prediction")
 # The fine-tuned models the task stage distils (bertkit/tasks/kinds gives each one's logits and targets).
@@ -318,7 +317,7 @@ def distill_task(
     return summary
 
 
-def _teacher_logits(model: nn.Module, setup: TeacherTask, batches: Any, cache_dir: Path, batch: int,
+def _teacher_logits(model: nn.Module, setup: TaskSetup, batches: Any, cache_dir: Path, batch: int,
                     device: torch.device, quiet: bool) -> tuple[torch.Tensor, dict[str, Any]]:  # fmt: skip
     """The teacher's logits of every training example, from the cache or computed once and cached."""
     started = time.perf_counter()

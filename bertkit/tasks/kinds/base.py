@@ -104,60 +104,6 @@ class TaskKind(Protocol):
 
     def predictor(self, request: PredictRequest) -> RowPredictor: ...  # the kinds that predict from rows
 
-    def teacher_task(self, teacher: Any, task: TaskConfig, student_cfg: ModelConfig, train_file: Path,
-                     eval_file: Path | None, longest: int, seed: int) -> TeacherTask: ...  # fmt: skip
-
-
-@dataclass
-class TeacherTask:
-    """What the distillation task stage trains on for a teacher fine-tuned for a kind: the batches both phases
-    draw from, a student with a fresh head of the teacher's shape, the evaluation, and what the distilled model
-    records. The teacher decides the kind, its classes and, for taggers and QA models, the tag scheme and the
-    windows it was trained on, so that its logits of every example line up with the student's positions."""
-
-    architecture: str  # what the distilled model is saved as: the teacher's
-    labels: list[str]  # classes or tags in the teacher's order; [] for QA
-    lengths: list[int]  # token count of every training example (the teacher-output cache's layout)
-    fingerprint: str  # of the training inputs: the data half of the cache's key
-    batches: Callable[[int, int], Any]  # (micro-batch size, seed) -> resumable batches of the training examples
-    student: Callable[[], nn.Module]  # the prediction phase's student: encoder + a fresh head
-    evaluate: Callable[[nn.Module, torch.device], dict[str, float]] | None
-    train_count: int
-    eval_count: int
-    meta: dict[str, Any] = field(default_factory=dict)  # bertkit_model.json's labels and task
-    summary: dict[str, Any] = field(default_factory=dict)  # what the run summary adds (label counts, windows)
-
-    @property
-    def sequences(self) -> int:
-        """What an epoch passes over: the training examples, or for QA their windows (as finetune plans it)."""
-        return len(self.lengths)
-
-    @property
-    def kind(self) -> TaskKind:
-        from bertkit.tasks.kinds import task_kind
-
-        return task_kind(self.architecture)
-
-
-def check_labels(teacher: Any, data_labels: list[str], known: list[str], source: Path, what: str) -> None:
-    """Every label of the task data must be one the teacher predicts: the gold labels and the teacher's
-    outputs are matched by name. A mismatch names where the teacher's names come from."""
-    unknown = sorted(set(data_labels) - set(known))
-    if not unknown:
-        return
-    if teacher.huggingface:
-        fix = (
-            f"if they are the same {what} under other names, write the data's names into id2label in "
-            f"{Path(teacher.source) / 'config.json'}, in the order of the teacher's class ids"
-        )
-    else:
-        fix = f"distil on data labelled with the teacher's {what}"
-        fix += " (task.label_field picks the column)" if what == "classes" else ""
-    raise BertkitError(
-        f"{source} has {'labels' if what == 'classes' else 'tags'} {unknown[:5]} that the teacher {teacher.source} "
-        f"does not predict (its {what}: {known[:10]}); {fix}"
-    )
-
 
 def model_inputs(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     return batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids")

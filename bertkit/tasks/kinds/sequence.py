@@ -33,8 +33,6 @@ from bertkit.tasks.kinds.base import (
     Prepared,
     RowPredictor,
     RunModel,
-    TeacherTask,
-    check_labels,
     model_inputs,
     row_text,
     window,
@@ -221,64 +219,6 @@ class SequenceKind:
             }
             for p in probs
         ]
-
-    # -- the distillation task stage: this kind's data read as the teacher was fine-tuned on it -----------------
-    def teacher_task(self, teacher: Any, task: TaskConfig, student_cfg: ModelConfig, train_file: Path,
-                     eval_file: Path | None, longest: int, seed: int) -> TeacherTask:  # fmt: skip
-        from bertkit.distill.cache import examples_fingerprint
-        from bertkit.distill.student import DistillStudent
-        from bertkit.tasks.classification import evaluate_classifier, label_indices
-
-        labels = teacher.labels or []
-        train_data = read_task_file(train_file, task, task.split)
-        if eval_file is not None:
-            eval_data = read_task_file(eval_file, task, task.eval_split)
-        else:
-            train_idx, eval_idx = split_indices(len(train_data), task.eval_fraction, seed)
-            train_data, eval_data = subset(train_data, train_idx), subset(train_data, eval_idx)
-        max_len = min(task.max_seq_len, longest)
-
-        def encoded(data: Any, source: Path) -> Any:
-            check_labels(teacher, data.labels or [], labels, source, "classes")
-            return encode_examples(data.texts, data.pairs, label_indices(data.labels or [], labels, source),
-                                   teacher.tokenizer, max_len)  # fmt: skip
-
-        train = encoded(train_data, train_file)
-        evaluation = encoded(eval_data, eval_file or train_file) if len(eval_data) else None
-        use_types = task.text_pair_field is not None and student_cfg.type_vocab_size > 1
-        pad = teacher.tokenizer.pad_id
-        evaluate = None
-        if evaluation is not None:
-            evaluate = lambda m, device: evaluate_classifier(  # noqa: E731
-                LogitsView(m), ClassificationBatches(evaluation, 64, pad, 0, use_types), device
-            )
-        return TeacherTask(
-            architecture="sequence-classification",
-            labels=labels,
-            lengths=[len(row) for row in train.input_ids],
-            fingerprint=examples_fingerprint(train.input_ids, train.token_type_ids),
-            batches=lambda micro, seed: ClassificationBatches(train, micro, pad, seed, use_types),
-            student=lambda: DistillStudent(
-                student_cfg, num_labels=len(labels), classifier_dropout=task.classifier_dropout, pool=task.pool
-            ),  # fmt: skip
-            evaluate=evaluate,
-            train_count=len(train_data),
-            eval_count=len(eval_data),
-            meta={"labels": labels, "task": task.model_dump(mode="json")},
-            summary={"label_counts": {name: int(np.sum(train.labels == i)) for i, name in enumerate(labels)}},
-        )
-
-
-class LogitsView(nn.Module):
-    """The student as `evaluate_classifier` calls a classifier: `{"logits": ...}` from the batch tensors."""
-
-    def __init__(self, student: nn.Module) -> None:
-        super().__init__()
-        self.student = student
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:  # fmt: skip
-        return {"logits": self.student(input_ids, attention_mask, token_type_ids).logits}
 
 
 def skipped_summary(train_read: Any, eval_read: Any | None) -> dict[str, Any]:

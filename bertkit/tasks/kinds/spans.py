@@ -11,14 +11,7 @@ from torch import nn
 
 from bertkit.config.schema import ModelConfig, TaskConfig, qa_doc_stride
 from bertkit.errors import BertkitError
-from bertkit.tasks.kinds.base import (
-    Evaluate,
-    Part,
-    Prepared,
-    TeacherTask,
-    model_inputs,
-    window,
-)
+from bertkit.tasks.kinds.base import Evaluate, Part, Prepared, model_inputs, window
 from bertkit.tasks.kinds.sequence import skipped_summary
 from bertkit.tasks.qa import QABatches, QuestionAnswerer, encode_qa, evaluate_qa, qa_objective, read_qa_split
 from bertkit.tokenizers.base import Tokenizer
@@ -102,60 +95,3 @@ class SpanKind:
         teacher = teacher[:, : student.shape[1]].float().masked_fill(padding, MASKED)
         gold = (batch["start_positions"], batch["end_positions"])
         return [(student[..., i], teacher[..., i], gold[i], 0.5) for i in range(2)]
-
-    # -- the distillation task stage: this kind's data read as the teacher was fine-tuned on it -----------------
-    def teacher_task(self, teacher: Any, task: TaskConfig, student_cfg: ModelConfig, train_file: Path,
-                     eval_file: Path | None, longest: int, seed: int) -> TeacherTask:  # fmt: skip
-        from bertkit.distill.cache import examples_fingerprint
-        from bertkit.models.pretraining import build_encoder
-
-        train_read, _, train_examples, eval_examples = read_qa_split(
-            train_file, eval_file, task.skip_bad_rows, task.eval_fraction, seed
-        )
-        # The teacher's windows (length and stride, as its fine-tuning resolved them), so each is one it has read.
-        max_len = min(int(teacher.task.get("max_seq_len", task.max_seq_len)), longest)
-        stride = qa_doc_stride(max_len, teacher.task.get("doc_stride", task.doc_stride))
-        use_types = teacher.config.type_vocab_size > 1
-        if use_types and student_cfg.type_vocab_size < 2:
-            raise BertkitError(
-                f"the teacher {teacher.source} reads question and context as two segments, but the student has "
-                "no segment embeddings (model.type_vocab_size 1); distil a student with the teacher's type_vocab_size"
-            )
-        with_null = bool(teacher.task.get("version_2_with_negative", train_read.has_impossible))
-        # Answer extraction as the teacher's fine-tuning scored it.
-        post = task.model_copy(update={k: teacher.task[k] for k in ("n_best", "max_answer_length", "null_threshold")
-                                       if k in teacher.task})  # fmt: skip
-        tokenizer = teacher.tokenizer
-        train = encode_qa(train_examples, tokenizer, max_len, stride, use_types)
-        evaluation = encode_qa(eval_examples, tokenizer, max_len, stride, use_types) if eval_examples else None
-        pad = tokenizer.pad_id
-        evaluate = None
-        if evaluation is not None:
-            evaluate = lambda m, device: evaluate_qa(  # noqa: E731
-                m, eval_examples, evaluation, device, pad, use_types, post, with_null
-            )
-        return TeacherTask(
-            architecture="question-answering",
-            labels=[],
-            lengths=[len(row) for row in train.input_ids],
-            fingerprint=examples_fingerprint(train.input_ids, train.token_types),
-            batches=lambda micro, seed: QABatches(train, micro, pad, seed, use_types),
-            student=lambda: QuestionAnswerer(build_encoder(student_cfg)),
-            evaluate=evaluate,
-            train_count=len(train_examples),
-            eval_count=len(eval_examples),
-            meta={
-                "labels": [],
-                "task": {
-                    **teacher.task,
-                    "max_seq_len": max_len,
-                    "doc_stride": stride,
-                    "version_2_with_negative": with_null,
-                },
-            },  # fmt: skip
-            summary={
-                "train_windows": len(train),
-                "eval_windows": len(evaluation) if evaluation is not None else 0,
-                "unreachable_answers": train.unreachable,
-            },  # fmt: skip
-        )

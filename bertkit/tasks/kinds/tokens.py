@@ -18,8 +18,6 @@ from bertkit.tasks.kinds.base import (
     Prepared,
     RowPredictor,
     RunModel,
-    TeacherTask,
-    check_labels,
     model_inputs,
     row_text,
     window,
@@ -157,57 +155,6 @@ class TokenKind:
             return out
 
         return RowPredictor([field] if field else [], records)
-
-    # -- the distillation task stage: this kind's data read as the teacher was fine-tuned on it -----------------
-    def teacher_task(self, teacher: Any, task: TaskConfig, student_cfg: ModelConfig, train_file: Path,
-                     eval_file: Path | None, longest: int, seed: int) -> TeacherTask:  # fmt: skip
-        from bertkit.distill.cache import examples_fingerprint
-        from bertkit.models.pretraining import build_encoder
-
-        tags = teacher.tags or []
-        scheme = str(teacher.task.get("tag_scheme", "auto"))
-        train_data = read_token_file(train_file)
-        train_tags = resolve_tags(train_data, scheme)
-        check_labels(teacher, [t for sentence in train_tags for t in sentence], tags, train_file, "tags")
-        if eval_file is not None:
-            eval_data = read_token_file(eval_file)
-            eval_tags = resolve_tags(eval_data, scheme if scheme != "auto" else train_data.scheme)
-            check_labels(teacher, [t for sentence in eval_tags for t in sentence], tags, eval_file, "tags")
-        else:
-            train_idx, eval_idx = split_indices(len(train_data), task.eval_fraction, seed)
-            eval_data, eval_tags = train_data.subset(eval_idx), [train_tags[i] for i in eval_idx]
-            train_data, train_tags = train_data.subset(train_idx), [train_tags[i] for i in train_idx]
-        # The teacher's window, which its tags were trained at (a longer one would give the student positions
-        # the teacher never saw in training).
-        max_len = min(int(teacher.task.get("max_seq_len", task.max_seq_len)), longest)
-        train = encode_sentences(train_data.words, train_tags, tags, teacher.tokenizer, max_len)
-        evaluation = None
-        if len(eval_data):
-            evaluation = encode_sentences(eval_data.words, eval_tags, tags, teacher.tokenizer, max_len)
-        pad = teacher.tokenizer.pad_id
-        with_entities = train_data.scheme != "none"
-        evaluate = None
-        if evaluation is not None:
-            evaluate = lambda m, device: evaluate_tagger(  # noqa: E731
-                m, evaluation, eval_tags, tags, device, pad, with_entities
-            )
-        return TeacherTask(
-            architecture="token-classification",
-            labels=tags,
-            lengths=[len(row) for row in train.input_ids],
-            fingerprint=examples_fingerprint(train.input_ids, None),
-            batches=lambda micro, seed: TokenBatches(train, micro, pad, seed),
-            student=lambda: TokenClassifier(build_encoder(student_cfg), len(tags), task.classifier_dropout),
-            evaluate=evaluate,
-            train_count=len(train_data),
-            eval_count=len(eval_data),
-            meta={"labels": tags, "task": {**teacher.task, "max_seq_len": max_len}},
-            summary={
-                "label_counts": TokenData(train_file, train_data.words, train_tags).tag_counts(),
-                "tag_scheme": train_data.scheme,
-                "train_words": sum(len(w) for w in train_data.words),
-            },
-        )
 
 
 def _tokens(tokens: Any, source: Path, where: str) -> list[str]:
