@@ -29,8 +29,9 @@ from bertkit.corpus.sentences import get_splitter
 from bertkit.corpus.shards import MANIFEST, ShardWriter
 from bertkit.errors import BertkitError
 from bertkit.fsutil import atomic_output_dir, read_json
-from bertkit.inputs.remote import is_url, local_tokenizer
+from bertkit.inputs.remote import is_url
 from bertkit.inputs.sources import ReadStats, expand_inputs, iter_documents
+from bertkit.modelio.modeldir import tokenizer_source
 from bertkit.tokenizers.base import Tokenizer, load_tokenizer
 
 TOKENIZER_SUBDIR = "tokenizer"
@@ -290,7 +291,7 @@ def build_corpus(
         )
     output = Path(output)
     paths = expand_inputs(inputs)
-    tokenizer_dir = local_tokenizer(tokenizer_dir)
+    tokenizer_dir = tokenizer_source(tokenizer_dir)  # a directory, its URL, or a model's (run, checkpoint, hub)
     tokenizer = load_tokenizer(tokenizer_dir)
     get_splitter(options.splitter)  # fail now on an unknown or missing splitter, not in a worker
     key = build_key(paths, tokenizer, options)

@@ -43,8 +43,8 @@ from bertkit.corpus.sentences import get_splitter
 from bertkit.corpus.shards import _Stream, sha256_file, token_dtype
 from bertkit.errors import BertkitError
 from bertkit.fsutil import atomic_output_dir, read_json, write_json_atomic
-from bertkit.inputs.remote import local_tokenizer
 from bertkit.inputs.sources import ReadStats, expand_inputs, iter_documents
+from bertkit.modelio.modeldir import tokenizer_source
 from bertkit.tokenizers.base import Tokenizer, load_tokenizer
 
 PARTS_VERSION = 1
@@ -226,7 +226,7 @@ def run_task(
     if parts.exists() and not parts.is_dir():
         raise BertkitError(f"--output {parts} is a file; --tasks writes a directory of parts")
     paths = expand_inputs(inputs)
-    tokenizer_dir = local_tokenizer(tokenizer_dir)
+    tokenizer_dir = tokenizer_source(tokenizer_dir)
     tokenizer = load_tokenizer(tokenizer_dir)
     get_splitter(options.splitter)
     plan = make_plan(paths, tokenizer, options, tasks)

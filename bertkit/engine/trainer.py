@@ -131,6 +131,8 @@ class Trainer:
         resumed = self._read_latest_checkpoint()  # weights go into the plain model before the engine wraps it
         torch.manual_seed(self.train_cfg.seed + self.rank)
         self._set_up_engine()
+        if self.precision_line and not self.quiet:  # said once the run is set up: a set-up error stays one line
+            warn(self.precision_line)
         if resumed is not None:
             self.checkpointer.restore(*resumed)
         self.result.history = self.log.open(self.result.resumed_from, self.train_cfg.steps)
@@ -191,8 +193,6 @@ class Trainer:
             )
         if world > 1:
             self.source.shard(self.rank, world)
-        if self.precision_line and not self.quiet:
-            warn(self.precision_line)
         if self.main and self.device.type == "cpu" and self.precision == "bf16":
             from bertkit.engine.cpu import bf16_warning
 

@@ -116,12 +116,9 @@ def cache_key(text: str) -> str:
 
 
 def local_tokenizer(location: Path | str) -> Path:
-    """A tokenizer directory, downloaded to the cache first when it is a URL (a few MB: fetched every time); a
-    model (run directory, checkpoint directory, hub name) gives its own tokenizer (modelio's tokenizer_source)."""
+    """A tokenizer directory, downloaded to the cache first when it is a URL (a few MB: fetched every time)."""
     if not is_url(location):
-        from bertkit.modelio.modeldir import tokenizer_source
-
-        return tokenizer_source(location)
+        return Path(location)
     url = str(location).rstrip("/")
     fs, path = filesystem(url)
     target = cache_root() / "tokenizers" / cache_key(url)

@@ -72,12 +72,15 @@ TOKENIZER_FILES = ("bertkit_tokenizer.json", "tokenizer.json", "vocab.txt", "voc
 
 
 def tokenizer_source(spec: str | Path) -> Path:
-    """The directory whose tokenizer a `--tokenizer` argument names: a tokenizer directory, a bertkit run or model
-    directory (its `model/`), a Hugging Face checkpoint directory, or a hub name (its tokenizer files, through
-    the hub cache). A missing path that reads as a path (absolute, ./, ../, ~, or more than two parts) is one
-    error; a missing ORG/NAME or NAME is looked up on the hub."""
+    """The directory whose tokenizer a `--tokenizer` argument names: a tokenizer directory (or its s3:// URL), a
+    bertkit run or model directory (its `model/`), a Hugging Face checkpoint directory, or a hub name (its tokenizer
+    files, through the hub cache). A missing path that reads as a path (absolute, ./, ../, ~, or more than two
+    parts) is one error; a missing ORG/NAME or NAME is looked up on the hub."""
+    from bertkit.inputs.remote import is_url, local_tokenizer
     from bertkit.modelio.hub import ALIASES, download, looks_like_path
 
+    if is_url(spec):
+        return local_tokenizer(spec)  # an s3:// tokenizer directory, fetched to the cache
     path = Path(spec).expanduser()
     if path.is_dir():
         if any((path / name).is_file() for name in TOKENIZER_FILES):

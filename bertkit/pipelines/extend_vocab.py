@@ -11,8 +11,8 @@ from typing import Any
 
 from bertkit.errors import BertkitError
 from bertkit.fsutil import atomic_output_dir, check_output_dir
-from bertkit.inputs.remote import local_tokenizer
 from bertkit.inputs.sources import ReadStats, expand_inputs, iter_lines
+from bertkit.modelio.modeldir import tokenizer_source
 from bertkit.tokenizers.base import load_tokenizer
 from bertkit.tokenizers.extend import choose_words, count_words, extend_tokenizer, given_words, word_table
 from bertkit.tokenizers.stats import sample_statistics
@@ -37,7 +37,7 @@ def extend_vocabulary(
         raise BertkitError(f"--min-frequency must be at least 1, not {min_frequency}")
     check_output_dir(output, overwrite)
     started = time.perf_counter()
-    base = load_tokenizer(local_tokenizer(tokenizer))
+    base = load_tokenizer(tokenizer_source(tokenizer))
     paths = expand_inputs(inputs)
     stats = ReadStats()
     lines = list(itertools.islice((line for line in iter_lines(paths, stats, text_field)), max_lines))
