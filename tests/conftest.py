@@ -225,3 +225,19 @@ def squad_dev_file() -> Path:
     tmp.write_bytes(data)
     os.replace(tmp, cached)
     return cached
+
+
+@pytest.fixture
+def offline_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty HF_HOME with HF_HUB_OFFLINE=1, in the environment and in huggingface_hub's constants
+    (which it read from the environment when first imported)."""
+    from huggingface_hub import constants
+
+    home = tmp_path / "hf_home"
+    monkeypatch.setenv("HF_HOME", str(home))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setattr(constants, "HF_HOME", str(home))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(home / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    return home

@@ -110,20 +110,12 @@ def test_a_headless_checkpoint_gets_a_new_mlm_head(tmp_path: Path, minilm_dir: P
 
 
 def test_a_hub_name_resolves_through_the_cache(
-    tmp_path: Path, minilm_dir: Path, text_file: Path, corpus_dir: Path, monkeypatch: pytest.MonkeyPatch
+    offline_hub: Path, tmp_path: Path, minilm_dir: Path, text_file: Path, corpus_dir: Path
 ) -> None:
     """`--init-from ORG/NAME` and `build-corpus --tokenizer ORG/NAME` read the hub cache (offline here); with no
     cached copy, one line."""
     from hub_helpers import REPO, fill_hub_cache
-    from huggingface_hub import constants
 
-    home = tmp_path / "hf_home"
-    monkeypatch.setenv("HF_HOME", str(home))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
-    monkeypatch.setattr(constants, "HF_HOME", str(home))
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(home / "hub"))
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     corpus = tmp_path / "corpus"
     missing = run_error("build-corpus", "-i", str(text_file), "--tokenizer", REPO, "-o", str(corpus))
     assert f"cannot get {REPO}: no directory of that name here, HF_HUB_OFFLINE is set" in missing
@@ -131,7 +123,7 @@ def test_a_hub_name_resolves_through_the_cache(
     missing = run_error("pretrain", "-r", "continue-mlm-tiny", "-c", str(corpus_dir), "-o", str(tmp_path / "run"),
                         "--init-from", REPO)  # fmt: skip
     assert f"cannot get {REPO}: no directory of that name here" in missing and not (tmp_path / "run").exists()
-    fill_hub_cache(home / "hub", minilm_dir)
+    fill_hub_cache(offline_hub / "hub", minilm_dir)
     run_json("build-corpus", "-i", str(text_file), "--tokenizer", REPO, "-o", str(corpus), "--max-seq-len", "32")
     out = run_json("pretrain", "-r", "continue-mlm-tiny", "-c", str(corpus), "-o", str(tmp_path / "run"),
                    "--init-from", REPO, *STILL)  # fmt: skip

@@ -151,22 +151,6 @@ def test_hf_classifier_config_names_its_task_and_classes(
     assert weights["classifier.weight"].shape == (1, 32)
 
 
-@pytest.fixture
-def offline_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An empty HF_HOME with HF_HUB_OFFLINE=1, in the environment and in huggingface_hub's constants
-    (which it read from the environment when first imported)."""
-    from huggingface_hub import constants
-
-    home = tmp_path / "hf_home"
-    monkeypatch.setenv("HF_HOME", str(home))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
-    monkeypatch.setattr(constants, "HF_HOME", str(home))
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(home / "hub"))
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    return home
-
-
 def test_hub_name_resolves_from_the_cache_offline(offline_hub: Path, minilm_dir: Path, minilm_teacher: Teacher) -> None:
     snapshot = fill_hub_cache(offline_hub / "hub", minilm_dir)
     assert resolve_model_path(REPO, hub=True) == snapshot
