@@ -239,7 +239,8 @@ def extend_command(
     fertility (tokens per word) of the input before and after."""
     from bertkit.pipelines.extend_vocab import extend_vocabulary
 
-    result = extend_vocabulary(tokenizer, input, output, add, words, min_frequency, text_field, max_lines, overwrite)
+    result = extend_vocabulary(tokenizer, input, output, add, words, min_frequency, text_field, max_lines, overwrite,
+                               quiet)  # fmt: skip
     if json_out or quiet:
         emit(result, json_out, "tokenizer extended")
         return

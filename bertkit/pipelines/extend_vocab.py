@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from bertkit.errors import BertkitError
 from bertkit.fsutil import atomic_output_dir, check_output_dir
-from bertkit.inputs.sources import ReadStats, expand_inputs, iter_lines
+from bertkit.inputs.sources import ReadStats, expand_inputs, input_size, iter_lines
 from bertkit.modelio.modeldir import tokenizer_source
+from bertkit.progress import Tracker
 from bertkit.tokenizers.base import load_tokenizer
 from bertkit.tokenizers.extend import choose_words, count_words, extend_tokenizer, given_words, word_table
 from bertkit.tokenizers.stats import sample_statistics
@@ -28,6 +30,7 @@ def extend_vocabulary(
     text_field: str = "text",
     max_lines: int = 1_000_000,
     overwrite: bool = False,
+    quiet: bool = False,
 ) -> dict[str, Any]:
     if words_file is None and add < 1:
         raise BertkitError(f"--add must be at least 1, not {add} (or list the words with --words FILE)")
@@ -39,18 +42,29 @@ def extend_vocabulary(
     started = time.perf_counter()
     base = load_tokenizer(tokenizer_source(tokenizer))
     paths = expand_inputs(inputs)
-    stats = ReadStats()
-    lines = list(itertools.islice((line for line in iter_lines(paths, stats, text_field)), max_lines))
-    if not lines:
-        raise BertkitError(f"{', '.join(map(str, inputs))} holds no text to choose words from")
-    counts = count_words(base, lines)
-    if words_file is not None:
+    listed = None
+    if words_file is not None:  # checked before the input is read
         if not words_file.is_file():
             raise BertkitError(f"--words file not found: {words_file}")
         try:
             listed = words_file.read_text("utf-8-sig").splitlines()
         except UnicodeDecodeError:
             raise BertkitError(f"--words {words_file} is not UTF-8 text; re-encode it as UTF-8") from None
+        given_words(base, listed, Counter())
+    stats = ReadStats()
+    lines: list[str] = []
+    with Tracker("extend: reading", total=input_size(paths) or None, quiet=quiet, unit="bytes") as tracker:
+        read = 0
+        for line in itertools.islice(iter_lines(paths, stats, text_field), max_lines):
+            lines.append(line)
+            if stats.bytes - read >= 1 << 20:  # a megabyte at a time
+                tracker.advance(stats.bytes - read)
+                read = stats.bytes
+        tracker.advance(stats.bytes - read)
+    if not lines:
+        raise BertkitError(f"{', '.join(map(str, inputs))} holds no text to choose words from")
+    counts = count_words(base, lines)
+    if listed is not None:
         words = given_words(base, listed, counts)
     else:
         words = choose_words(base, counts, add, min_frequency)
