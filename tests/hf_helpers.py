@@ -1,5 +1,6 @@
-"""Tiny random Hugging Face sequence classifiers, saved as a fine-tuned checkpoint is saved: `save_pretrained`
-writes config.json (architectures, id2label) and model.safetensors, and the tokenizer its own files.
+"""Tiny random Hugging Face checkpoints, saved as transformers saves them (`save_pretrained`: config.json and
+model.safetensors, with tokenizer files): sequence classifiers, as a fine-tuned checkpoint is saved, and masked
+LMs (and ELECTRA's and XLNet's pretraining classes) of every family bertkit imports.
 Importable from every test directory (see cli_helpers.py)."""
 
 from __future__ import annotations

@@ -153,19 +153,21 @@ def _decode(raw: bytes, stats: ReadStats) -> str:
         return raw.decode("utf-8", errors="replace")
 
 
-def _is_jsonl(path: Path) -> bool:
+def _uncompressed_name(path: Path) -> str:
+    """The file name, lower-cased, without a .gz, .bz2 or .zst suffix: what the format is read from."""
     stem = path.name.lower()
     for suffix in (".gz", ".bz2", ".zst"):
         stem = stem.removesuffix(suffix)
-    return stem.endswith((".jsonl", ".json", ".ndjson"))
+    return stem
+
+
+def _is_jsonl(path: Path) -> bool:
+    return _uncompressed_name(path).endswith((".jsonl", ".json", ".ndjson"))
 
 
 def _delimiter(path: Path) -> str | None:
     """',' for CSV, a tab for TSV (optionally compressed), else None."""
-    stem = path.name.lower()
-    for suffix in (".gz", ".bz2", ".zst"):
-        stem = stem.removesuffix(suffix)
-    return {".csv": ",", ".tsv": "\t"}.get(Path(stem).suffix)
+    return {".csv": ",", ".tsv": "\t"}.get(Path(_uncompressed_name(path)).suffix)
 
 
 def _allow_long_fields() -> None:

@@ -19,7 +19,8 @@ from bertkit.config.model import ModelConfig, saved_model_config
 from bertkit.errors import BertkitError
 from bertkit.fsutil import atomic_output_dir, read_json
 from bertkit.modelio.weights import WEIGHTS, read_weights, save_weights
-from bertkit.tokenizers.base import Tokenizer, load_tokenizer
+from bertkit.tokenizers.base import BERTKIT_TOKENIZER_FILE, Tokenizer, load_tokenizer
+from bertkit.tokenizers.spm import SPM_MODEL_NAMES
 
 MODEL_META = "bertkit_model.json"
 FORMAT_VERSION = 1
@@ -66,9 +67,9 @@ def resolve_model_path(spec: str | Path, hub: bool = False) -> Path:
     return find_model_dir(Path(spec))
 
 
-# Files that make a directory a tokenizer directory (bertkit's, a Hugging Face one, or a bare vocabulary).
-TOKENIZER_FILES = ("bertkit_tokenizer.json", "tokenizer.json", "vocab.txt", "vocab.json", "spm.model", "spiece.model",
-                   "sentencepiece.bpe.model")  # fmt: skip
+# Files that make a directory a tokenizer directory (bertkit's, a Hugging Face one, or a bare vocabulary): what
+# load_tokenizer reads.
+TOKENIZER_FILES = (BERTKIT_TOKENIZER_FILE, "tokenizer.json", "vocab.txt", "vocab.json", *SPM_MODEL_NAMES)
 
 
 def tokenizer_source(spec: str | Path) -> Path:
@@ -77,7 +78,7 @@ def tokenizer_source(spec: str | Path) -> Path:
     files, through the hub cache). A missing path that reads as a path (absolute, ./, ../, ~, or more than two
     parts) is one error; a missing ORG/NAME or NAME is looked up on the hub."""
     from bertkit.inputs.remote import is_url, local_tokenizer
-    from bertkit.modelio.hub import ALIASES, download, looks_like_path
+    from bertkit.modelio.hub import looks_like_path
 
     if is_url(spec):
         return local_tokenizer(spec)  # an s3:// tokenizer directory, fetched to the cache
@@ -90,7 +91,7 @@ def tokenizer_source(spec: str | Path) -> Path:
         return path  # load_tokenizer names what is missing
     if path.exists() or looks_like_path(str(spec)) or len(Path(str(spec)).parts) > 2:
         raise BertkitError(f"tokenizer directory not found: {spec}")
-    return download(ALIASES.get(str(spec), str(spec)))
+    return resolve_model_path(spec, hub=True)  # a hub name (or alias): its snapshot in the hub cache
 
 
 def find_model_dir(path: Path) -> Path:

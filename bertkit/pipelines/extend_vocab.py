@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,14 @@ from bertkit.inputs.sources import ReadStats, expand_inputs, input_size, iter_li
 from bertkit.modelio.modeldir import tokenizer_source
 from bertkit.progress import Tracker
 from bertkit.tokenizers.base import load_tokenizer
-from bertkit.tokenizers.extend import choose_words, count_words, extend_tokenizer, given_words, word_table
+from bertkit.tokenizers.extend import (
+    Candidate,
+    choose_words,
+    count_words,
+    extend_tokenizer,
+    given_words,
+    word_table,
+)
 from bertkit.tokenizers.stats import sample_statistics
 
 
@@ -42,15 +49,15 @@ def extend_vocabulary(
     started = time.perf_counter()
     base = load_tokenizer(tokenizer_source(tokenizer))
     paths = expand_inputs(inputs)
-    listed = None
+    listed: list[Candidate] | None = None
     if words_file is not None:  # checked before the input is read
         if not words_file.is_file():
             raise BertkitError(f"--words file not found: {words_file}")
         try:
-            listed = words_file.read_text("utf-8-sig").splitlines()
+            written = words_file.read_text("utf-8-sig").splitlines()
         except UnicodeDecodeError:
             raise BertkitError(f"--words {words_file} is not UTF-8 text; re-encode it as UTF-8") from None
-        given_words(base, listed, Counter())
+        listed = given_words(base, written)  # checked now; their frequencies once the input is read
     stats = ReadStats()
     lines: list[str] = []
     with Tracker("extend: reading", total=input_size(paths) or None, quiet=quiet, unit="bytes") as tracker:
@@ -65,7 +72,7 @@ def extend_vocabulary(
         raise BertkitError(f"{', '.join(map(str, inputs))} holds no text to choose words from")
     counts = count_words(base, lines)
     if listed is not None:
-        words = given_words(base, listed, counts)
+        words = [replace(candidate, frequency=counts[candidate.word]) for candidate in listed]
     else:
         words = choose_words(base, counts, add, min_frequency)
         if not words:

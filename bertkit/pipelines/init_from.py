@@ -44,9 +44,9 @@ TOKENIZER_KEYS = {"vocab_size", "pad_token_id"}
 # Tables a checkpoint may have fewer rows of than the recipe asks for: the missing rows are copied (see
 # extend_tables).
 EXTENDABLE = ("max_position_embeddings", "type_vocab_size")
-SAME_FAMILY = {"spanbert": "bert"}
+SAME_FAMILY = {"spanbert": "bert"}  # SpanBERT checkpoints are BERT checkpoints
 # The word-embedding tables (XLNet's is `word_embedding`), which tokenize extend grows.
-WORD_TABLES = ("word_embeddings.weight", "word_embedding.weight")  # SpanBERT checkpoints are BERT checkpoints
+WORD_TABLES = ("word_embeddings.weight", "word_embedding.weight")
 # Families a recipe may warm-start from besides its own: BigBird starts from RoBERTa, as in the paper.
 WARM_STARTS = {"bigbird": {"roberta"}}
 
@@ -105,9 +105,10 @@ def load_init_checkpoint(
         cfg = _checkpoint_model(recipe_cfg, init_cfg, spec, recipe, model_keys)
     weights, extended = extend_tables(init_cfg, cfg, weights)
     if grown:
-        weights, rows = grow_vocabulary(weights, tokenizer.extends or {}, tokenizer.vocab_size)
+        assert tokenizer.extends is not None  # checked above: it extends the checkpoint's tokenizer
+        weights, rows = grow_vocabulary(weights, tokenizer.extends, tokenizer.vocab_size)
         cfg = cfg.model_copy(update={"vocab_size": rows})
-        added = tokenizer.vocab_size - int((tokenizer.extends or {})["vocab_size"])
+        added = len(tokenizer.extends["pieces"])
         extended["vocabulary"] = (
             f"{added} words added: {init_cfg.vocab_size} -> {rows} rows (each new word's row the mean of its pieces')"
         )

@@ -88,8 +88,9 @@ def _candidate(tok: Tokenizer, word: str, frequency: int) -> Candidate | None:
     return Candidate(word, frequency, pieces, unknown=all(i == tok.unk_id for i in ids))
 
 
-def given_words(tok: Tokenizer, words: list[str], counts: Counter[str]) -> list[Candidate]:
-    """Words a user lists (`--words`), each checked: normalised, one word, not one token already."""
+def given_words(tok: Tokenizer, words: list[str]) -> list[Candidate]:
+    """Words a user lists (`--words`), each checked: normalised, one word, not one token already (frequency 0 until
+    the caller counts them in its text)."""
     chosen, seen = [], set()
     for raw in words:
         word = tok.normalize(raw.strip()).replace("\u2581", "").strip()
@@ -99,7 +100,7 @@ def given_words(tok: Tokenizer, words: list[str], counts: Counter[str]) -> list[
             raise BertkitError(
                 f"--words: {raw!r} is not one word of letters (of at most {MAX_WORD_CHARS}); list one word per line"
             )
-        candidate = _candidate(tok, word, counts.get(word, 0))
+        candidate = _candidate(tok, word, 0)
         if candidate is None:
             raise BertkitError(f"--words: {raw!r} is already one token of this tokenizer's vocabulary; remove it")
         seen.add(word)
