@@ -24,8 +24,8 @@ from torch import nn
 
 from bertkit.config.schema import DistillMethod
 from bertkit.distill import losses
-from bertkit.distill.model import DistillOutput
 from bertkit.models.capture import LayerCapture
+from bertkit.models.with_heads import HeadsOutput
 from bertkit.objectives.base import Counts, Metrics, share
 
 # Each term: its target count from a batch (see losses.TARGET_COUNTS).
@@ -147,8 +147,8 @@ class DistillationObjective:
         totals = self.counts(batch) if totals is None else totals
         inputs = self._inputs(batch)
         teacher_capture, student_capture = self.captures()
-        teacher: DistillOutput = self.teacher(**inputs, capture=teacher_capture)
-        student: DistillOutput = model(**inputs, capture=student_capture)
+        teacher: HeadsOutput = self.teacher(**inputs, capture=teacher_capture)
+        student: HeadsOutput = model(**inputs, capture=student_capture)
         mask = batch["attention_mask"]
         loss = torch.zeros((), device=mask.device)
         metrics: Metrics = {}
@@ -159,7 +159,7 @@ class DistillationObjective:
         return loss, metrics
 
     def _term(
-        self, term: str, student: DistillOutput, teacher: DistillOutput, batch: dict[str, torch.Tensor],
+        self, term: str, student: HeadsOutput, teacher: HeadsOutput, batch: dict[str, torch.Tensor],
         mask: torch.Tensor,
     ) -> torch.Tensor:  # fmt: skip
         t = self.temperature

@@ -16,11 +16,11 @@ import torch
 from torch import nn
 
 from bertkit.config.schema import ModelConfig
-from bertkit.distill.model import DistillOutput, EncoderWithHeads
 from bertkit.engine.checkpoint import load_state
 from bertkit.errors import BertkitError
 from bertkit.fsutil import save_safetensors_atomic
 from bertkit.models.layers import init_weights
+from bertkit.models.with_heads import EncoderWithHeads, HeadsOutput
 
 PROJECTIONS = ("embedding_proj.", "hidden_proj.")
 # W_e / W_h of a general distillation, kept in its run directory (never in the exported model) so that the
@@ -58,7 +58,7 @@ class DistillStudent(EncoderWithHeads):
             # No head reads the pooled output: keep it for export but frozen, as PretrainingModel does.
             self.encoder.pooler.requires_grad_(False)
 
-    def forward(self, *args: Any, **kwargs: Any) -> DistillOutput:
+    def forward(self, *args: Any, **kwargs: Any) -> HeadsOutput:
         """EncoderWithHeads.forward, with the hidden states projected onto the teacher's width (W_e, W_h)."""
         out = super().forward(*args, **kwargs)
         if self.embedding_proj is None or self.hidden_proj is None or not out.hidden_states:

@@ -15,10 +15,10 @@ import torch
 from torch import nn
 
 from bertkit.config.schema import ModelConfig
-from bertkit.distill.model import DistillOutput, EncoderWithHeads
 from bertkit.engine.checkpoint import load_state
 from bertkit.errors import BertkitError
 from bertkit.modelio.modeldir import load_model_dir
+from bertkit.models.with_heads import EncoderWithHeads, HeadsOutput
 from bertkit.tokenizers.base import Tokenizer
 
 # The heads of fine-tuned taggers (`classifier.*` on every token) and QA models (`qa_outputs.*`).
@@ -43,7 +43,7 @@ class Teacher(EncoderWithHeads):
     fine-tuned classifier, or a Hugging Face BERT/ALBERT/RoBERTa *ForSequenceClassification checkpoint, whose
     head bertkit/interop/hf.py maps onto the same one), in eval mode for good, every forward under no_grad.
 
-    Build it with `Teacher.load(spec)`. Its output is the student's `DistillOutput` (`projected` is
+    Build it with `Teacher.load(spec)`. Its output is the student's `HeadsOutput` (`projected` is
     `hidden_states`: the teacher's width is the target).
     """
 
@@ -134,7 +134,7 @@ class Teacher(EncoderWithHeads):
         # Always eval: a caller switching a whole model tree to training must not turn on its dropout.
         return super().train(False)
 
-    def forward(self, *args: Any, **kwargs: Any) -> DistillOutput:
+    def forward(self, *args: Any, **kwargs: Any) -> HeadsOutput:
         """EncoderWithHeads.forward under no_grad: nothing the teacher computes is ever differentiated."""
         with torch.no_grad():
             return super().forward(*args, **kwargs)

@@ -10,4 +10,5 @@ electra.py      generator + discriminator with shared embeddings
 xlnet.py        XLNet: relative positions and segments, two-stream attention, the tied LM head
 pretraining.py  encoder + heads as one module per recipe; parameter counts on the meta device
 pooling.py      sentence embeddings: mean over the real tokens, an encoder that returns mean and [CLS] pooled
+with_heads.py   an encoder with optional MLM and classifier heads whose output carries what distillation compares
 """

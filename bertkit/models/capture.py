@@ -3,7 +3,7 @@
 An encoder's forward computes its output and nothing else; a caller that wants more (distillation's attention
 scores, probabilities and values of chosen layers, hidden states, MiniLM's stop after the last layer's
 attention; `bertkit embed`'s hidden state of one layer) hands it a `LayerCapture`, which the layer loop asks what
-each layer should give and fills. The capture object belongs to the caller (bertkit/distill/model.py,
+each layer should give and fills. The capture object belongs to the caller (bertkit/models/with_heads.py,
 bertkit/models/pooling.py); models only call it.
 """
 

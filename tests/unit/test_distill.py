@@ -479,8 +479,8 @@ def test_prediction_objective_soft_and_gold_terms() -> None:
     mean over the sequences of the global batch (the call returns this micro-batch's share)."""
     import torch.nn.functional as F
 
-    from bertkit.distill.model import DistillOutput
     from bertkit.distill.prediction import PredictionObjective
+    from bertkit.models.with_heads import HeadsOutput
 
     torch.manual_seed(0)
     student_logits = torch.randn(4, 3)
@@ -488,8 +488,8 @@ def test_prediction_objective_soft_and_gold_terms() -> None:
     labels = torch.tensor([0, 2, 1, 1])
 
     class Fixed(torch.nn.Module):
-        def forward(self, *_args: object) -> DistillOutput:
-            return DistillOutput(student_logits, [], [], [], [], [], None, student_logits)
+        def forward(self, *_args: object) -> HeadsOutput:
+            return HeadsOutput(student_logits, [], [], [], [], [], None, student_logits)
 
     batch = {"input_ids": torch.zeros(4, 5, dtype=torch.long), "attention_mask": torch.ones(4, 5),
              "labels": labels, "teacher_logits": teacher_logits}  # fmt: skip

@@ -11,10 +11,10 @@ from pydantic import ValidationError
 
 from bertkit.config.schema import ModelConfig
 from bertkit.distill.layer_map import check_windowed_attention, distilbert_init_layers, uniform_layer_map
-from bertkit.distill.model import EncoderWithHeads
 from bertkit.distill.objective import DistillationObjective
 from bertkit.distill.student import DistillStudent, init_from_teacher
 from bertkit.errors import BertkitError
+from bertkit.models.with_heads import EncoderWithHeads
 from bertkit.pipelines.distill.general import freeze_unreached
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -3,8 +3,8 @@
 A fine-tuned teacher (a run of `bertkit finetune`: a classifier, a tagger or an extractive QA model; or a
 Hugging Face BERT/ALBERT/RoBERTa *ForSequenceClassification checkpoint, classes from its id2label) is
 distilled into a student on the task's labelled data (for classifiers augmented first with `bertkit
-augment`, as TinyBERT does). The teacher decides the kind (bertkit/pipelines/distill/task_data.py reads
-the data for it; bertkit/tasks/kinds says what a target is: a sequence, a word, a QA window):
+augment`, as TinyBERT does). The teacher decides the kind, and its kind in bertkit/tasks/kinds reads the data
+(`distill_data`) and says what a target is: a sequence, a word, a QA window:
 
 1. intermediate (tinybert only): embeddings, hidden states and attention scores through W_e / W_h along
    the layer map, at a constant rate (`distill.intermediate.*`). W_e / W_h learned by the general stage
@@ -236,7 +236,7 @@ def distill_task(
             load_state(student.encoder, encoder_state, str(student_path))
             carried = student.carry_projections(projections)
             objective = DistillationObjective("tinybert", teacher, intermediate_weights, temperature, layer_map)
-            source = setup.batches(micro, recipe.train.seed)
+            source = setup.data.batches(micro, recipe.train.seed)
             result = run_phase("intermediate", student, objective, source, cfg.intermediate, None)
             if result is not None:
                 done = _phase_summary("intermediate", result, cfg.intermediate, objective.terms)
@@ -254,12 +254,12 @@ def distill_task(
     cache_info: dict[str, Any] = {"enabled": cfg.cache_teacher}
     if stopped is None:
         torch.manual_seed(recipe.train.seed)
-        student = setup.student()
+        student = setup.data.student()
         load_state(student.encoder, encoder_state, str(student_path))
         # The fine-tuned model whose outputs are the targets: the teacher itself for a sequence classifier,
         # its tagger's or QA head on its encoder otherwise.
         target_model = teacher if setup.architecture == "sequence-classification" else teacher.task_head()
-        source: Any = setup.batches(micro, recipe.train.seed)
+        source: Any = setup.data.batches(micro, recipe.train.seed)
         prediction_teacher: nn.Module | None = target_model
         if cfg.cache_teacher:
             logits, cache_info = _teacher_logits(target_model, setup, source, cfg.cache_dir or output, micro,
@@ -268,8 +268,8 @@ def distill_task(
         objective = PredictionObjective(prediction_teacher, cfg.alpha_prediction, cfg.alpha_gold, temperature,
                                         t_squared=method == "distilbert", kind=setup.kind)  # fmt: skip
         evaluate = None
-        if setup.evaluate is not None:
-            evaluate = lambda m: setup.evaluate(m, device)  # noqa: E731
+        if setup.data.evaluate is not None:
+            evaluate = lambda m: setup.data.evaluate(m, device)  # noqa: E731
         result = run_phase("prediction", student, objective, source, cfg.prediction, evaluate)
         if result is not None:
             phases.append(_phase_summary("prediction", result, cfg.prediction, objective.terms))
@@ -289,13 +289,13 @@ def distill_task(
         "teacher": teacher.source,
         "student": str(student_path),
         "task": setup.kind.name,
-        "labels": setup.labels,
+        "labels": setup.data.labels,
         "layer_map": layer_map if steps["intermediate"] else None,
         "phases": phases,
         "intermediate_skipped": skipped,
         "teacher_cache": cache_info,
-        "train_examples": setup.train_count,
-        "eval_examples": setup.eval_count,
+        "train_examples": setup.data.train_count,
+        "eval_examples": setup.data.eval_count,
         "steps": sum(p["steps"] for p in phases),
         "flops": float(f"{spent['flops']:.4g}"),
         "tokens": int(spent["tokens"]),  # what a token budget (--budget 5Mtok) counts, as the general stage reports
@@ -311,7 +311,7 @@ def distill_task(
         "eval": last.get("eval", {}),
         "resumed_from": _resumed_from(phases),
         "stopped": stopped,
-        **setup.summary,
+        **setup.data.summary,
     }
     write_summary(output, summary)
     return summary

@@ -5,7 +5,7 @@ TASK_FIELDS and TASK_METRICS)."""
 
 from __future__ import annotations
 
-from bertkit.tasks.kinds.base import Part, Prepared, TaskKind
+from bertkit.tasks.kinds.base import DistillData, FineTuned, Part, Prepared, TaskKind
 from bertkit.tasks.kinds.sequence import SequenceKind
 from bertkit.tasks.kinds.spans import SpanKind
 from bertkit.tasks.kinds.tokens import TokenKind
@@ -23,4 +23,4 @@ def task_kind(name: str) -> TaskKind:
     return KINDS.get(name) or BY_ARCHITECTURE[name]
 
 
-__all__ = ["BY_ARCHITECTURE", "KINDS", "Part", "Prepared", "TaskKind", "task_kind"]
+__all__ = ["BY_ARCHITECTURE", "KINDS", "DistillData", "FineTuned", "Part", "Prepared", "TaskKind", "task_kind"]

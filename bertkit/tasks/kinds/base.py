@@ -1,6 +1,7 @@
 """What a task kind is to bertkit: how its data is read and encoded, the model it trains, its objective and
-metrics (`prepare`, for `finetune`), what a teacher fine-tuned for it gives the distillation task stage
-(`logits`, `count`, `rows`), and what `predict` writes for each input row (`predictor`). One file per kind
+metrics (`prepare`, for `finetune`), the same data lined up with a teacher fine-tuned for it and the student the
+distillation task stage trains (`distill_data`), what that teacher gives it (`logits`, `count`, `rows`), and what
+`predict` writes for each input row (`predictor`). One file per kind
 (sequence.py, tokens.py, spans.py); bertkit/tasks/kinds/__init__.py is the registry.
 
 The distillation half: TinyBERT's L_pred is a soft cross-entropy between teacher's and student's output
@@ -47,6 +48,55 @@ class Prepared:
     summary: dict[str, Any] = field(default_factory=dict)  # what the run summary adds
     # Encoder keys a pretrained checkpoint may lack: they start fresh (XLNet's sequence summary).
     fresh: tuple[str, ...] = ()
+
+
+@dataclass
+class FineTuned:
+    """What the distillation task stage tells a kind of its teacher, the model fine-tuned for the kind."""
+
+    source: str  # where it was loaded from (named in errors)
+    outputs: list[str]  # its classes or tags, in the order of its logits; [] for QA
+    task: dict[str, Any]  # the task settings it was fine-tuned with (bertkit_model.json's `task`)
+    tokenizer: Tokenizer
+    config: ModelConfig
+    huggingface: bool  # a transformers checkpoint: its output names are config.json's id2label
+
+
+@dataclass
+class DistillData:
+    """A task's data read for the distillation task stage as `finetune` reads it for the kind, lined up with the
+    teacher (its classes or tags in its order, its windows), and the student that learns the teacher's outputs."""
+
+    labels: list[str]  # the teacher's outputs
+    input_ids: list[np.ndarray]  # every training sequence (an example, a sentence, a QA window), in order
+    token_types: list[np.ndarray] | None  # their segment ids, where the batches give them
+    batches: Callable[[int, int], Any]  # (micro-batch size, seed) -> resumable batches of those sequences
+    student: Callable[[], nn.Module]  # the student's encoder with a fresh head of the teacher's shape
+    evaluate: Callable[[nn.Module, torch.device], dict[str, float]] | None
+    train_count: int
+    eval_count: int
+    meta: dict[str, Any]  # the distilled model's bertkit_model.json `task`
+    summary: dict[str, Any] = field(default_factory=dict)  # what the run summary adds
+
+
+def check_outputs(teacher: FineTuned, data_labels: list[str], source: Path, what: str) -> None:
+    """Every label of the task data must be one the teacher predicts: gold labels and the teacher's outputs are
+    matched by name. A mismatch names where the teacher's names come from."""
+    unknown = sorted(set(data_labels) - set(teacher.outputs))
+    if not unknown:
+        return
+    if teacher.huggingface:
+        fix = (
+            f"if they are the same {what} under other names, write the data's names into id2label in "
+            f"{Path(teacher.source) / 'config.json'}, in the order of the teacher's class ids"
+        )
+    else:
+        fix = f"distil on data labelled with the teacher's {what}"
+        fix += " (task.label_field picks the column)" if what == "classes" else ""
+    raise BertkitError(
+        f"{source} has {'labels' if what == 'classes' else 'tags'} {unknown[:5]} that the teacher {teacher.source} "
+        f"does not predict (its {what}: {teacher.outputs[:10]}); {fix}"
+    )
 
 
 # What `bertkit predict` gives a kind to run its model: token ids of each row (and segment ids, or None) in, that
@@ -96,6 +146,9 @@ class TaskKind(Protocol):
     def prepare(self, task: TaskConfig, model_cfg: ModelConfig, tokenizer: Tokenizer, train_file: Path,
                 eval_file: Path | None, seed: int) -> Prepared: ...  # fmt: skip
 
+    def distill_data(self, teacher: FineTuned, task: TaskConfig, student_cfg: ModelConfig, train_file: Path,
+                     eval_file: Path | None, seed: int) -> DistillData: ...  # fmt: skip
+
     def logits(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor: ...
 
     def count(self, batch: dict[str, torch.Tensor]) -> float: ...
@@ -111,4 +164,14 @@ def model_inputs(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Te
 
 def window(task: TaskConfig, model_cfg: ModelConfig) -> int:
     """Tokens per example: task.max_seq_len, never more than the model's positions."""
-    return min(task.max_seq_len, model_cfg.max_position_embeddings - model_cfg.position_offset)
+    return min(task.max_seq_len, positions(model_cfg))
+
+
+def positions(model_cfg: ModelConfig) -> int:
+    """The longest input the model reads."""
+    return model_cfg.max_position_embeddings - model_cfg.position_offset
+
+
+def shared_window(teacher: FineTuned, student_cfg: ModelConfig, wanted: int) -> int:
+    """Tokens per example when distilling: `wanted`, never more than teacher or student can read."""
+    return min(wanted, positions(teacher.config), positions(student_cfg))

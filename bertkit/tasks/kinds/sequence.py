@@ -13,13 +13,16 @@ from torch import nn
 from bertkit.config.schema import ModelConfig, TaskConfig
 from bertkit.corpus.loader import split_indices
 from bertkit.errors import BertkitError
+from bertkit.models.with_heads import EncoderWithHeads
 from bertkit.tasks.classification import (
     ClassificationBatches,
     FeatureBatches,
     SequenceClassifier,
     classification_objective,
     encode_examples,
+    evaluate_classifier,
     evaluate_sequence,
+    label_indices,
     multi_label_objective,
     regression_objective,
     sentence_features,
@@ -27,14 +30,18 @@ from bertkit.tasks.classification import (
 )
 from bertkit.tasks.data import TaskData, read_task_file
 from bertkit.tasks.kinds.base import (
+    DistillData,
     Evaluate,
+    FineTuned,
     Part,
     PredictRequest,
     Prepared,
     RowPredictor,
     RunModel,
+    check_outputs,
     model_inputs,
     row_text,
+    shared_window,
     window,
 )
 from bertkit.tokenizers.base import Tokenizer
@@ -99,15 +106,8 @@ class SequenceKind:
 
     def prepare(self, task: TaskConfig, model_cfg: ModelConfig, tokenizer: Tokenizer, train_file: Path,
                 eval_file: Path | None, seed: int) -> Prepared:  # fmt: skip
-        train_data = read_task_file(train_file, task, task.split)
+        train_data, train_part, eval_data, eval_read = _read(task, train_file, eval_file, seed)
         labels = self.labels_of(train_data, task, train_file)
-        eval_read = None
-        if eval_file is not None:
-            eval_read = eval_data = read_task_file(eval_file, task, task.eval_split)
-            train_part = train_data
-        else:
-            train_idx, eval_idx = split_indices(len(train_data), task.eval_fraction, seed)
-            train_part, eval_data = subset(train_data, train_idx), subset(train_data, eval_idx)
         # XLNet: text <sep> <cls> with <cls> last, padded on the left, pooled at <cls> through a fresh summary layer
         # (XLNetForSequenceClassification's sequence_summary); segment ids always, since <cls> has its own.
         xlnet = model_cfg.family == "xlnet"
@@ -170,6 +170,42 @@ class SequenceKind:
         )
 
     # -- distillation: one distribution over the classes per sequence ---------------------------------------
+    def distill_data(self, teacher: FineTuned, task: TaskConfig, student_cfg: ModelConfig, train_file: Path,
+                     eval_file: Path | None, seed: int) -> DistillData:  # fmt: skip
+        """The teacher's classes, in its order; the student is the encoder with a fresh classifier, its output the
+        teacher's (hidden states for TinyBERT's intermediate phase, logits for the prediction phase)."""
+        labels = teacher.outputs
+        train_data, train_part, eval_data, _ = _read(task, train_file, eval_file, seed)
+        max_len = shared_window(teacher, student_cfg, task.max_seq_len)
+
+        def encoded(data: TaskData, source: Path) -> Any:
+            check_outputs(teacher, data.labels or [], source, "classes")
+            return encode_examples(data.texts, data.pairs, label_indices(data.labels or [], labels, source),
+                                   teacher.tokenizer, max_len)  # fmt: skip
+
+        train = encoded(train_part, train_file)
+        evaluation = encoded(eval_data, eval_file or train_file) if len(eval_data) else None
+        use_types = task.text_pair_field is not None and student_cfg.type_vocab_size > 1
+        pad = teacher.tokenizer.pad_id
+        evaluate = None
+        if evaluation is not None:
+            evaluate = lambda m, device: evaluate_classifier(  # noqa: E731
+                _LogitsView(m), ClassificationBatches(evaluation, 64, pad, 0, use_types), device
+            )
+        return DistillData(
+            labels=labels,
+            input_ids=train.input_ids,
+            token_types=train.token_type_ids,
+            batches=lambda micro, seed: ClassificationBatches(train, micro, pad, seed, use_types),
+            student=lambda: EncoderWithHeads(student_cfg, num_labels=len(labels),
+                                             classifier_dropout=task.classifier_dropout, pool=task.pool),  # fmt: skip
+            evaluate=evaluate,
+            train_count=len(train_part),
+            eval_count=len(eval_data),
+            meta=task.model_dump(mode="json"),
+            summary={"label_counts": {name: int(np.sum(train.labels == i)) for i, name in enumerate(labels)}},
+        )
+
     def logits(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return model(*model_inputs(batch)).logits
 
@@ -219,6 +255,30 @@ class SequenceKind:
             }
             for p in probs
         ]
+
+
+def _read(task: TaskConfig, train_file: Path, eval_file: Path | None,
+          seed: int) -> tuple[TaskData, TaskData, TaskData, TaskData | None]:  # fmt: skip
+    """(the training file read, the part of it that trains, the evaluation examples, the evaluation file read):
+    --eval's rows, or a held-out share of --train's (task.eval_fraction, split by `seed`)."""
+    train_data = read_task_file(train_file, task, task.split)
+    if eval_file is not None:
+        eval_data = read_task_file(eval_file, task, task.eval_split)
+        return train_data, train_data, eval_data, eval_data
+    train_idx, eval_idx = split_indices(len(train_data), task.eval_fraction, seed)
+    return train_data, subset(train_data, train_idx), subset(train_data, eval_idx), None
+
+
+class _LogitsView(nn.Module):
+    """A model with `.logits` in its output (EncoderWithHeads) as `evaluate_classifier` calls a classifier."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:  # fmt: skip
+        return {"logits": self.model(input_ids, attention_mask, token_type_ids).logits}
 
 
 def skipped_summary(train_read: Any, eval_read: Any | None) -> dict[str, Any]:

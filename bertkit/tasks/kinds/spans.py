@@ -11,7 +11,17 @@ from torch import nn
 
 from bertkit.config.schema import ModelConfig, TaskConfig, qa_doc_stride
 from bertkit.errors import BertkitError
-from bertkit.tasks.kinds.base import Evaluate, Part, Prepared, model_inputs, window
+from bertkit.models.pretraining import build_encoder
+from bertkit.tasks.kinds.base import (
+    DistillData,
+    Evaluate,
+    FineTuned,
+    Part,
+    Prepared,
+    model_inputs,
+    shared_window,
+    window,
+)
 from bertkit.tasks.kinds.sequence import skipped_summary
 from bertkit.tasks.qa import QABatches, QuestionAnswerer, encode_qa, evaluate_qa, qa_objective, read_qa_split
 from bertkit.tokenizers.base import Tokenizer
@@ -80,7 +90,52 @@ class SpanKind:
             summary=summary,
         )
 
-    # -- distillation: per window, a distribution over its positions for the answer's start and one for its end,
+    # -- distillation ------------------------------------------------------------------------------------------
+    def distill_data(self, teacher: FineTuned, task: TaskConfig, student_cfg: ModelConfig, train_file: Path,
+                     eval_file: Path | None, seed: int) -> DistillData:  # fmt: skip
+        """The teacher's windows (length and stride, as its fine-tuning resolved them), so that each is one it has
+        read, and its answer extraction for the evaluation."""
+        train_read, _, train_examples, eval_examples = read_qa_split(
+            train_file, eval_file, task.skip_bad_rows, task.eval_fraction, seed
+        )
+        max_len = shared_window(teacher, student_cfg, int(teacher.task.get("max_seq_len", task.max_seq_len)))
+        stride = qa_doc_stride(max_len, teacher.task.get("doc_stride", task.doc_stride))
+        use_types = teacher.config.type_vocab_size > 1
+        if use_types and student_cfg.type_vocab_size < 2:
+            raise BertkitError(
+                f"the teacher {teacher.source} reads question and context as two segments, but the student has "
+                "no segment embeddings (model.type_vocab_size 1); distil a student with the teacher's type_vocab_size"
+            )
+        with_null = bool(teacher.task.get("version_2_with_negative", train_read.has_impossible))
+        post = task.model_copy(update={k: teacher.task[k] for k in ("n_best", "max_answer_length", "null_threshold")
+                                       if k in teacher.task})  # fmt: skip
+        tokenizer = teacher.tokenizer
+        train = encode_qa(train_examples, tokenizer, max_len, stride, use_types)
+        evaluation = encode_qa(eval_examples, tokenizer, max_len, stride, use_types) if eval_examples else None
+        pad = tokenizer.pad_id
+        evaluate = None
+        if evaluation is not None:
+            evaluate = lambda m, device: evaluate_qa(  # noqa: E731
+                m, eval_examples, evaluation, device, pad, use_types, post, with_null
+            )
+        return DistillData(
+            labels=[],
+            input_ids=train.input_ids,
+            token_types=train.token_types,
+            batches=lambda micro, seed: QABatches(train, micro, pad, seed, use_types),
+            student=lambda: QuestionAnswerer(build_encoder(student_cfg)),
+            evaluate=evaluate,
+            train_count=len(train_examples),
+            eval_count=len(eval_examples),
+            meta={**teacher.task, "max_seq_len": max_len, "doc_stride": stride, "version_2_with_negative": with_null},
+            summary={
+                "train_windows": len(train),
+                "eval_windows": len(evaluation) if evaluation is not None else 0,
+                "unreachable_answers": train.unreachable,
+            },
+        )
+
+    # -- per window, a distribution over its positions for the answer's start and one for its end,
     # each weighted 1/2 as in the gold QA loss, padding masked out of both softmaxes -------------------------------
     def logits(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         out = model(*model_inputs(batch))

@@ -11,15 +11,20 @@ from torch import nn
 from bertkit.config.schema import ModelConfig, TaskConfig
 from bertkit.corpus.loader import split_indices
 from bertkit.errors import BertkitError
+from bertkit.models.pretraining import build_encoder
 from bertkit.tasks.kinds.base import (
+    DistillData,
     Evaluate,
+    FineTuned,
     Part,
     PredictRequest,
     Prepared,
     RowPredictor,
     RunModel,
+    check_outputs,
     model_inputs,
     row_text,
+    shared_window,
     window,
 )
 from bertkit.tasks.token_classification import (
@@ -114,7 +119,54 @@ class TokenKind:
             summary=summary,
         )
 
-    # -- distillation: one distribution over the tags per word (its first sub-word, where the tagger is trained
+    # -- distillation ------------------------------------------------------------------------------------------
+    def distill_data(self, teacher: FineTuned, task: TaskConfig, student_cfg: ModelConfig, train_file: Path,
+                     eval_file: Path | None, seed: int) -> DistillData:  # fmt: skip
+        """The teacher's tags and tag scheme, and the window its tags were trained at (a longer one would give the
+        student positions the teacher never saw in training); each word's first sub-word is a target."""
+        tags = teacher.outputs
+        scheme = str(teacher.task.get("tag_scheme", "auto"))
+        train_data = read_token_file(train_file)
+        train_tags = resolve_tags(train_data, scheme)
+        check_outputs(teacher, [t for sentence in train_tags for t in sentence], train_file, "tags")
+        if eval_file is not None:
+            eval_data = read_token_file(eval_file)
+            eval_tags = resolve_tags(eval_data, scheme if scheme != "auto" else train_data.scheme)
+            check_outputs(teacher, [t for sentence in eval_tags for t in sentence], eval_file, "tags")
+        else:
+            train_idx, eval_idx = split_indices(len(train_data), task.eval_fraction, seed)
+            eval_data, eval_tags = train_data.subset(eval_idx), [train_tags[i] for i in eval_idx]
+            train_data, train_tags = train_data.subset(train_idx), [train_tags[i] for i in train_idx]
+        max_len = shared_window(teacher, student_cfg, int(teacher.task.get("max_seq_len", task.max_seq_len)))
+        train = encode_sentences(train_data.words, train_tags, tags, teacher.tokenizer, max_len)
+        evaluation = None
+        if len(eval_data):
+            evaluation = encode_sentences(eval_data.words, eval_tags, tags, teacher.tokenizer, max_len)
+        pad = teacher.tokenizer.pad_id
+        with_entities = train_data.scheme != "none"
+        evaluate = None
+        if evaluation is not None:
+            evaluate = lambda m, device: evaluate_tagger(  # noqa: E731
+                m, evaluation, eval_tags, tags, device, pad, with_entities
+            )
+        return DistillData(
+            labels=tags,
+            input_ids=train.input_ids,
+            token_types=None,
+            batches=lambda micro, seed: TokenBatches(train, micro, pad, seed),
+            student=lambda: TokenClassifier(build_encoder(student_cfg), len(tags), task.classifier_dropout),
+            evaluate=evaluate,
+            train_count=len(train_data),
+            eval_count=len(eval_data),
+            meta={**teacher.task, "max_seq_len": max_len},
+            summary={
+                "label_counts": TokenData(train_file, train_data.words, train_tags).tag_counts(),
+                "tag_scheme": train_data.scheme,
+                "train_words": sum(len(w) for w in train_data.words),
+            },
+        )
+
+    # -- one distribution over the tags per word (its first sub-word, where the tagger is trained
     # and read), so later sub-words, specials and padding are no target -----------------------------------------
     def logits(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return model(*model_inputs(batch))["logits"]

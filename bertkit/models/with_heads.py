@@ -1,4 +1,6 @@
-"""What teacher and student share: an encoder with optional MLM and classification heads, and one output.
+"""An encoder with optional MLM and classification heads, and one output that carries what distillation compares
+(hidden states, attentions, values through a capture): the teacher and the student of `bertkit distill`, and the
+student of a sequence classifier's task stage.
 
 Submodule names are those of bertkit's own models (`encoder`, `mlm_head` as in PretrainingModel;
 `classifier` as in SequenceClassifier), so state dicts move between them without renaming keys.
@@ -19,7 +21,7 @@ from bertkit.models.pooling import mean_pool
 from bertkit.models.pretraining import build_encoder, build_mlm_head, build_task_head
 
 
-class DistillOutput(NamedTuple):
+class HeadsOutput(NamedTuple):
     # A NamedTuple, not a dataclass: engines that hook module outputs (DeepSpeed ZeRO-3) can see its tensors.
     last_hidden_state: torch.Tensor  # (B, T, H)
     hidden_states: list[torch.Tensor]  # embeddings output + every layer, own width (empty unless asked for)
@@ -69,7 +71,7 @@ class EncoderWithHeads(nn.Module):
         document_ids: torch.Tensor | None = None,
         capture: LayerCapture | None = None,
         **_: torch.Tensor,  # other batch fields (labels, mlm_labels), so a whole batch can be passed
-    ) -> DistillOutput:
+    ) -> HeadsOutput:
         """The output with `projected` = hidden_states (the student replaces it with its projections); what the
         losses read from inside the encoder comes from `capture` (bertkit/models/capture.py), which the
         distillation objective owns.
@@ -99,9 +101,9 @@ class EncoderWithHeads(nn.Module):
                 pooled = self.head(pooled)
             logits = self.classifier(self.dropout(pooled))
         if capture is None:
-            return DistillOutput(hidden, [], [], [], [], [], mlm_logits, logits)
+            return HeadsOutput(hidden, [], [], [], [], [], mlm_logits, logits)
         states = list(capture.hidden_states)
-        return DistillOutput(
+        return HeadsOutput(
             hidden, states, states, list(capture.attention_scores), list(capture.attentions), list(capture.values),
             mlm_logits, logits,
         )  # fmt: skip
