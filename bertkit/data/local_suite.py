@@ -377,7 +377,7 @@ _FUNCTION_WORDS = frozenset(
         "then", "there", "their", "his", "her", "he", "she", "they", "them",
     )
 )
-_SENTENCE_END = re.compile(r"[.!?][\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])")
+_SENTENCE_END = re.compile(r"[.!?][\"')\]]*\s+(?=[\"'(\[]?\w)")
 
 
 def sentence_spans(text: str) -> list[tuple[int, int]]:
@@ -386,6 +386,9 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
     initials ("U.S.", "J.")."""
     spans, start = [], 0
     for end in _SENTENCE_END.finditer(text):
+        following = text[end.end() :].lstrip("\"'([")[:1]
+        if not (following.isupper() or following.isdigit()):
+            continue
         before = text[start : end.start()].split()
         word = before[-1].lower() if before else ""
         if word in _ABBREVIATIONS or re.fullmatch(r"(?:[a-z]\.)*[a-z]", word):
@@ -424,7 +427,7 @@ def _qnli_pairs(paragraph: dict[str, Any], rng: random.Random) -> list[tuple[tup
         others = [
             i for i, sentence in enumerate(sentences)
             if i != holding[0] and asked & _content_words(sentence)
-            and not any(" ".join(x["text"].split()) in sentence for x in qa["answers"])
+            and not any(" ".join(x["text"].split()).lower() in sentence.lower() for x in qa["answers"])
         ]  # fmt: skip
         if others:
             other = others[rng.randrange(len(others))]
@@ -435,7 +438,8 @@ def _qnli_pairs(paragraph: dict[str, Any], rng: random.Random) -> list[tuple[tup
 
 def _qnli_split(squad: Any, rng: random.Random, n_train: int, n_dev: int) -> tuple[list, list, dict]:
     """QNLI as GLUE derives it from SQuAD (Wang et al., 2018), from SQuAD v1.1 dev: whole articles on one side,
-    each question's two pairs together, so the labels are balanced. Sizes count pairs."""
+    each question's two pairs together, so the labels are balanced (to one pair at an odd size). Sizes count
+    pairs."""
     articles = squad.get("data") if isinstance(squad, dict) else None
     if not isinstance(articles, list) or not articles:
         raise BertkitError("the SQuAD file has no 'data' list of articles; delete it and run `make install-test` again")
@@ -447,7 +451,9 @@ def _qnli_split(squad: Any, rng: random.Random, n_train: int, n_dev: int) -> tup
             questions.extend(_qnli_pairs(paragraph, rng))
         groups.append(list(range(start, len(questions))))
     want_train, want_dev = (n_train + 1) // 2, (n_dev + 1) // 2
-    train_pool, dev_pool = _group_pools([g for g in groups if g], rng, want_train, want_dev, "qnli", "questions")
+    train_pool, dev_pool = _group_pools(
+        [g for g in groups if g], rng, want_train, want_dev, "qnli", "questions (two pairs each)"
+    )
     picked = []
     for pool, want, n in ((train_pool, want_train, n_train), (dev_pool, want_dev, n_dev)):
         rows = [pair for i in rng.sample(pool, want) for pair in questions[i]]

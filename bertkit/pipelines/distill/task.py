@@ -275,8 +275,7 @@ def distill_task(
             phases.append(_phase_summary("prediction", result, cfg.prediction, objective.terms))
             phases[-1]["eval"] = result.eval
             if is_main():  # a run stopped by its budget also leaves the model it has so far, as pretrain does
-                kept = student.kept_module() if isinstance(student, DistillStudent) else student
-                save_model_dir(output / "model", kept.cpu(), student_cfg, setup.architecture, teacher.tokenizer,
+                save_model_dir(output / "model", student.cpu(), student_cfg, setup.architecture, teacher.tokenizer,
                                {**setup.meta, "distilled_from": teacher.source, "method": method})  # fmt: skip
     if is_main():
         _join_metrics(output, [p["phase"] for p in phases])

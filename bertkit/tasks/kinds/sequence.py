@@ -174,6 +174,8 @@ class SequenceKind:
                      eval_file: Path | None, seed: int) -> DistillData:  # fmt: skip
         """The teacher's classes, in its order; the student is the encoder with a fresh classifier, its output the
         teacher's (hidden states for TinyBERT's intermediate phase, logits for the prediction phase)."""
+        if self.name != "classification":  # its soft targets are one softmax over the classes
+            raise BertkitError(f"the distillation task stage distils classifiers, not {self.name} models")
         labels = teacher.outputs
         train_data, train_part, eval_data, _ = _read(task, train_file, eval_file, seed)
         max_len = shared_window(teacher, student_cfg, task.max_seq_len)

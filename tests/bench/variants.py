@@ -1,0 +1,250 @@
+"""The BERT variants on one budget: BERT, RoBERTa, ALBERT, ELECTRA, SpanBERT, XLNet and crammed-bert pretrained on the
+same text with the same tokenizer for the same training FLOPs, then compared downstream. `make bench` runs it
+through test_variants_bench.py; on your own text:
+
+    python tests/bench/variants.py --text my_corpus.txt --budget 2e14flop --work runs/variants
+
+Text: by default the unique paragraphs of the four SQuADShifts sets (new_wiki, nyt, reddit, amazon_reviews:
+Wikipedia, New York Times, Reddit and Amazon review text, from bigbench 1.0.0's sdist that `make install-test`
+caches), the time-to-quality bench's text without SQuAD v1.1 dev's paragraphs, from which the local suite builds
+its QA and QNLI tasks; one paragraph a document, every 20th held out. Or --text FILE (a blank line between
+documents; every 20th document held out).
+
+What is the same for every variant:
+- the tokenizer: one uncased WordPiece of 16,000 pieces trained on the training text. The papers' own (BERT's
+  WordPiece, RoBERTa's byte-level BPE, ALBERT's and XLNet's SentencePiece) would each change the tokens per
+  document and so the tokens a budget buys; one tokenizer keeps the objectives apart from that;
+- the encoder's shape: 4 layers, hidden 256, 4 heads, a 1,024-wide feed-forward (680 for crammed-bert's gated one,
+  the same parameters and FLOPs), 128 tokens a sequence; ALBERT keeps its factorised embeddings and all-shared layer,
+  ELECTRA its 128-wide embeddings and a generator at --generator of the discriminator's width;
+- the compute: --budget training FLOPs as bertkit counts them (6 x the non-embedding parameters applied per token,
+  ALBERT's shared layer once per layer that applies it, ELECTRA's generator included, plus attention), which load
+  cannot skew; the schedule is laid over it. The count is the usual estimate, not an exact one: XLNet's second
+  (query) stream, the generator's own attention term and sparse heads that run on a few positions only are
+  counted as the formula counts them;
+- the optimiser: at batch 64 a recipe's paper-scale rate (tuned for batches of 256 to 8,000) is no longer its
+  recipe, so every variant trains with one setting, the time-to-quality bench's Trainer's: AdamW at a peak of 1e-3,
+  betas (0.9, 0.98), 6% warm-up, linear decay, weight decay 0.01; crammed-bert keeps its own recipe (peak 2e-3,
+  40% masking, no dropout, clipping, batch ramp), since its recipe is what it claims.
+
+What is each variant's own: the recipe's model family and objectives, and the corpus format they need (BERT:
+segment pairs for NSP with static masks; RoBERTa: full sentences, dynamic masks; ALBERT: SOP pairs, n-gram masks;
+ELECTRA: single segments; SpanBERT: single segments, span masks; XLNet: XLNet's layout; crammed-bert: full
+sentences).
+
+Scored: held-out masked-token accuracy where the objective has an MLM head (every variant but ELECTRA's
+discriminator and XLNet), on the held-out documents built in the variant's format with token masking; and
+`bertkit evaluate` on the shipped `local` suite, with the probe and then with full fine-tuning, beside RoBERTa's
+encoder at the same shape with its initial weights. XLNet cannot serve extractive QA (bertkit's QA windows
+are BERT's layout), so it is scored on the other tasks, and the table gives each average over the tasks every
+model has. `--generator 0.25,0.5,1.0` adds ELECTRA's generator-size ablation at the same compute."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from ttq import HELD_OUT_EVERY, SUITE_SIZES, bertkit, local_suite, paragraphs, split, squad_dev_contexts  # noqa: E402
+
+SHAPE = {"model.num_layers": 4, "model.hidden_size": 256, "model.num_heads": 4}
+SHARED_OPTIMISER = {
+    "optim.lr": 1e-3, "optim.betas": "[0.9,0.98]", "optim.eps": 1e-6, "optim.weight_decay": 0.01,
+    "schedule.warmup_steps": 0, "schedule.warmup_fraction": 0.06, "schedule.decay": "linear",
+}  # fmt: skip
+BATCH = {"train.batch_size": 64, "train.grad_accum": 1}
+# name: (recipe, corpus options, the feed-forward width, whether it has an MLM head to score)
+VARIANTS: dict[str, tuple[str, list[str], int, bool]] = {
+    "bert": ("bert-base", ["--format", "segment-pair", "--masking", "static"], 1024, True),
+    "roberta": ("roberta-base", ["--format", "full-sentences"], 1024, True),
+    "albert": ("albert-base", ["--format", "sop", "--mask-strategy", "ngram"], 1024, True),
+    "electra": ("electra-small", ["--format", "single-segment"], 1024, False),
+    "spanbert": ("spanbert-base", ["--format", "single-segment", "--mask-strategy", "span"], 1024, True),
+    "xlnet": ("xlnet-base", ["--layout", "xlnet"], 1024, False),
+    "crammed-bert": ("crammed-bert", ["--format", "full-sentences"], 680, True),
+}
+NO_QA = {"xlnet"}
+
+
+def sets(values: dict[str, object]) -> list[str]:
+    return [arg for key, value in values.items() for arg in ("--set", f"{key}={value}")]
+
+
+def texts(text_file: Path | None) -> tuple[list[str], list[str]]:
+    if text_file is None:
+        squad_dev = squad_dev_contexts()
+        return split([p for p in paragraphs() if p not in squad_dev])
+    documents = [d.strip() for d in text_file.read_text("utf-8").split("\n\n") if d.strip()]
+    held = documents[::HELD_OUT_EVERY]
+    return [d for i, d in enumerate(documents) if i % HELD_OUT_EVERY], held
+
+
+def prepare(work: Path, text_file: Path | None, names: list[str]) -> dict[str, Path]:
+    """The training and held-out text, the one tokenizer, and each variant's training and held-out corpora."""
+    work.mkdir(parents=True, exist_ok=True)
+    # A work folder is reused (its text, tokenizer, corpora and finished runs), but only for the same text.
+    source = str(text_file.resolve()) if text_file is not None else "SQuADShifts paragraphs"
+    marker = work / "text-source.txt"
+    if marker.exists() and marker.read_text("utf-8") != source:
+        raise SystemExit(f"{work} holds runs on {marker.read_text('utf-8')}, not {source}: use another --work")
+    marker.write_text(source, "utf-8")
+    paths = {"train": work / "train.txt", "held": work / "held.txt", "tok": work / "tok"}
+    if not paths["train"].exists():
+        train, held = texts(text_file)
+        paths["train"].write_text("\n\n".join(train) + "\n", "utf-8")
+        paths["held"].write_text("\n\n".join(held) + "\n", "utf-8")
+    if not paths["tok"].exists():
+        bertkit("tokenize", "train", "--kind", "wordpiece", "--vocab-size", "16000", "--input", paths["train"],
+                "--output", paths["tok"])  # fmt: skip
+    for name in {*names, "roberta"}:  # RoBERTa's corpus also trains the untrained floor's one step
+        options, scored = VARIANTS[name][1], VARIANTS[name][3]
+        # Held-out documents in the variant's own format, masked by token whatever its training masks are.
+        held_options = [o for o in options if o not in ("ngram", "span", "static", "--mask-strategy", "--masking")]
+        builds = [("corpus", paths["train"], options)] + ([("held", paths["held"], held_options)] if scored else [])
+        for kind, text, extra in builds:
+            folder = work / f"{kind}-{name}"
+            if not folder.exists():
+                bertkit("build-corpus", "-i", text, "-t", paths["tok"], "-o", folder, "--max-seq-len", "128", *extra)
+            paths[f"{kind}-{name}"] = folder
+    return paths
+
+
+def pretrain(paths: dict[str, Path], work: Path, name: str, budget: str, generator: float | None = None) -> dict:
+    recipe, _, width, scored = VARIANTS[name]
+    values: dict[str, object] = {**SHAPE, "model.intermediate_size": width, **BATCH, "engine.threads": 2,
+                                 "train.steps": 1_000_000, "train.log_every": 50, "train.eval_every_share": 0.1,
+                                 "train.eval_batches": 8, "train.checkpoint_every": 0}  # fmt: skip
+    if name != "crammed-bert":
+        values.update(SHARED_OPTIMISER)
+    else:  # its batch ramp grows the batch a micro-batch at a time: the recipe's 4 micro-batches of 16
+        values["train.grad_accum"] = 4
+    if scored:
+        values["data.eval"] = paths[f"held-{name}"]
+    if generator is not None:
+        values["model.generator.hidden_fraction"] = generator
+    tag = name if generator is None else f"{name}-gen{generator:g}"
+    run, started = work / "runs" / tag, time.time()
+    done, spent = run / "summary.json", run / "bench-budget.txt"
+    if done.exists() and spent.exists() and spent.read_text("utf-8") == budget:  # finished before, on this budget
+        summary = json.loads(done.read_text("utf-8"))
+    else:
+        summary = bertkit("pretrain", "-r", recipe, "-c", paths[f"corpus-{name}"], "-o", run, "--budget", budget,
+                          "--overwrite", *sets(values))  # fmt: skip
+        spent.write_text(budget, "utf-8")
+    return {"name": tag, "model_dir": summary["model_dir"], "steps": summary["steps"], "tokens": summary["tokens"],
+            "flops": summary["flops"], "wall_minutes": round((time.time() - started) / 60, 1),
+            "eval_mlm_acc": (summary.get("eval") or {}).get("mlm_acc") if scored else None}  # fmt: skip
+
+
+def untrained(paths: dict[str, Path], work: Path) -> str:
+    """RoBERTa's encoder (BERT's layer, no segments) at the same shape with its initial weights (one step at a rate
+    of 1e-12): the floor of the downstream rows."""
+    values = {**SHAPE, "model.intermediate_size": 1024, **BATCH, "train.steps": 1, "optim.lr": 1e-12}
+    summary = bertkit("pretrain", "-r", "roberta-base", "-c", paths["corpus-roberta"], "-o",
+                      work / "runs" / "untrained", "--overwrite", *sets(values))  # fmt: skip
+    return summary["model_dir"]
+
+
+def evaluate(work: Path, models: dict[str, str], mode: str, data: Path, smoke: bool) -> dict:
+    """`bertkit evaluate` on the local suite (without QA for the models that cannot serve it): each model's task
+    scores ({"seeds", "per_seed", "mean", "std"}), the tasks without a finished cell left out."""
+    groups = {"all": [n for n in models if n not in NO_QA], "no-qa": [n for n in models if n in NO_QA]}
+    scores: dict = {}
+    for group, names in groups.items():
+        if not names:
+            continue
+        suite = local_suite(data, smoke, () if group == "all" else ("qa",))
+        named = [arg for n in names for arg in ("--model", models[n])]
+        report = bertkit("evaluate", *named, "--suite", suite, "--data", data, "--output",
+                         work / f"evaluate-{mode}-{group}", "--jobs", "2", "--overwrite",
+                         *(["--probe"] if mode == "probe" else []))  # fmt: skip
+        for n in names:
+            tasks = report["models"][models[n]]["tasks"]
+            scores[n] = {
+                task: {**row["score"], "seeds": row["seeds"]}
+                for task, row in tasks.items()
+                if (row.get("score") or {}).get("mean") is not None
+            }
+    return scores
+
+
+def common_average(scores: dict[str, dict]) -> dict[str, dict]:
+    """Each model's average over the tasks every model has: per seed (the mean of its task scores), then mean and
+    standard deviation over seeds, as `bertkit evaluate` averages a suite."""
+    import statistics
+
+    shared = sorted(set.intersection(*(set(tasks) for tasks in scores.values())))
+    out = {}
+    for name, tasks in scores.items():
+        # Seeds every shared task finished, each task's score at that seed.
+        seeds = sorted(set.intersection(*(set(tasks[t]["seeds"]) for t in shared)))
+        at = {t: dict(zip(tasks[t]["seeds"], tasks[t]["per_seed"], strict=True)) for t in shared}
+        per_seed = [sum(at[t][seed] for t in shared) / len(shared) for seed in seeds]
+        spread = statistics.stdev(per_seed) if len(per_seed) > 1 else 0.0
+        out[name] = {"mean": round(statistics.mean(per_seed), 2), "std": round(spread, 2), "tasks": shared}
+    return out
+
+
+def markdown(report: dict) -> str:
+    lines = [f"budget {report['budget']}; tokenizer WordPiece 16,000; shape 4 x 256", ""]
+    modes = [m for m in ("probe", "full") if m in report["downstream"]]
+    head = "| variant | steps | tokens | masked acc | " + " | ".join(f"{m} average" for m in modes) + " |"
+    lines += [head, "|" + "---|" * (4 + len(modes))]
+    for row in report["runs"] + [{"name": "untrained"}]:
+        name = row["name"]
+        cells = [name, str(row.get("steps", "")), f"{row.get('tokens', 0):,}" if "tokens" in row else "",
+                 f"{row['eval_mlm_acc']:.4f}" if row.get("eval_mlm_acc") is not None else ""]  # fmt: skip
+        for mode in modes:
+            average = report["downstream"][mode]["average"].get(name)
+            cells.append(f"{average['mean']:.2f} ± {average['std']:.2f}" if average else "")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--work", type=Path, default=Path("runs/variants"))
+    parser.add_argument("--text", type=Path, help="your own text (default: the time-to-quality bench's)")
+    parser.add_argument("--budget", default="2e14flop", help="training FLOPs for each variant (or a time)")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="which, comma-separated")
+    parser.add_argument("--generator", default="", help="ELECTRA generator widths to compare, e.g. 0.25,0.5,1.0")
+    parser.add_argument("--downstream", choices=["none", "probe", "both"], default="both")
+    parser.add_argument("--smoke", action="store_true", help="a suite of 40/20 examples a task and one seed")
+    args = parser.parse_args()
+    names = [n.strip() for n in args.variants.split(",") if n.strip()]
+    unknown = sorted(set(names) - set(VARIANTS))
+    if unknown:
+        parser.error(f"unknown variants {unknown}; choose from {list(VARIANTS)}")
+    started = time.time()
+    paths = prepare(args.work, args.text, names)
+    runs = [pretrain(paths, args.work, name, args.budget) for name in names]
+    for fraction in [float(x) for x in args.generator.split(",") if x.strip()]:
+        runs.append(pretrain(paths, args.work, "electra", args.budget, fraction))
+    report: dict = {"budget": args.budget, "runs": runs, "downstream": {}}
+    # The pretraining figures first, so a downstream failure loses nothing of the hours before it.
+    (args.work / "report.json").write_text(json.dumps(report, indent=1), "utf-8")
+    if args.downstream != "none":
+        from bertkit.data.local_suite import LocalSizes, write_local_suite
+
+        data = args.work / ("local-suite-smoke" if args.smoke else "local-suite")
+        if not data.exists():
+            write_local_suite(data, sizes=LocalSizes.every(40, 20) if args.smoke else LocalSizes(**SUITE_SIZES))
+        models = {run["name"]: run["model_dir"] for run in runs} | {"untrained": untrained(paths, args.work)}
+        NO_QA.update(n for n in models if n.startswith("xlnet"))
+        for mode in ["probe"] + (["full"] if args.downstream == "both" else []):
+            scores = evaluate(args.work, models, mode, data, args.smoke)
+            report["downstream"][mode] = {"scores": scores, "average": common_average(scores)}
+    report["wall_minutes"] = round((time.time() - started) / 60, 1)
+    (args.work / "report.json").write_text(json.dumps(report, indent=1), "utf-8")
+    (args.work / "report.md").write_text(markdown(report), "utf-8")
+    print(markdown(report))
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()
