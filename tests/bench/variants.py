@@ -33,7 +33,8 @@ ELECTRA: single segments; SpanBERT: single segments, span masks; XLNet: XLNet's 
 sentences).
 
 Scored: held-out masked-token accuracy where the objective has an MLM head (every variant but ELECTRA's
-discriminator and XLNet), on the held-out documents built in the variant's format with token masking; and
+discriminator and XLNet), on the held-out documents built in the variant's format with token masking (SpanBERT's
+with span masks, which its span boundary objective needs: a harder test of the same head); and
 `bertkit evaluate` on the shipped `local` suite, with the probe and then with full fine-tuning, beside RoBERTa's
 encoder at the same shape with its initial weights. XLNet cannot serve extractive QA (bertkit's QA windows
 are BERT's layout), so it is scored on the other tasks, and the table gives each average over the tasks every
@@ -50,7 +51,16 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from ttq import HELD_OUT_EVERY, SUITE_SIZES, bertkit, local_suite, paragraphs, split, squad_dev_contexts  # noqa: E402
+from ttq import (  # noqa: E402
+    HELD_OUT_EVERY,
+    SUITE_SIZES,
+    bertkit,
+    local_suite,
+    paragraphs,
+    smoke_sizes,
+    split,
+    squad_dev_contexts,
+)
 
 SHAPE = {"model.num_layers": 4, "model.hidden_size": 256, "model.num_heads": 4}
 SHARED_OPTIMISER = {
@@ -103,8 +113,11 @@ def prepare(work: Path, text_file: Path | None, names: list[str]) -> dict[str, P
                 "--output", paths["tok"])  # fmt: skip
     for name in {*names, "roberta"}:  # RoBERTa's corpus also trains the untrained floor's one step
         options, scored = VARIANTS[name][1], VARIANTS[name][3]
-        # Held-out documents in the variant's own format, masked by token whatever its training masks are.
-        held_options = [o for o in options if o not in ("ngram", "span", "static", "--mask-strategy", "--masking")]
+        # Held-out documents in the variant's own format, masked by token whatever its training masks are, except
+        # SpanBERT's: its span boundary objective needs span masks in every batch it scores.
+        held_options = options if name == "spanbert" else [
+            o for o in options if o not in ("ngram", "static", "--mask-strategy", "--masking")
+        ]
         builds = [("corpus", paths["train"], options)] + ([("held", paths["held"], held_options)] if scored else [])
         for kind, text, extra in builds:
             folder = work / f"{kind}-{name}"
@@ -233,7 +246,7 @@ def main() -> None:
 
         data = args.work / ("local-suite-smoke" if args.smoke else "local-suite")
         if not data.exists():
-            write_local_suite(data, sizes=LocalSizes.every(40, 20) if args.smoke else LocalSizes(**SUITE_SIZES))
+            write_local_suite(data, sizes=smoke_sizes() if args.smoke else LocalSizes(**SUITE_SIZES))
         models = {run["name"]: run["model_dir"] for run in runs} | {"untrained": untrained(paths, args.work)}
         NO_QA.update(n for n in models if n.startswith("xlnet"))
         for mode in ["probe"] + (["full"] if args.downstream == "both" else []):
