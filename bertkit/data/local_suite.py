@@ -346,13 +346,17 @@ def _stsb_split(wheel: Path, rng: random.Random, n_train: int, n_dev: int) -> tu
     return picked[0], picked[1], {"kind": "regression", "unit": "pairs"}
 
 
+def _write_tsv(path: Path, header: list[str], rows: list[tuple[str, ...]]) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        # The csv module quotes a field holding a quote (250 STS-B sentences do), so bertkit's reader reads it back.
+        writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
+        writer.writerow(header)
+        writer.writerows(rows)
+
+
 def _write_stsb(folder: Path, split: str, rows: list[tuple[str, str, str]]) -> tuple[str, dict[str, int]]:
     name = f"{split}.tsv"
-    with open(folder / name, "w", newline="", encoding="utf-8") as handle:
-        # The csv module quotes a field holding a quote (250 sentences do), so bertkit's reader reads it back.
-        writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
-        writer.writerow(["sentence1", "sentence2", "score"])
-        writer.writerows(rows)
+    _write_tsv(folder / name, ["sentence1", "sentence2", "score"], rows)
     # Scores are real numbers: counted in unit bins, 5.0 with 4-5.
     bins = Counter(min(int(float(score)), 4) for _, _, score in rows)
     return name, {f"{b}-{b + 1}": bins[b] for b in range(5)}
@@ -464,10 +468,7 @@ def _qnli_split(squad: Any, rng: random.Random, n_train: int, n_dev: int) -> tup
 
 def _write_qnli(folder: Path, split: str, rows: list[tuple[str, str, str]]) -> tuple[str, dict[str, int]]:
     name = f"{split}.tsv"
-    with open(folder / name, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
-        writer.writerow(["question", "sentence", "label"])
-        writer.writerows(rows)
+    _write_tsv(folder / name, ["question", "sentence", "label"], rows)
     return name, dict(sorted(Counter(label for _, _, label in rows).items()))
 
 
