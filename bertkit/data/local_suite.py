@@ -119,13 +119,13 @@ def write_local_suite(
     check_output_dir(output, overwrite)
     folder = data_dir(archives)
     sources = _check_sources(folder)
-    squad = _load_squad(sources)
+    squad_articles = _load_squad(sources)
     splits = {
         "sentiment": _sentiment_split(_rng(seed, "sentiment"), *sizes.of("sentiment")),
         "stsb": _stsb_split(sources["stsb"], _rng(seed, "stsb"), *sizes.of("stsb")),
-        "qnli": _qnli_split(squad, _rng(seed, "qnli"), *sizes.of("qnli")),
+        "qnli": _qnli_split(squad_articles, _rng(seed, "qnli"), *sizes.of("qnli")),
         "ner": _ner_split(sources["ner"], _rng(seed, "ner"), *sizes.of("ner")),
-        "qa": _qa_split(squad, _rng(seed, "qa"), *sizes.of("qa")),
+        "qa": _qa_split(squad_articles, _rng(seed, "qa"), *sizes.of("qa")),
     }
     writers = {
         "sentiment": _write_sentiment, "stsb": _write_stsb, "qnli": _write_qnli, "ner": _write_ner, "qa": _write_qa,
@@ -195,14 +195,18 @@ def _tar_members(path: Path, names: list[str]) -> dict[str, bytes]:
     return found
 
 
-def _load_squad(sources: dict[str, Path]) -> Any:
-    """SQuAD v1.1 dev: the file the Makefile extracted, else read out of the sdist."""
+def _load_squad(sources: dict[str, Path]) -> list[dict[str, Any]]:
+    """SQuAD v1.1 dev's articles: the file the Makefile extracted, else read out of the sdist."""
     path = sources["squad"]
     try:
         data = _tar_members(path, [SQUAD_MEMBER])[SQUAD_MEMBER] if path.name == BIGBENCH_SDIST else path.read_bytes()
-        return json.loads(data.decode("utf-8"))
+        squad = json.loads(data.decode("utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise BertkitError(f"cannot read {path} ({err}); delete it and run `make install-test` again") from None
+    articles = squad.get("data") if isinstance(squad, dict) else None
+    if not isinstance(articles, list) or not articles:
+        raise BertkitError(f"{path} has no 'data' list of articles; delete it and run `make install-test` again")
+    return articles
 
 
 def _wheel_text(wheel: Path, member: str) -> str:
@@ -417,6 +421,8 @@ def _qnli_pairs(paragraph: dict[str, Any], rng: random.Random) -> list[tuple[tup
     context = paragraph["context"]
     spans = sentence_spans(context)
     sentences = [" ".join(context[a:b].split()) for a, b in spans]
+    words = [_content_words(sentence) for sentence in sentences]
+    lowered = [sentence.lower() for sentence in sentences]
     out = []
     for qa in paragraph["qas"]:
         answer = qa["answers"][0]
@@ -426,12 +432,12 @@ def _qnli_pairs(paragraph: dict[str, Any], rng: random.Random) -> list[tuple[tup
         holding = [i for i, (a, b) in enumerate(spans) if a <= at and at + len(answer["text"]) <= b]
         question = " ".join(qa["question"].split())
         asked = _content_words(question)
-        if len(holding) != 1 or not asked & _content_words(sentences[holding[0]]):
+        if len(holding) != 1 or not asked & words[holding[0]]:
             continue
+        answers = [" ".join(x["text"].split()).lower() for x in qa["answers"]]
         others = [
-            i for i, sentence in enumerate(sentences)
-            if i != holding[0] and asked & _content_words(sentence)
-            and not any(" ".join(x["text"].split()).lower() in sentence.lower() for x in qa["answers"])
+            i for i in range(len(sentences))
+            if i != holding[0] and asked & words[i] and not any(text in lowered[i] for text in answers)
         ]  # fmt: skip
         if others:
             other = others[rng.randrange(len(others))]
@@ -440,13 +446,12 @@ def _qnli_pairs(paragraph: dict[str, Any], rng: random.Random) -> list[tuple[tup
     return out
 
 
-def _qnli_split(squad: Any, rng: random.Random, n_train: int, n_dev: int) -> tuple[list, list, dict]:
+def _qnli_split(
+    articles: list[dict[str, Any]], rng: random.Random, n_train: int, n_dev: int
+) -> tuple[list, list, dict]:
     """QNLI as GLUE derives it from SQuAD (Wang et al., 2018), from SQuAD v1.1 dev: whole articles on one side,
     each question's two pairs together, so the labels are balanced (to one pair at an odd size). Sizes count
     pairs."""
-    articles = squad.get("data") if isinstance(squad, dict) else None
-    if not isinstance(articles, list) or not articles:
-        raise BertkitError("the SQuAD file has no 'data' list of articles; delete it and run `make install-test` again")
     questions: list[tuple[tuple[str, str, str], ...]] = []
     groups: list[list[int]] = []
     for article in articles:
@@ -524,15 +529,12 @@ def _write_ner(folder: Path, split: str, rows: list[tuple[tuple[str, str], ...]]
 # ------------------------------------------------------------------------------------------------ qa
 
 
-def _qa_split(squad: Any, rng: random.Random, n_train: int, n_dev: int) -> tuple[list, list, dict]:
+def _qa_split(articles: list[dict[str, Any]], rng: random.Random, n_train: int, n_dev: int) -> tuple[list, list, dict]:
     """Questions as (article, paragraph, question index) over whole articles per side. An answer_start off by a
     few characters is moved to where its text is, as bertkit's QA reader does (locate_answer); a question whose
     first answer is nowhere near its start, which that reader refuses, is left out."""
     from bertkit.tasks.qa import locate_answer
 
-    articles = squad.get("data") if isinstance(squad, dict) else None
-    if not isinstance(articles, list) or not articles:
-        raise BertkitError("the SQuAD file has no 'data' list of articles; delete it and run `make install-test` again")
     questions: list[dict[str, Any]] = []
     groups: list[list[int]] = []
     moved = dropped = 0
