@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -54,8 +54,8 @@ class TokenKind:
     # -- fine-tuning -------------------------------------------------------------------------------------------
     def prepare(self, task: TaskConfig, model_cfg: ModelConfig, tokenizer: Tokenizer, train_file: Path,
                 eval_file: Path | None, seed: int) -> Prepared:  # fmt: skip
-        train_data = read_token_file(train_file)
-        train_tags = resolve_tags(train_data, task.tag_scheme)
+        split = _read(train_file, eval_file, task.tag_scheme, task.eval_fraction, seed)
+        train_data, train_tags = split.data, split.tags
         scheme = train_data.scheme
         with_entities = scheme != "none"
         metric = task.metric or ("f1" if with_entities else "accuracy")
@@ -67,17 +67,9 @@ class TokenKind:
         names = sorted({tag for tags in train_tags for tag in tags})
         if len(names) < 2:
             raise BertkitError(f"{train_file}: every word has the tag {names[0]!r}; tagging needs at least two tags")
+        train_part, train_part_tags, eval_data, eval_tags = split.train, split.train_tags, split.eval, split.eval_tags
         if eval_file is not None:
-            eval_data = read_token_file(eval_file)
-            # The evaluation file is read in the training file's scheme (auto: detected on the training file).
-            eval_tags = resolve_tags(eval_data, scheme)
             tag_indices_check(eval_tags, names, eval_file)
-            train_part, train_part_tags = train_data, train_tags
-        else:
-            train_idx, eval_idx = split_indices(len(train_data), task.eval_fraction, seed)
-            train_part, eval_data = train_data.subset(train_idx), train_data.subset(eval_idx)
-            train_part_tags = [train_tags[i] for i in train_idx]
-            eval_tags = [train_tags[i] for i in eval_idx]
         max_len = window(task, model_cfg)
         train_examples = encode_sentences(train_part.words, train_part_tags, names, tokenizer, max_len)
         eval_examples = None
@@ -125,18 +117,11 @@ class TokenKind:
         """The teacher's tags and tag scheme, and the window its tags were trained at (a longer one would give the
         student positions the teacher never saw in training); each word's first sub-word is a target."""
         tags = teacher.outputs
-        scheme = str(teacher.task.get("tag_scheme", "auto"))
-        train_data = read_token_file(train_file)
-        train_tags = resolve_tags(train_data, scheme)
-        check_outputs(teacher, [t for sentence in train_tags for t in sentence], train_file, "tags")
+        split = _read(train_file, eval_file, str(teacher.task.get("tag_scheme", "auto")), task.eval_fraction, seed)
+        check_outputs(teacher, [t for sentence in split.tags for t in sentence], train_file, "tags")
         if eval_file is not None:
-            eval_data = read_token_file(eval_file)
-            eval_tags = resolve_tags(eval_data, scheme if scheme != "auto" else train_data.scheme)
-            check_outputs(teacher, [t for sentence in eval_tags for t in sentence], eval_file, "tags")
-        else:
-            train_idx, eval_idx = split_indices(len(train_data), task.eval_fraction, seed)
-            eval_data, eval_tags = train_data.subset(eval_idx), [train_tags[i] for i in eval_idx]
-            train_data, train_tags = train_data.subset(train_idx), [train_tags[i] for i in train_idx]
+            check_outputs(teacher, [t for sentence in split.eval_tags for t in sentence], eval_file, "tags")
+        train_data, train_tags, eval_data, eval_tags = split.train, split.train_tags, split.eval, split.eval_tags
         max_len = shared_window(teacher, student_cfg, int(teacher.task.get("max_seq_len", task.max_seq_len)))
         train = encode_sentences(train_data.words, train_tags, tags, teacher.tokenizer, max_len)
         evaluation = None
@@ -207,6 +192,32 @@ class TokenKind:
             return out
 
         return RowPredictor([field] if field else [], records)
+
+
+class _Split(NamedTuple):
+    data: TokenData  # the training file as read
+    tags: list[list[str]]  # its tags, in BIO
+    train: TokenData  # the sentences that train, and their tags
+    train_tags: list[list[str]]
+    eval: TokenData  # the evaluation sentences, and their tags
+    eval_tags: list[list[str]]
+
+
+def _read(train_file: Path, eval_file: Path | None, scheme: str, eval_fraction: float, seed: int) -> _Split:
+    """The training file with its tags in BIO (`scheme`, or detected with auto), and the evaluation sentences:
+    --eval's, read in the training file's scheme, or a held-out share of --train's (split by `seed`)."""
+    train_data = read_token_file(train_file)
+    train_tags = resolve_tags(train_data, scheme)
+    if eval_file is not None:
+        eval_data = read_token_file(eval_file)
+        eval_tags = resolve_tags(eval_data, train_data.scheme)
+        return _Split(train_data, train_tags, train_data, train_tags, eval_data, eval_tags)
+    train_idx, eval_idx = split_indices(len(train_data), eval_fraction, seed)
+    return _Split(
+        train_data, train_tags,
+        train_data.subset(train_idx), [train_tags[i] for i in train_idx],
+        train_data.subset(eval_idx), [train_tags[i] for i in eval_idx],
+    )  # fmt: skip
 
 
 def _tokens(tokens: Any, source: Path, where: str) -> list[str]:
