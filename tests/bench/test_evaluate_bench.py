@@ -21,11 +21,8 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import run_json
+from suite_bench import SUITE_SIZES
 
-# The suite's own sizes for QNLI and NER, whose small cuts leave both models on a plateau in 3 epochs (800 VitaminC
-# pairs or 600 tweets did); the others cut so that both modes fit in about an hour.
-SIZES = {"sentiment_train": 800, "sentiment_dev": 400, "stsb_train": 800, "stsb_dev": 400, "qnli_train": 2000,
-         "qnli_dev": 600, "ner_train": 1500, "ner_dev": 400, "qa_train": 300, "qa_dev": 150}  # fmt: skip
 # Where the reports are kept after the run (the benchmarks page quotes them).
 KEEP = Path(os.environ.get("BERTKIT_BENCH_OUT", "runs/bench-evaluate"))
 
@@ -37,7 +34,7 @@ def local_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not (data_dir() / "squaddev_v1.1.json").is_file():
         pytest.skip("the data archives `make install-test` downloads are missing")
     out = tmp_path_factory.mktemp("local-suite") / "data"
-    write_local_suite(out, sizes=LocalSizes(**SIZES))
+    write_local_suite(out, sizes=LocalSizes(**SUITE_SIZES))
     return out
 
 

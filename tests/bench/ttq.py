@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from suite_bench import suite_data, suite_file
 
 SHIFTS = ("squaddev_v1.1", "new_wiki_v1.0", "nyt_v1.0", "reddit_v1.0", "amazon_reviews_v1.0")
 MEMBER = "bigbench-1.0.0/bigbench/benchmark_tasks/squad_shifts/{}.json"
@@ -258,65 +259,38 @@ def write_rows(folder: Path, rows: list[dict]) -> None:
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), "utf-8")
 
 
-def untrained(paths: dict[str, Path], work: Path, recipe: str) -> Path:
-    """bertkit's encoder at its initial weights (one step at a rate of 1e-12): the floor of the downstream rows."""
-    output = work / "untrained"
-    sets = {**shape_of(recipe), "train.steps": 1, "optim.lr": 1e-12, "engine.threads": 2}
-    summary = bertkit("pretrain", "-r", recipe, "-c", paths["corpus"], "-o", output, "--overwrite", *overrides(sets))
+def untrained(corpus: Path, output: Path, recipe: str, extra: dict[str, object] | None = None) -> Path:
+    """`recipe`'s encoder at the bench's shape with its initial weights (one step at a rate of 1e-12): the floor of
+    the downstream rows."""
+    sets = {**shape_of(recipe), "train.steps": 1, "optim.lr": 1e-12, "engine.threads": 2, **(extra or {})}
+    summary = bertkit("pretrain", "-r", recipe, "-c", corpus, "-o", output, "--overwrite", *overrides(sets))
     return Path(summary["model_dir"])
 
 
+def evaluate_suite(models: list[str], suite: str, data: Path, output: Path, probe: bool) -> dict:
+    """`bertkit evaluate` of `models` on a suite file, two cells at a time (one core each): its --json report."""
+    named = [arg for model in models for arg in ("--model", model)]
+    return bertkit("evaluate", *named, "--suite", suite, "--data", data, "--output", output, "--jobs", "2",
+                   "--overwrite", *(["--probe"] if probe else []))  # fmt: skip
+
+
 # The downstream suite: `bertkit evaluate` on the shipped `local` suite (its real sets, rates, epochs and 3 seeds), in
-# probe mode (frozen encoder, a linear head: what pretraining put in the encoder) and then in full fine-tuning. The
-# sizes of the local-suite bench (tests/bench/test_evaluate_bench.py), which fit both modes for two models in about
-# an hour; --smoke cuts every task to 40/20 examples and one seed, to check the path end to end. This bench pretrains
-# on SQuAD v1.1 dev's paragraphs, which the suite's QA and QNLI tasks are built from, so those two are left out here
-# (SQUAD_TASKS): sentiment, STS-B and NER remain.
-SUITE_SIZES = {"sentiment_train": 800, "sentiment_dev": 400, "stsb_train": 800, "stsb_dev": 400, "qnli_train": 2000,
-               "qnli_dev": 600, "ner_train": 1500, "ner_dev": 400, "qa_train": 300, "qa_dev": 150}  # fmt: skip
+# probe mode (frozen encoder, a linear head: what pretraining put in the encoder) and then in full fine-tuning, at
+# the local-suite bench's sizes (suite_bench.py); --smoke cuts every task to a few examples and one seed, to check
+# the path end to end. This bench pretrains on SQuAD v1.1 dev's paragraphs, which the suite's QA and QNLI tasks are
+# built from, so those two are left out here (SQUAD_TASKS): sentiment, STS-B and NER remain.
 SQUAD_TASKS = ("qa", "qnli")
-
-
-def smoke_sizes():
-    """40 training and 20 dev examples a task, but 400 training tweets, so that every tag of NER's dev set is one
-    its training set has."""
-    import dataclasses
-
-    from bertkit.data.local_suite import LocalSizes
-
-    return dataclasses.replace(LocalSizes.every(40, 20), ner_train=400)
-
-
-def local_suite(data: Path, smoke: bool, leave_out: tuple[str, ...] = ()) -> str:
-    """The shipped `local` suite as a file beside its data: one seed with --smoke, without the tasks `leave_out`."""
-    import yaml
-
-    from bertkit.config.suite import resolve_suite_path
-
-    raw = yaml.safe_load(resolve_suite_path("local").read_text("utf-8"))
-    raw["tasks"] = [task for task in raw["tasks"] if task["name"] not in leave_out]
-    if smoke:
-        raw["seeds"] = [0]
-    path = data / f"suite{'-smoke' if smoke else ''}{''.join('-no-' + t for t in leave_out)}.yaml"
-    path.write_text(yaml.safe_dump(raw, sort_keys=False), "utf-8")
-    return str(path)
 
 
 def downstream(work: Path, models: dict[str, Path], modes: list[str], smoke: bool = False) -> dict:
     """Each model's suite scores, per mode: {mode: {name: {"average": {mean, std, ...}, "tasks": {task: score}}}},
-    with the evaluation's cells and minutes. Two cells at a time, one core each."""
-    from bertkit.data.local_suite import LocalSizes, write_local_suite
-
-    sizes = smoke_sizes() if smoke else LocalSizes(**SUITE_SIZES)
-    data = work / ("local-suite-smoke" if smoke else "local-suite")
-    if not data.exists():
-        write_local_suite(data, sizes=sizes)
-    suite = local_suite(data, smoke, SQUAD_TASKS)
+    with the evaluation's cells and minutes."""
+    data = suite_data(work, smoke)
+    suite = suite_file(data, smoke, SQUAD_TASKS)
     result: dict = {}
     for mode in modes:
-        named = [arg for path in models.values() for arg in ("--model", str(path))]
-        report = bertkit("evaluate", *named, "--suite", suite, "--data", data, "--output", work / f"evaluate-{mode}",
-                         "--jobs", "2", "--overwrite", *(["--probe"] if mode == "probe" else []))  # fmt: skip
+        report = evaluate_suite([str(p) for p in models.values()], suite, data, work / f"evaluate-{mode}",
+                                mode == "probe")  # fmt: skip
         result[mode] = {
             name: {
                 "average": report["models"][str(path)]["average"],
@@ -460,7 +434,7 @@ def main() -> None:
         # Each side's weights at equal time (the last snapshot within the shorter run's training time), beside the
         # masked accuracy at that time, and the untrained encoder as the floor.
         models = {side: model_at(curve, report["equal_seconds"]) for side, curve in curves.items()}
-        models["untrained"] = untrained(paths, args.work, args.recipe)
+        models["untrained"] = untrained(paths["corpus"], args.work / "untrained", args.recipe)
         report["downstream_models"] = {side: str(path) for side, path in models.items()}
         modes = ["probe"] + (["full"] if args.downstream == "both" else [])
         report["downstream"] = downstream(args.work, models, modes, args.smoke)

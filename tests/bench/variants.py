@@ -51,18 +51,19 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from suite_bench import suite_data, suite_file  # noqa: E402
 from ttq import (  # noqa: E402
     HELD_OUT_EVERY,
-    SUITE_SIZES,
+    SHAPE,
     bertkit,
-    local_suite,
+    evaluate_suite,
+    overrides,
     paragraphs,
-    smoke_sizes,
     split,
     squad_dev_contexts,
+    untrained,
 )
 
-SHAPE = {"model.num_layers": 4, "model.hidden_size": 256, "model.num_heads": 4}
 SHARED_OPTIMISER = {
     "optim.lr": 1e-3, "optim.betas": "[0.9,0.98]", "optim.eps": 1e-6, "optim.weight_decay": 0.01,
     "schedule.warmup_steps": 0, "schedule.warmup_fraction": 0.06, "schedule.decay": "linear",
@@ -79,10 +80,6 @@ VARIANTS: dict[str, tuple[str, list[str], int, bool]] = {
     "crammed-bert": ("crammed-bert", ["--format", "full-sentences"], 680, True),
 }
 NO_QA = {"xlnet"}
-
-
-def sets(values: dict[str, object]) -> list[str]:
-    return [arg for key, value in values.items() for arg in ("--set", f"{key}={value}")]
 
 
 def texts(text_file: Path | None) -> tuple[list[str], list[str]]:
@@ -147,20 +144,11 @@ def pretrain(paths: dict[str, Path], work: Path, name: str, budget: str, generat
         summary = json.loads(done.read_text("utf-8"))
     else:
         summary = bertkit("pretrain", "-r", recipe, "-c", paths[f"corpus-{name}"], "-o", run, "--budget", budget,
-                          "--overwrite", *sets(values))  # fmt: skip
+                          "--overwrite", *overrides(values))  # fmt: skip
         spent.write_text(budget, "utf-8")
     return {"name": tag, "model_dir": summary["model_dir"], "steps": summary["steps"], "tokens": summary["tokens"],
             "flops": summary["flops"], "wall_minutes": round((time.time() - started) / 60, 1),
             "eval_mlm_acc": (summary.get("eval") or {}).get("mlm_acc") if scored else None}  # fmt: skip
-
-
-def untrained(paths: dict[str, Path], work: Path) -> str:
-    """RoBERTa's encoder (BERT's layer, no segments) at the same shape with its initial weights (one step at a rate
-    of 1e-12): the floor of the downstream rows."""
-    values = {**SHAPE, "model.intermediate_size": 1024, **BATCH, "train.steps": 1, "optim.lr": 1e-12}
-    summary = bertkit("pretrain", "-r", "roberta-base", "-c", paths["corpus-roberta"], "-o",
-                      work / "runs" / "untrained", "--overwrite", *sets(values))  # fmt: skip
-    return summary["model_dir"]
 
 
 def evaluate(work: Path, models: dict[str, str], mode: str, data: Path, smoke: bool) -> dict:
@@ -171,11 +159,9 @@ def evaluate(work: Path, models: dict[str, str], mode: str, data: Path, smoke: b
     for group, names in groups.items():
         if not names:
             continue
-        suite = local_suite(data, smoke, () if group == "all" else ("qa",))
-        named = [arg for n in names for arg in ("--model", models[n])]
-        report = bertkit("evaluate", *named, "--suite", suite, "--data", data, "--output",
-                         work / f"evaluate-{mode}-{group}", "--jobs", "2", "--overwrite",
-                         *(["--probe"] if mode == "probe" else []))  # fmt: skip
+        suite = suite_file(data, smoke, () if group == "all" else ("qa",))
+        report = evaluate_suite([models[n] for n in names], suite, data, work / f"evaluate-{mode}-{group}",
+                                mode == "probe")  # fmt: skip
         for n in names:
             tasks = report["models"][models[n]]["tasks"]
             scores[n] = {
@@ -242,12 +228,10 @@ def main() -> None:
     # The pretraining figures first, so a downstream failure loses nothing of the hours before it.
     (args.work / "report.json").write_text(json.dumps(report, indent=1), "utf-8")
     if args.downstream != "none":
-        from bertkit.data.local_suite import LocalSizes, write_local_suite
-
-        data = args.work / ("local-suite-smoke" if args.smoke else "local-suite")
-        if not data.exists():
-            write_local_suite(data, sizes=smoke_sizes() if args.smoke else LocalSizes(**SUITE_SIZES))
-        models = {run["name"]: run["model_dir"] for run in runs} | {"untrained": untrained(paths, args.work)}
+        data = suite_data(args.work, args.smoke)
+        # RoBERTa's encoder (BERT's layer, no segments) at the same shape and batch with its initial weights.
+        floor = untrained(paths["corpus-roberta"], args.work / "runs" / "untrained", "roberta-base", BATCH)
+        models = {run["name"]: run["model_dir"] for run in runs} | {"untrained": str(floor)}
         NO_QA.update(n for n in models if n.startswith("xlnet"))
         for mode in ["probe"] + (["full"] if args.downstream == "both" else []):
             scores = evaluate(args.work, models, mode, data, args.smoke)

@@ -1,0 +1,46 @@
+"""The offline `local` suite as the benches use it (test_evaluate_bench.py, ttq.py, variants.py): the bench's sizes,
+a smoke cut, the task files written once under a bench's work folder, and the shipped suite as a file with tasks
+left out."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+# The suite's own sizes for QNLI and NER, whose small cuts leave both models on a plateau in 3 epochs (800 VitaminC
+# pairs or 600 tweets did); the others cut so that both modes fit in about an hour for two models.
+SUITE_SIZES = {"sentiment_train": 800, "sentiment_dev": 400, "stsb_train": 800, "stsb_dev": 400, "qnli_train": 2000,
+               "qnli_dev": 600, "ner_train": 1500, "ner_dev": 400, "qa_train": 300, "qa_dev": 150}  # fmt: skip
+
+
+def smoke_sizes():
+    """40 training and 20 dev examples a task, but 400 training tweets, so that every tag of NER's dev set is one
+    its training set has."""
+    from bertkit.data.local_suite import LocalSizes
+
+    return dataclasses.replace(LocalSizes.every(40, 20), ner_train=400)
+
+
+def suite_data(work: Path, smoke: bool) -> Path:
+    """The suite's task files under `work`, written once: at SUITE_SIZES, or the smoke's sizes."""
+    from bertkit.data.local_suite import LocalSizes, write_local_suite
+
+    data = work / ("local-suite-smoke" if smoke else "local-suite")
+    if not data.exists():
+        write_local_suite(data, sizes=smoke_sizes() if smoke else LocalSizes(**SUITE_SIZES))
+    return data
+
+
+def suite_file(data: Path, smoke: bool, leave_out: tuple[str, ...] = ()) -> str:
+    """The shipped `local` suite as a file beside its data: one seed with --smoke, without the tasks `leave_out`."""
+    import yaml
+
+    from bertkit.config.suite import resolve_suite_path
+
+    raw = yaml.safe_load(resolve_suite_path("local").read_text("utf-8"))
+    raw["tasks"] = [task for task in raw["tasks"] if task["name"] not in leave_out]
+    if smoke:
+        raw["seeds"] = [0]
+    path = data / f"suite{'-smoke' if smoke else ''}{''.join('-no-' + t for t in leave_out)}.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False), "utf-8")
+    return str(path)
