@@ -34,27 +34,10 @@ GPU_PEAK_TFLOPS: dict[str, tuple[float, float]] = {
 
 def non_embedding_parameters(model: nn.Module) -> int:
     """The parameters a token's forward pass multiplies by, once per use: ALBERT's shared layers count once for
-    every layer that applies them (compute, not storage)."""
+    every layer that applies them (compute, not storage; `BertEncoder.reused_parameters`)."""
     embedding_ids = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
-    return sum(p.numel() for p in model.parameters() if id(p) not in embedding_ids) + _shared_reuse(model)
-
-
-def _shared_reuse(model: nn.Module) -> int:
-    """Parameters of ALBERT's cross-layer sharing applied more than once: all-shared runs one layer num_layers
-    times; shared-attention (shared-ffn) runs layer 0's attention (feed-forward) and its norm in every layer."""
-    extra = 0
-    for module in model.modules():
-        cfg, layers = getattr(module, "config", None), getattr(module, "layers", None)
-        sharing = getattr(cfg, "layer_sharing", "none")
-        if sharing == "none" or not isinstance(layers, nn.ModuleList) or not len(layers):
-            continue
-        first = layers[0]
-        names = {"all-shared": [""], "shared-attention": ["attention", "attn_norm"],
-                 "shared-ffn": ["ffn", "ffn_norm"]}.get(sharing, [])  # fmt: skip
-        parts = [first if not name else getattr(first, name, None) for name in names]
-        reused = sum(p.numel() for part in parts if isinstance(part, nn.Module) for p in part.parameters())
-        extra += (int(cfg.num_layers) - 1) * reused
-    return extra
+    stored = sum(p.numel() for p in model.parameters() if id(p) not in embedding_ids)
+    return stored + sum(m.reused_parameters() for m in model.modules() if hasattr(m, "reused_parameters"))
 
 
 def _shape(model: nn.Module) -> tuple[int, int] | None:

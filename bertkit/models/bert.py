@@ -130,6 +130,19 @@ class BertEncoder(nn.Module):
         x = padded(x)
         return EncoderOutput(x, self.pooler(x) if self.pooler is not None else None)
 
+    def reused_parameters(self) -> int:
+        """Parameters a forward pass applies more than once, counted once per extra use (compute, not storage):
+        ALBERT's all-shared layer runs num_layers times; with shared-attention (shared-ffn) every later layer runs
+        layer 0's attention (feed-forward) and its norm."""
+        sharing = self.config.layer_sharing
+        if sharing == "none":
+            return 0
+        first = self.layers[0]
+        parts = {"all-shared": [first], "shared-attention": [first.attention, first.attn_norm],
+                 "shared-ffn": [first.ffn, first.ffn_norm]}[sharing]  # fmt: skip
+        reused = sum(p.numel() for part in parts if part is not None for p in part.parameters())
+        return (self.config.num_layers - 1) * reused
+
     @property
     def supports_unpad(self) -> bool:
         """Every layer is per-token apart from full attention; BigBird's block-sparse attention needs its blocks."""
