@@ -267,10 +267,11 @@ def untrained(corpus: Path, output: Path, recipe: str, extra: dict[str, object] 
     return Path(summary["model_dir"])
 
 
-def evaluate_suite(models: list[str], suite: str, data: Path, output: Path, probe: bool) -> dict:
-    """`bertkit evaluate` of `models` on a suite file, two cells at a time (one core each): its --json report."""
+def evaluate_suite(models: list[str], suite: str, data: Path, output: Path, probe: bool, jobs: int = 2) -> dict:
+    """`bertkit evaluate` of `models` on a suite file, `jobs` cells at a time (two by default, one core each): its
+    --json report."""
     named = [arg for model in models for arg in ("--model", model)]
-    return bertkit("evaluate", *named, "--suite", suite, "--data", data, "--output", output, "--jobs", "2",
+    return bertkit("evaluate", *named, "--suite", suite, "--data", data, "--output", output, "--jobs", str(jobs),
                    "--overwrite", *(["--probe"] if probe else []))  # fmt: skip
 
 
