@@ -5,7 +5,7 @@ through test_variants_bench.py; on your own text:
     python tests/bench/variants.py --text my_corpus.txt --budget 2e14flop --work runs/variants
 
 On a GPU, `--parallel 10 --threads 1 --jobs 14` pretrains the variants side by side and runs the suite's cells 14 at
-a time (the whole bench at 2e14 FLOPs took 8.4 minutes on one H100 with 16 CPU cores).
+a time (the whole bench at 2e14 FLOPs with --generator 0.25,0.5,1.0 took 8.4 minutes on one H100 with 16 CPU cores).
 
 Text: by default the unique paragraphs of the four SQuADShifts sets (new_wiki, nyt, reddit, amazon_reviews:
 Wikipedia, New York Times, Reddit and Amazon review text, from bigbench 1.0.0's sdist that `make install-test`
@@ -246,6 +246,10 @@ def main() -> None:
     unknown = sorted(set(names) - set(VARIANTS))
     if unknown:
         parser.error(f"unknown variants {unknown}; choose from {list(VARIANTS)}")
+    if args.parallel > 1 and not args.budget.lower().endswith("flop"):
+        parser.error("--parallel needs a FLOP budget (e.g. 2e14flop): runs side by side share the machine's time")
+    if args.generator and "electra" not in names:
+        parser.error("--generator compares ELECTRA's generator widths: keep electra in --variants")
     from bertkit.config.recipe import load_recipe
 
     started = time.time()
@@ -253,7 +257,8 @@ def main() -> None:
     plan = [(name, None) for name in names]
     # The recipe's own generator width is the "electra" run already: the ablation adds the other widths.
     default = load_recipe(VARIANTS["electra"][0]).model.generator.hidden_fraction if "electra" in names else None
-    plan += [("electra", float(x)) for x in args.generator.split(",") if x.strip() and float(x) != default]
+    widths = dict.fromkeys(float(x) for x in args.generator.split(",") if x.strip())  # each width once, in order
+    plan += [("electra", width) for width in widths if width != default]
     with ThreadPoolExecutor(max_workers=max(1, args.parallel)) as pool:
         runs = list(pool.map(lambda job: pretrain(paths, args.work, job[0], args.budget, job[1], args.threads), plan))
     report: dict = {"budget": args.budget, "runs": runs, "downstream": {}}
