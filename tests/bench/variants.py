@@ -164,8 +164,9 @@ def discriminator(run: Path) -> dict[str, float]:
     """ELECTRA's replaced-token detection at the end of training, beside the accuracy of guessing "nothing was
     replaced" (the mean of the last five logged steps): a discriminator level with that guess has learned nothing
     of its task yet, whatever its generator did. Empty for the other objectives."""
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text("utf-8").splitlines() if line.strip()]
-    last = [row for row in rows if "rtd_acc" in row][-5:]
+    from bertkit.engine.metrics_log import read_rows
+
+    last = [row for row in read_rows(run / "metrics.jsonl") if "rtd_acc" in row][-5:]
     if not last:
         return {}
     return {key: round(sum(row[key] for row in last) / len(last), 4) for key in ("rtd_acc", "rtd_baseline_acc")}
@@ -246,11 +247,17 @@ def main() -> None:
     unknown = sorted(set(names) - set(VARIANTS))
     if unknown:
         parser.error(f"unknown variants {unknown}; choose from {list(VARIANTS)}")
-    if args.parallel > 1 and not args.budget.lower().endswith("flop"):
+    from bertkit.config.recipe import load_recipe
+    from bertkit.config.schema import parse_budget
+
+    try:
+        budget_kind = parse_budget(args.budget)[0]
+    except ValueError as err:
+        parser.error(str(err))
+    if args.parallel > 1 and budget_kind != "flops":
         parser.error("--parallel needs a FLOP budget (e.g. 2e14flop): runs side by side share the machine's time")
     if args.generator and "electra" not in names:
         parser.error("--generator compares ELECTRA's generator widths: keep electra in --variants")
-    from bertkit.config.recipe import load_recipe
 
     started = time.time()
     paths = prepare(args.work, args.text, names)
