@@ -131,8 +131,10 @@ def prepare(work: Path, text_file: Path | None, names: list[str]) -> dict[str, P
 
 
 def pretrain(
-    paths: dict[str, Path], work: Path, name: str, budget: str, generator: float | None = None, threads: int = 2
+    paths: dict[str, Path], work: Path, name: str, budget: str, generator: float | None = None, threads: int = 2,
+    own: dict[str, str] | None = None,
 ) -> dict:
+    """`own`: recipe fields set for this variant alone (--set VARIANT:KEY=VALUE), over the shared ones."""
     recipe, _, width, scored = VARIANTS[name]
     values: dict[str, object] = {**SHAPE, "model.intermediate_size": width, **BATCH, "engine.threads": threads,
                                  "train.steps": 1_000_000, "train.log_every": 50, "train.eval_every_share": 0.1,
@@ -145,16 +147,21 @@ def pretrain(
         values["data.eval"] = paths[f"held-{name}"]
     if generator is not None:
         values["model.generator.hidden_fraction"] = generator
+    values.update(own or {})
     tag = name if generator is None else f"{name}-gen{generator:g}"
     run, started = work / "runs" / tag, time.time()
-    done, spent = run / "summary.json", run / "bench-budget.txt"
-    if done.exists() and spent.exists() and spent.read_text("utf-8") == budget:  # finished before, on this budget
+    # A finished run is reused only for the same budget and the same settings of its own.
+    done, spent, settings = run / "summary.json", run / "bench-budget.txt", budget + "".join(
+        f"\n{key}={value}" for key, value in sorted((own or {}).items())
+    )
+    if done.exists() and spent.exists() and spent.read_text("utf-8") == settings:
         summary = json.loads(done.read_text("utf-8"))
     else:
         summary = bertkit("pretrain", "-r", recipe, "-c", paths[f"corpus-{name}"], "-o", run, "--budget", budget,
                           "--overwrite", *overrides(values))  # fmt: skip
-        spent.write_text(budget, "utf-8")
-    return {"name": tag, "model_dir": summary["model_dir"], "steps": summary["steps"], "tokens": summary["tokens"],
+        spent.write_text(settings, "utf-8")
+    return {"name": tag, "own_settings": own or {}, "model_dir": summary["model_dir"], "steps": summary["steps"],
+            "tokens": summary["tokens"],
             "flops": summary["flops"], "wall_minutes": round((time.time() - started) / 60, 1),
             "eval_mlm_acc": (summary.get("eval") or {}).get("mlm_acc") if scored else None,
             **discriminator(run)}  # fmt: skip
@@ -242,6 +249,8 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=1, help="pretraining runs at once")
     parser.add_argument("--threads", type=int, default=2, help="CPU threads of each pretraining run")
     parser.add_argument("--jobs", type=int, default=2, help="suite cells at once (bertkit evaluate --jobs)")
+    parser.add_argument("--set", dest="own", action="append", default=[], metavar="VARIANT:KEY=VALUE",
+                        help="a recipe field for one variant over the shared settings, e.g. electra:optim.lr=5e-4")
     args = parser.parse_args()
     names = [n.strip() for n in args.variants.split(",") if n.strip()]
     unknown = sorted(set(names) - set(VARIANTS))
@@ -258,6 +267,13 @@ def main() -> None:
         parser.error("--parallel needs a FLOP budget (e.g. 2e14flop): runs side by side share the machine's time")
     if args.generator and "electra" not in names:
         parser.error("--generator compares ELECTRA's generator widths: keep electra in --variants")
+    own: dict[str, dict[str, str]] = {}
+    for item in args.own:
+        variant, _, setting = item.partition(":")
+        key, equals, value = setting.partition("=")
+        if variant not in names or not key or not equals:
+            parser.error(f"--set {item!r}: write VARIANT:KEY=VALUE with VARIANT one of {names}")
+        own.setdefault(variant, {})[key] = value
 
     started = time.time()
     paths = prepare(args.work, args.text, names)
@@ -267,7 +283,9 @@ def main() -> None:
     widths = dict.fromkeys(float(x) for x in args.generator.split(",") if x.strip())  # each width once, in order
     plan += [("electra", width) for width in widths if width != default]
     with ThreadPoolExecutor(max_workers=max(1, args.parallel)) as pool:
-        runs = list(pool.map(lambda job: pretrain(paths, args.work, job[0], args.budget, job[1], args.threads), plan))
+        runs = list(pool.map(
+            lambda job: pretrain(paths, args.work, job[0], args.budget, job[1], args.threads, own.get(job[0])), plan
+        ))
     report: dict = {"budget": args.budget, "runs": runs, "downstream": {}}
     # The pretraining figures first, so a downstream failure loses nothing of the hours before it.
     (args.work / "report.json").write_text(json.dumps(report, indent=1), "utf-8")
