@@ -6,7 +6,8 @@ fine-tuning, beside an encoder with its initial weights.
 
 The budget is BERTKIT_VARIANTS_BUDGET (default 1.5e14 FLOPs: about 30 minutes a variant on 2 cores, long enough to
 leave the frequent-token plateau), so the bench takes about 4 hours for the pretraining and 2 for the suite.
-Asserted: every variant beats the untrained encoder on the suite's average (over the tasks every model has) by
+Asserted: every masked LM gets at least 2% of the held-out masked tokens outside the 100 most frequent right (it
+has left the frequent-token plateau), and every variant beats the untrained encoder on the suite's average (over the tasks every model has) by
 more than the larger seed spread, in both modes. At 2e14 FLOPs (measured on an H100, docs/benchmarks.md) every
 variant passed but ELECTRA, no better than the untrained encoder at that budget."""
 
@@ -33,7 +34,8 @@ def test_every_variant_beats_an_untrained_encoder_at_equal_compute(tmp_path: Pat
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     print((work / "report.md").read_text("utf-8"))
-    failures = []
+    # The budget has to be long enough for every masked LM to leave the frequent-token plateau (variants.plateau).
+    failures = [f"{run['name']} on the plateau: {run}" for run in report["runs"] if run.get("left_plateau") is False]
     for mode, results in report["downstream"].items():
         floor = results["average"]["untrained"]
         for name, average in results["average"].items():

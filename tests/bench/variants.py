@@ -63,12 +63,14 @@ from ttq import (  # noqa: E402
     SHAPE,
     bertkit,
     evaluate_suite,
+    evaluation_set,
     overrides,
     paragraphs,
     split,
     squad_dev_contexts,
     untrained,
 )
+from ttq import score as score_masked  # noqa: E402
 
 SHARED_OPTIMISER = {
     "optim.lr": 1e-3, "optim.betas": "[0.9,0.98]", "optim.eps": 1e-6, "optim.weight_decay": 0.01,
@@ -167,6 +169,31 @@ def pretrain(
             **discriminator(run)}  # fmt: skip
 
 
+# A masked LM on the frequent-token plateau predicts only the most frequent tokens and gets none of the others right;
+# one that gets at least this share of the others right has left it.
+LEFT_PLATEAU = 0.02
+
+
+def plateau(work: Path, paths: dict[str, Path], rows: list[dict]) -> None:
+    """Each MLM variant's held-out masked accuracy on one yardstick (the time-to-quality bench's: the same 15% token
+    masks for every variant, on the held-out documents, scored through its transformers export), overall and apart on
+    the training text's most frequent tokens and on the rest (`acc_rest`, 0 on the frequent-token plateau); added to
+    its row, with `left_plateau`."""
+    scored = [row for row in rows if VARIANTS[row["name"].split("-gen")[0]][3]]
+    if not scored:
+        return
+    held = work / "held.jsonl"
+    documents = [d.strip() for d in paths["held"].read_text("utf-8").split("\n\n") if d.strip()]
+    held.write_text("".join(json.dumps(d) + "\n" for d in documents), "utf-8")
+    masks = evaluation_set(held, paths["tok"], paths["train"])
+    for row in scored:
+        hf = work / "hf" / row["name"]
+        bertkit("export", row["model_dir"], "--to", "hf", "--head", "mlm", "-o", hf, "--overwrite")
+        split_scores = score_masked(hf, masks)
+        row.update({f"token_masks_{key}": value for key, value in split_scores.items()})
+        row["left_plateau"] = split_scores["acc_rest"] >= LEFT_PLATEAU
+
+
 def discriminator(run: Path) -> dict[str, float]:
     """ELECTRA's replaced-token detection at the end of training, beside the accuracy of guessing "nothing was
     replaced" (the mean of the last five logged steps): a discriminator level with that guess has learned nothing
@@ -220,13 +247,16 @@ def common_average(scores: dict[str, dict]) -> dict[str, dict]:
 def markdown(report: dict) -> str:
     lines = [f"budget {report['budget']}; tokenizer WordPiece 16,000; shape 4 x 256", ""]
     modes = [m for m in ("probe", "full") if m in report["downstream"]]
-    head = "| variant | steps | tokens | masked acc | RTD acc (nothing-replaced) | "
-    head += " | ".join(f"{m} average" for m in modes) + " |"
-    lines += [head, "|" + "---|" * (5 + len(modes))]
+    head = "| variant | steps | tokens | masked acc | token masks: frequent / rest | RTD acc (nothing-replaced) | "
+    head += "".join(f"{m} average | " for m in modes)
+    head = head.rstrip()
+    lines += [head, "|" + "---|" * (6 + len(modes))]
     for row in report["runs"] + [{"name": "untrained"}]:
         name = row["name"]
         cells = [name, str(row.get("steps", "")), f"{row.get('tokens', 0):,}" if "tokens" in row else "",
                  f"{row['eval_mlm_acc']:.4f}" if row.get("eval_mlm_acc") is not None else "",
+                 f"{row['token_masks_acc_frequent']:.4f} / {row['token_masks_acc_rest']:.4f}"
+                 if "token_masks_acc_rest" in row else "",
                  f"{row['rtd_acc']:.4f} ({row['rtd_baseline_acc']:.4f})" if "rtd_acc" in row else ""]  # fmt: skip
         for mode in modes:
             average = report["downstream"][mode]["average"].get(name)
@@ -286,6 +316,7 @@ def main() -> None:
         runs = list(pool.map(
             lambda job: pretrain(paths, args.work, job[0], args.budget, job[1], args.threads, own.get(job[0])), plan
         ))
+    plateau(args.work, paths, runs)
     report: dict = {"budget": args.budget, "runs": runs, "downstream": {}}
     # The pretraining figures first, so a downstream failure loses nothing of the hours before it.
     (args.work / "report.json").write_text(json.dumps(report, indent=1), "utf-8")

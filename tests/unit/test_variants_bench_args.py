@@ -1,0 +1,34 @@
+"""The variants bench (tests/bench/variants.py) refuses what it cannot run before any work: one `error:` line and exit
+2 from argparse, and nothing written to its work folder. Its runs themselves are `make bench`'s."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "variants.py"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--variants", "bert,gpt2"], "unknown variants ['gpt2']"),
+        (["--budget", "lots"], "budget"),
+        (["--budget", "30min", "--parallel", "2"], "--parallel needs a FLOP budget"),
+        (["--variants", "bert", "--generator", "0.5"], "keep electra in --variants"),
+        (["--variants", "bert", "--set", "electra:optim.lr=5e-4"], "VARIANT one of ['bert']"),
+        (["--variants", "electra", "--set", "electra:optim.lr"], "write VARIANT:KEY=VALUE"),
+    ],
+)
+def test_bad_arguments_are_one_error_and_exit_2(tmp_path: Path, arguments: list[str], message: str) -> None:
+    work = tmp_path / "work"
+    done = subprocess.run([sys.executable, str(SCRIPT), "--work", str(work), *arguments], capture_output=True,
+                          text=True)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    errors = [line for line in done.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and message in errors[0], done.stderr
+    assert "Traceback" not in done.stderr
+    assert not work.exists()
