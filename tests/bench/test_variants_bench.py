@@ -7,9 +7,9 @@ fine-tuning, beside an encoder with its initial weights.
 The budget is BERTKIT_VARIANTS_BUDGET (default 1.5e14 FLOPs: about 30 minutes a variant on 2 cores, long enough to
 leave the frequent-token plateau), so the bench takes about 4 hours for the pretraining and 2 for the suite.
 Asserted: every masked LM gets at least 2% of the held-out masked tokens outside the 100 most frequent right (it
-has left the frequent-token plateau), and every variant beats the untrained encoder on the suite's average (over the tasks every model has) by
-more than the larger seed spread, in both modes. At 2e14 FLOPs (measured on an H100, docs/benchmarks.md) every
-variant passed but ELECTRA, no better than the untrained encoder at that budget."""
+has left the frequent-token plateau), and every variant beats the untrained encoder on the suite's average (over
+the tasks every model has) by more than the larger seed spread, in both modes. At 2e14 FLOPs (measured on an H100,
+docs/benchmarks.md) every variant passed but ELECTRA, no better than the untrained encoder at that budget."""
 
 from __future__ import annotations
 
