@@ -31,7 +31,8 @@ What is the same for every variant:
   40% masking, no dropout, clipping, batch ramp), since its recipe is what it claims.
 
 What is each variant's own: the recipe's model family and objectives, and the corpus format they need (BERT:
-segment pairs for NSP with static masks; RoBERTa: full sentences, dynamic masks; ALBERT: SOP pairs, n-gram masks;
+segment pairs for NSP with static masks; RoBERTa: full sentences, dynamic masks; ALBERT: SOP pairs, n-gram masks,
+and albert-nsp, ALBERT's own ablation: NSP in place of SOP, on NSP's segment pairs;
 ELECTRA: single segments; SpanBERT: single segments, span masks; XLNet: XLNet's layout; crammed-bert: full
 sentences).
 
@@ -82,12 +83,16 @@ VARIANTS: dict[str, tuple[str, list[str], int, bool]] = {
     "bert": ("bert-base", ["--format", "segment-pair", "--masking", "static"], 1024, True),
     "roberta": ("roberta-base", ["--format", "full-sentences"], 1024, True),
     "albert": ("albert-base", ["--format", "sop", "--mask-strategy", "ngram"], 1024, True),
+    "albert-nsp": ("albert-base", ["--format", "segment-pair", "--mask-strategy", "ngram"], 1024, True),
     "electra": ("electra-small", ["--format", "single-segment"], 1024, False),
     "spanbert": ("spanbert-base", ["--format", "single-segment", "--mask-strategy", "span"], 1024, True),
     "xlnet": ("xlnet-base", ["--layout", "xlnet"], 1024, False),
     "crammed-bert": ("crammed-bert", ["--format", "full-sentences"], 680, True),
 }
+# Recipe fields a variant sets over its recipe's: ALBERT's paper ablation, NSP in place of SOP (on NSP's pairs).
+VARIANT_SETTINGS: dict[str, dict[str, object]] = {"albert-nsp": {"objective.sop": 0, "objective.nsp": 1}}
 NO_QA = {"xlnet"}
+PAIR_METRICS = ("nsp_acc", "sop_acc")
 
 
 def texts(text_file: Path | None) -> tuple[list[str], list[str]]:
@@ -149,7 +154,7 @@ def pretrain(
         values["data.eval"] = paths[f"held-{name}"]
     if generator is not None:
         values["model.generator.hidden_fraction"] = generator
-    values.update(own or {})
+    values.update({**VARIANT_SETTINGS.get(name, {}), **(own or {})})
     tag = name if generator is None else f"{name}-gen{generator:g}"
     run, started = work / "runs" / tag, time.time()
     # A finished run is reused only for the same budget and the same settings of its own.
@@ -166,6 +171,8 @@ def pretrain(
             "tokens": summary["tokens"],
             "flops": summary["flops"], "wall_minutes": round((time.time() - started) / 60, 1),
             "eval_mlm_acc": (summary.get("eval") or {}).get("mlm_acc") if scored else None,
+            # The sentence-pair head's held-out accuracy (NSP or SOP), where the variant has one.
+            **{f"eval_{key}": value for key, value in (summary.get("eval") or {}).items() if key in PAIR_METRICS},
             **discriminator(run)}  # fmt: skip
 
 
