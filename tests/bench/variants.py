@@ -38,13 +38,20 @@ sentences).
 
 Scored: held-out masked-token accuracy where the objective has an MLM head (every variant but ELECTRA's
 discriminator and XLNet), on the held-out documents built in the variant's format with token masking (SpanBERT's
-with span masks, which its span boundary objective needs: a harder test of the same head); and
-`bertkit evaluate` on the shipped `local` suite, with the probe and then with full fine-tuning, beside RoBERTa's
-encoder at the same shape with its initial weights. XLNet cannot serve extractive QA (bertkit's QA windows
+with span masks, which its span boundary objective needs: a harder test of the same head), and again on one
+yardstick for all (the same 15% token masks through each model's transformers export), apart on the training
+text's 100 most frequent tokens and on the rest, which a model on the frequent-token plateau gets none of; the
+held-out NSP or SOP accuracy where the variant has that head; and `bertkit evaluate` on the shipped `local`
+suite, with the probe and then with full fine-tuning, beside RoBERTa's encoder at the same shape with its initial
+weights. XLNet cannot serve extractive QA (bertkit's QA windows
 are BERT's layout), so it is scored on the other tasks, and the table gives each average over the tasks every
 model has. `--generator 0.25,0.5,1.0` adds ELECTRA's generator-size ablation at the same compute (the recipe's own
 1/4 is the "electra" run). ELECTRA's row also gives its discriminator's accuracy beside the guess "nothing was
-replaced": level with it, the discriminator has not learned its task yet."""
+replaced": level with it, the discriminator has not learned its task yet.
+
+`--set VARIANT:KEY=VALUE` sets a recipe field for one variant over the shared settings (for ELECTRA, its
+generator-ablation runs too, each keeping its own width), e.g. `--set electra:optim.lr=5e-4`; a finished run in
+--work is reused only for the same budget and the same settings."""
 
 from __future__ import annotations
 
@@ -152,15 +159,15 @@ def pretrain(
         values["train.grad_accum"] = 4
     if scored:
         values["data.eval"] = paths[f"held-{name}"]
-    if generator is not None:
+    settings_of_its_own = {**VARIANT_SETTINGS.get(name, {}), **(own or {})}
+    values.update(settings_of_its_own)
+    if generator is not None:  # an ablation run's width is its own, whatever --set gave the "electra" run
         values["model.generator.hidden_fraction"] = generator
-    values.update({**VARIANT_SETTINGS.get(name, {}), **(own or {})})
     tag = name if generator is None else f"{name}-gen{generator:g}"
     run, started = work / "runs" / tag, time.time()
     # A finished run is reused only for the same budget and the same settings of its own.
-    done, spent, settings = run / "summary.json", run / "bench-budget.txt", budget + "".join(
-        f"\n{key}={value}" for key, value in sorted((own or {}).items())
-    )
+    done, spent = run / "summary.json", run / "bench-budget.txt"
+    settings = budget + "".join(f"\n{key}={value}" for key, value in sorted(settings_of_its_own.items()))
     if done.exists() and spent.exists() and spent.read_text("utf-8") == settings:
         summary = json.loads(done.read_text("utf-8"))
     else:
@@ -254,16 +261,18 @@ def common_average(scores: dict[str, dict]) -> dict[str, dict]:
 def markdown(report: dict) -> str:
     lines = [f"budget {report['budget']}; tokenizer WordPiece 16,000; shape 4 x 256", ""]
     modes = [m for m in ("probe", "full") if m in report["downstream"]]
-    head = "| variant | steps | tokens | masked acc | token masks: frequent / rest | RTD acc (nothing-replaced) | "
-    head += "".join(f"{m} average | " for m in modes)
-    head = head.rstrip()
-    lines += [head, "|" + "---|" * (6 + len(modes))]
+    head = "| variant | steps | tokens | masked acc | token masks: frequent / rest | NSP or SOP acc | "
+    head += "RTD acc (nothing-replaced) | " + "".join(f"{m} average | " for m in modes)
+    lines += [head.rstrip(), "|" + "---|" * (7 + len(modes))]
     for row in report["runs"] + [{"name": "untrained"}]:
         name = row["name"]
-        cells = [name, str(row.get("steps", "")), f"{row.get('tokens', 0):,}" if "tokens" in row else "",
+        label = name + "".join(f", {key}={value}" for key, value in (row.get("own_settings") or {}).items())
+        pair = [f"{key.removeprefix('eval_')[:3].upper()} {row[key]:.4f}" for key in ("eval_nsp_acc", "eval_sop_acc")
+                if key in row]  # fmt: skip
+        cells = [label, str(row.get("steps", "")), f"{row.get('tokens', 0):,}" if "tokens" in row else "",
                  f"{row['eval_mlm_acc']:.4f}" if row.get("eval_mlm_acc") is not None else "",
                  f"{row['token_masks_acc_frequent']:.4f} / {row['token_masks_acc_rest']:.4f}"
-                 if "token_masks_acc_rest" in row else "",
+                 if "token_masks_acc_rest" in row else "", " ".join(pair),
                  f"{row['rtd_acc']:.4f} ({row['rtd_baseline_acc']:.4f})" if "rtd_acc" in row else ""]  # fmt: skip
         for mode in modes:
             average = report["downstream"][mode]["average"].get(name)
@@ -311,6 +320,13 @@ def main() -> None:
         if variant not in names or not key or not equals:
             parser.error(f"--set {item!r}: write VARIANT:KEY=VALUE with VARIANT one of {names}")
         own.setdefault(variant, {})[key] = value
+    from bertkit.errors import BertkitError
+
+    for variant, settings in own.items():  # an unknown key or a bad value, before hours of other runs
+        try:
+            load_recipe(VARIANTS[variant][0], [f"{key}={value}" for key, value in settings.items()])
+        except BertkitError as err:
+            parser.error(f"--set {variant}:...: {err}")
 
     started = time.time()
     paths = prepare(args.work, args.text, names)
@@ -323,9 +339,10 @@ def main() -> None:
         runs = list(pool.map(
             lambda job: pretrain(paths, args.work, job[0], args.budget, job[1], args.threads, own.get(job[0])), plan
         ))
-    plateau(args.work, paths, runs)
     report: dict = {"budget": args.budget, "runs": runs, "downstream": {}}
-    # The pretraining figures first, so a downstream failure loses nothing of the hours before it.
+    # The pretraining figures first, so a failure in the scoring loses nothing of the hours before it.
+    (args.work / "report.json").write_text(json.dumps(report, indent=1), "utf-8")
+    plateau(args.work, paths, runs)
     (args.work / "report.json").write_text(json.dumps(report, indent=1), "utf-8")
     if args.downstream != "none":
         data = suite_data(args.work, args.smoke)

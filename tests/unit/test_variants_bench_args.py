@@ -21,6 +21,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "variants.py"
         (["--variants", "bert", "--generator", "0.5"], "keep electra in --variants"),
         (["--variants", "bert", "--set", "electra:optim.lr=5e-4"], "VARIANT one of ['bert']"),
         (["--variants", "electra", "--set", "electra:optim.lr"], "write VARIANT:KEY=VALUE"),
+        (["--variants", "electra", "--set", "electra:optim.lrr=5e-4"], "optim.lrr"),
     ],
 )
 def test_bad_arguments_are_one_error_and_exit_2(tmp_path: Path, arguments: list[str], message: str) -> None:
