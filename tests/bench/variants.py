@@ -47,7 +47,8 @@ weights. XLNet cannot serve extractive QA (bertkit's QA windows
 are BERT's layout), so it is scored on the other tasks, and the table gives each average over the tasks every
 model has. `--generator 0.25,0.5,1.0` adds ELECTRA's generator-size ablation at the same compute (the recipe's own
 1/4 is the "electra" run). ELECTRA's row also gives its discriminator's accuracy beside the guess "nothing was
-replaced": level with it, the discriminator has not learned its task yet.
+replaced", and its loss beside the entropy of that guess: a loss below it shows what the discriminator knows of
+its task before its accuracy leaves the guess.
 
 `--set VARIANT:KEY=VALUE` sets a recipe field for one variant over the shared settings (for ELECTRA, its
 generator-ablation runs too, each keeping its own width), e.g. `--set electra:optim.lr=5e-4`; a finished run in
@@ -209,15 +210,28 @@ def plateau(work: Path, paths: dict[str, Path], rows: list[dict]) -> None:
 
 
 def discriminator(run: Path) -> dict[str, float]:
-    """ELECTRA's replaced-token detection at the end of training, beside the accuracy of guessing "nothing was
-    replaced" (the mean of the last five logged steps): a discriminator level with that guess has learned nothing
-    of its task yet, whatever its generator did. Empty for the other objectives."""
+    """ELECTRA's replaced-token detection at the end of training (the mean of the last five logged steps): its
+    accuracy beside that of guessing "nothing was replaced", and its loss beside the entropy of the best constant
+    guess (the replaced fraction at every token). The loss tells more early on: accuracy stays at the guess until
+    the discriminator is sure enough to call some token replaced, while a loss below the guess's entropy already
+    shows what it knows. Empty for the other objectives."""
+    import math
+
     from bertkit.engine.metrics_log import read_rows
 
     last = [row for row in read_rows(run / "metrics.jsonl") if "rtd_acc" in row][-5:]
     if not last:
         return {}
-    return {key: round(sum(row[key] for row in last) / len(last), 4) for key in ("rtd_acc", "rtd_baseline_acc")}
+
+    def mean(values: list[float]) -> float:
+        return round(sum(values) / len(values), 4)
+
+    def entropy(p: float) -> float:
+        return -(p * math.log(p) + (1 - p) * math.log(1 - p)) if 0 < p < 1 else 0.0
+
+    return {key: mean([row[key] for row in last]) for key in ("rtd_acc", "rtd_baseline_acc", "rtd_loss")} | {
+        "rtd_guess_entropy": mean([entropy(row["replaced_fraction"]) for row in last])
+    }
 
 
 def evaluate(work: Path, models: dict[str, str], mode: str, data: Path, smoke: bool, jobs: int) -> dict:
@@ -262,8 +276,8 @@ def markdown(report: dict) -> str:
     lines = [f"budget {report['budget']}; tokenizer WordPiece 16,000; shape 4 x 256", ""]
     modes = [m for m in ("probe", "full") if m in report["downstream"]]
     head = "| variant | steps | tokens | masked acc | token masks: frequent / rest | NSP or SOP acc | "
-    head += "RTD acc (nothing-replaced) | " + "".join(f"{m} average | " for m in modes)
-    lines += [head.rstrip(), "|" + "---|" * (7 + len(modes))]
+    head += "RTD acc (nothing-replaced) | RTD loss (guess's entropy) | " + "".join(f"{m} average | " for m in modes)
+    lines += [head.rstrip(), "|" + "---|" * (8 + len(modes))]
     for row in report["runs"] + [{"name": "untrained"}]:
         name = row["name"]
         label = name + "".join(f", {key}={value}" for key, value in (row.get("own_settings") or {}).items())
@@ -273,7 +287,8 @@ def markdown(report: dict) -> str:
                  f"{row['eval_mlm_acc']:.4f}" if row.get("eval_mlm_acc") is not None else "",
                  f"{row['token_masks_acc_frequent']:.4f} / {row['token_masks_acc_rest']:.4f}"
                  if "token_masks_acc_rest" in row else "", " ".join(pair),
-                 f"{row['rtd_acc']:.4f} ({row['rtd_baseline_acc']:.4f})" if "rtd_acc" in row else ""]  # fmt: skip
+                 f"{row['rtd_acc']:.4f} ({row['rtd_baseline_acc']:.4f})" if "rtd_acc" in row else "",
+                 f"{row['rtd_loss']:.4f} ({row['rtd_guess_entropy']:.4f})" if "rtd_loss" in row else ""]  # fmt: skip
         for mode in modes:
             average = report["downstream"][mode]["average"].get(name)
             cells.append(f"{average['mean']:.2f} ± {average['std']:.2f}" if average else "")
