@@ -121,11 +121,15 @@ def prepare(work: Path, text_file: Path | None, names: list[str]) -> dict[str, P
     if marker.exists() and marker.read_text("utf-8") != source:
         raise SystemExit(f"{work} holds runs on {marker.read_text('utf-8')}, not {source}: use another --work")
     marker.write_text(source, "utf-8")
-    paths = {"train": work / "train.txt", "held": work / "held.txt", "tok": work / "tok"}
+    paths = {"train": work / "train.txt", "held": work / "held.txt", "tok": work / "tok",
+             "held-documents": work / "held.jsonl"}  # fmt: skip
     if not paths["train"].exists():
         train, held = texts(text_file)
         paths["train"].write_text("\n\n".join(train) + "\n", "utf-8")
         paths["held"].write_text("\n\n".join(held) + "\n", "utf-8")
+    if not paths["held-documents"].exists():  # the same documents, a JSON string a line, for the token-mask yardstick
+        documents = [d.strip() for d in paths["held"].read_text("utf-8").split("\n\n") if d.strip()]
+        paths["held-documents"].write_text("".join(json.dumps(d) + "\n" for d in documents), "utf-8")
     if not paths["tok"].exists():
         bertkit("tokenize", "train", "--kind", "wordpiece", "--vocab-size", "16000", "--input", paths["train"],
                 "--output", paths["tok"])  # fmt: skip
@@ -175,9 +179,9 @@ def pretrain(
         summary = bertkit("pretrain", "-r", recipe, "-c", paths[f"corpus-{name}"], "-o", run, "--budget", budget,
                           "--overwrite", *overrides(values))  # fmt: skip
         spent.write_text(settings, "utf-8")
-    return {"name": tag, "own_settings": own or {}, "model_dir": summary["model_dir"], "steps": summary["steps"],
-            "tokens": summary["tokens"],
-            "flops": summary["flops"], "wall_minutes": round((time.time() - started) / 60, 1),
+    return {"name": tag, "variant": name, "own_settings": own or {}, "model_dir": summary["model_dir"],
+            "steps": summary["steps"], "tokens": summary["tokens"], "flops": summary["flops"],
+            "wall_minutes": round((time.time() - started) / 60, 1),
             "eval_mlm_acc": (summary.get("eval") or {}).get("mlm_acc") if scored else None,
             # The sentence-pair head's held-out accuracy (NSP or SOP), where the variant has one.
             **{f"eval_{key}": value for key, value in (summary.get("eval") or {}).items() if key in PAIR_METRICS},
@@ -194,13 +198,10 @@ def plateau(work: Path, paths: dict[str, Path], rows: list[dict]) -> None:
     masks for every variant, on the held-out documents, scored through its transformers export), overall and apart on
     the training text's most frequent tokens and on the rest (`acc_rest`, 0 on the frequent-token plateau); added to
     its row, with `left_plateau`."""
-    scored = [row for row in rows if VARIANTS[row["name"].split("-gen")[0]][3]]
+    scored = [row for row in rows if VARIANTS[row["variant"]][3]]
     if not scored:
         return
-    held = work / "held.jsonl"
-    documents = [d.strip() for d in paths["held"].read_text("utf-8").split("\n\n") if d.strip()]
-    held.write_text("".join(json.dumps(d) + "\n" for d in documents), "utf-8")
-    masks = evaluation_set(held, paths["tok"], paths["train"])
+    masks = evaluation_set(paths["held-documents"], paths["tok"], paths["train"])
     for row in scored:
         hf = work / "hf" / row["name"]
         bertkit("export", row["model_dir"], "--to", "hf", "--head", "mlm", "-o", hf, "--overwrite")
@@ -281,8 +282,7 @@ def markdown(report: dict) -> str:
     for row in report["runs"] + [{"name": "untrained"}]:
         name = row["name"]
         label = name + "".join(f", {key}={value}" for key, value in (row.get("own_settings") or {}).items())
-        pair = [f"{key.removeprefix('eval_')[:3].upper()} {row[key]:.4f}" for key in ("eval_nsp_acc", "eval_sop_acc")
-                if key in row]  # fmt: skip
+        pair = [f"{key[:3].upper()} {row[f'eval_{key}']:.4f}" for key in PAIR_METRICS if f"eval_{key}" in row]
         cells = [label, str(row.get("steps", "")), f"{row.get('tokens', 0):,}" if "tokens" in row else "",
                  f"{row['eval_mlm_acc']:.4f}" if row.get("eval_mlm_acc") is not None else "",
                  f"{row['token_masks_acc_frequent']:.4f} / {row['token_masks_acc_rest']:.4f}"
