@@ -1,0 +1,61 @@
+"""The variants bench (tests/bench/variants.py) reuses a finished pretraining run only for the same budget and the
+same settings, and takes the model from the run's own folder: a work folder moved since (to another disk, another
+machine) still serves its runs, though their summaries name the old place."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "variants.py"
+
+
+@pytest.fixture(scope="module")
+def variants():
+    spec = importlib.util.spec_from_file_location("variants_bench", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def finished_run(work: Path, name: str, settings: str, old_place: Path) -> None:
+    """What a finished run leaves that the bench reads: its summary (written where the run first was) and the
+    budget and settings it ran with."""
+    run = work / "runs" / name
+    (run / "model").mkdir(parents=True)
+    summary = {"model_dir": str(old_place / "runs" / name / "model"), "steps": 1590, "tokens": 9_523_127,
+               "flops": 2e14, "eval": {"mlm_acc": 0.1347, "nsp_acc": 0.6035}}  # fmt: skip
+    (run / "summary.json").write_text(json.dumps(summary), "utf-8")
+    (run / "bench-budget.txt").write_text(settings, "utf-8")
+
+
+def test_a_moved_work_folder_serves_its_finished_runs(variants, tmp_path: Path, monkeypatch) -> None:
+    work = tmp_path / "moved"
+    finished_run(work, "bert", "2e14flop", old_place=tmp_path / "gone")
+    monkeypatch.setattr(variants, "bertkit", lambda *args: pytest.fail(f"retrained: bertkit {args}"))
+    row = variants.pretrain({"held-bert": work / "held-bert"}, work, "bert", "2e14flop")
+    assert row["model_dir"] == str(work / "runs" / "bert" / "model")
+    assert Path(row["model_dir"]).is_dir()
+    assert (row["steps"], row["eval_mlm_acc"], row["eval_nsp_acc"]) == (1590, 0.1347, 0.6035)
+
+
+def test_another_budget_or_setting_trains_again(variants, tmp_path: Path, monkeypatch) -> None:
+    work = tmp_path / "work"
+    finished_run(work, "electra", "2e14flop\noptim.lr=0.0005", old_place=work)
+    calls: list[tuple] = []
+
+    def pretrain_run(*args):
+        calls.append(args)
+        return {"model_dir": str(work / "runs" / "electra" / "model"), "steps": 3000, "tokens": 1, "flops": 4e14}
+
+    monkeypatch.setattr(variants, "bertkit", pretrain_run)
+    paths = {"corpus-electra": work / "corpus-electra"}
+    variants.pretrain(paths, work, "electra", "2e14flop")  # ELECTRA's own rate, as the run had: reused
+    assert calls == []
+    variants.pretrain(paths, work, "electra", "4e14flop")
+    variants.pretrain(paths, work, "electra", "4e14flop", own={"optim.lr": "1e-3"})
+    assert len(calls) == 2 and "optim.lr=1e-3" in calls[1]
+    assert (work / "runs" / "electra" / "bench-budget.txt").read_text("utf-8") == "4e14flop\noptim.lr=1e-3"
