@@ -30,7 +30,8 @@ What is the same for every variant:
   recipe, so every variant trains with one setting, the time-to-quality bench's Trainer's: AdamW at a peak of 1e-3,
   betas (0.9, 0.98), 6% warm-up, linear decay, weight decay 0.01; crammed-bert keeps its own recipe (peak 2e-3,
   40% masking, no dropout, clipping, batch ramp), since its recipe is what it claims, and ELECTRA keeps
-  ELECTRA-Small's peak rate, 5e-4 (at 1e-3 its discriminator never leaves the guess "nothing was replaced").
+  ELECTRA-Small's peak rate, 5e-4 (at 1e-3 its discriminator did not leave the guess "nothing was replaced" in runs
+  up to 2e14 FLOPs).
 
 What is each variant's own: the recipe's model family and objectives, and the corpus format they need (BERT:
 segment pairs for NSP with static masks; RoBERTa: full sentences, dynamic masks; ALBERT: SOP pairs, n-gram masks,
@@ -83,8 +84,8 @@ from ttq import (  # noqa: E402
 )
 from ttq import score as score_masked  # noqa: E402
 
-# Long enough for every variant to beat an untrained encoder downstream: ELECTRA, the slowest to, does by 3.8e14
-# (docs/benchmarks.md); the masked LMs leave the frequent-token plateau by 2e14.
+# Rounded up from 3.8e14, where ELECTRA at its own rate beat the untrained encoder with the probe; every other
+# variant did at 2e14, where every masked LM had left the frequent-token plateau (docs/benchmarks.md).
 DEFAULT_BUDGET = "4e14flop"
 SHARED_OPTIMISER = {
     "optim.lr": 1e-3, "optim.betas": "[0.9,0.98]", "optim.eps": 1e-6, "optim.weight_decay": 0.01,
@@ -159,6 +160,14 @@ def prepare(work: Path, text_file: Path | None, names: list[str]) -> dict[str, P
     return paths
 
 
+def spelled(value: object) -> str:
+    """One spelling of a setting's value, so that 5e-4 and 0.0005 are the same run."""
+    try:
+        return repr(float(value))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return str(value)
+
+
 def pretrain(
     paths: dict[str, Path], work: Path, name: str, budget: str, generator: float | None = None, threads: int = 2,
     own: dict[str, str] | None = None,
@@ -182,7 +191,7 @@ def pretrain(
     run, started = work / "runs" / tag, time.time()
     # A finished run is reused only for the same budget and the same settings of its own.
     done, spent = run / "summary.json", run / "bench-budget.txt"
-    settings = budget + "".join(f"\n{key}={value}" for key, value in sorted(settings_of_its_own.items()))
+    settings = budget + "".join(f"\n{key}={spelled(value)}" for key, value in sorted(settings_of_its_own.items()))
     if done.exists() and spent.exists() and spent.read_text("utf-8") == settings:
         summary = json.loads(done.read_text("utf-8"))
     else:
@@ -191,7 +200,8 @@ def pretrain(
         spent.write_text(settings, "utf-8")
     # The model folder inside this run's folder, not the summary's path to it: a work folder can have moved.
     model_dir = run / Path(summary["model_dir"]).name
-    return {"name": tag, "variant": name, "own_settings": own or {}, "model_dir": str(model_dir),
+    return {"name": tag, "variant": name, "own_settings": own or {}, "settings": settings_of_its_own,
+            "model_dir": str(model_dir),
             "steps": summary["steps"], "tokens": summary["tokens"], "flops": summary["flops"],
             "wall_minutes": round((time.time() - started) / 60, 1),
             "eval_mlm_acc": (summary.get("eval") or {}).get("mlm_acc") if scored else None,

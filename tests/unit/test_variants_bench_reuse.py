@@ -54,8 +54,11 @@ def test_another_budget_or_setting_trains_again(variants, tmp_path: Path, monkey
     monkeypatch.setattr(variants, "bertkit", pretrain_run)
     paths = {"corpus-electra": work / "corpus-electra"}
     variants.pretrain(paths, work, "electra", "2e14flop")  # ELECTRA's own rate, as the run had: reused
+    variants.pretrain(paths, work, "electra", "2e14flop", own={"optim.lr": "5e-4"})  # the same rate, spelled otherwise
     assert calls == []
     variants.pretrain(paths, work, "electra", "4e14flop")
-    variants.pretrain(paths, work, "electra", "4e14flop", own={"optim.lr": "1e-3"})
+    row = variants.pretrain(paths, work, "electra", "4e14flop", own={"optim.lr": "1e-3"})
     assert len(calls) == 2 and "optim.lr=1e-3" in calls[1]
-    assert (work / "runs" / "electra" / "bench-budget.txt").read_text("utf-8") == "4e14flop\noptim.lr=1e-3"
+    assert row["model_dir"] == str(work / "runs" / "electra" / "model")
+    assert row["settings"] == {"optim.lr": "1e-3"} and row["own_settings"] == {"optim.lr": "1e-3"}
+    assert (work / "runs" / "electra" / "bench-budget.txt").read_text("utf-8") == "4e14flop\noptim.lr=0.001"
