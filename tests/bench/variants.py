@@ -220,7 +220,8 @@ def plateau(work: Path, paths: dict[str, Path], rows: list[dict]) -> None:
     masks for every variant, on the held-out documents, scored through its transformers export), overall and apart on
     the training text's most frequent tokens and on the rest (`acc_rest`, 0 on the frequent-token plateau); added to
     its row, with `left_plateau`."""
-    scored = [row for row in rows if VARIANTS[row["variant"]][3]]
+    # Variants with an MLM head, unless --set took their MLM objective away (objective.mlm=0).
+    scored = [row for row in rows if VARIANTS[row["variant"]][3] and row.get("eval_mlm_acc") is not None]
     if not scored:
         return
     masks = evaluation_set(paths["held-documents"], paths["tok"], paths["train"])

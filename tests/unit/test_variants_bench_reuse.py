@@ -62,3 +62,14 @@ def test_another_budget_or_setting_trains_again(variants, tmp_path: Path, monkey
     assert row["model_dir"] == str(work / "runs" / "electra" / "model")
     assert row["settings"] == {"optim.lr": "1e-3"} and row["own_settings"] == {"optim.lr": "1e-3"}
     assert (work / "runs" / "electra" / "bench-budget.txt").read_text("utf-8") == "4e14flop\noptim.lr=0.001"
+
+
+def test_plateau_scores_only_models_with_an_mlm_head(variants, tmp_path: Path, monkeypatch) -> None:
+    """`--set albert:objective.mlm=0` trains ALBERT on SOP alone: no MLM head to export, so nothing to score on the
+    token masks, where the export would fail."""
+    monkeypatch.setattr(variants, "evaluation_set", lambda *args: pytest.fail("built the token masks"))
+    monkeypatch.setattr(variants, "bertkit", lambda *args: pytest.fail(f"bertkit {args}"))
+    rows = [{"name": "albert", "variant": "albert", "eval_mlm_acc": None, "model_dir": str(tmp_path / "model")},
+            {"name": "electra", "variant": "electra", "eval_mlm_acc": None, "model_dir": str(tmp_path / "model")}]
+    variants.plateau(tmp_path, {}, rows)
+    assert all("left_plateau" not in row for row in rows)
