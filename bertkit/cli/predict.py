@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from bertkit.cli.common import QUIET_HELP, emit, guarded
+from bertkit.inputs.delimited import QUOTINGS
 
 PREDICT_JSON_HELP = (
     "Print one JSON summary object as the last line of stdout; needs --output FILE, since with stdout output "
@@ -45,6 +46,13 @@ def predict_command(
     threads: int = typer.Option(
         0, "--threads", help="CPU threads (PyTorch's, or ONNX Runtime's for an ONNX export); 0: the library's default."
     ),
+    quoting: str | None = typer.Option(
+        None,
+        "--quoting",
+        metavar="|".join(QUOTINGS),
+        help="How a CSV/TSV input is quoted: csv (fields may be quoted) or none (a field is everything between "
+        "separators, as in GLUE's TSV files). Default: as the model's training file (task.quoting).",
+    ),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace the output file if it exists."),
     json_out: bool = typer.Option(False, "--json", help=PREDICT_JSON_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
@@ -71,6 +79,7 @@ def predict_command(
         device=device,
         quiet=quiet,
         threads=threads,
+        quoting=quoting,  # type: ignore[arg-type]  # checked by predict
     )
     if to_stdout:
         # stdout holds the predictions alone: the summary goes to stderr (unless --quiet).

@@ -16,13 +16,13 @@ import gzip
 import io
 import json
 import re
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from bertkit.errors import BertkitError
+from bertkit.inputs.delimited import delimited_reader, header_names, require_columns
 
 
 @dataclass
@@ -170,17 +170,6 @@ def _delimiter(path: Path) -> str | None:
     return {".csv": ",", ".tsv": "\t"}.get(Path(_uncompressed_name(path)).suffix)
 
 
-def _allow_long_fields() -> None:
-    """A document is one field: lift the csv module's 128 KB field limit (to the largest the platform takes)."""
-    limit = sys.maxsize
-    while True:
-        try:
-            csv.field_size_limit(limit)
-            return
-        except OverflowError:
-            limit //= 2
-
-
 def _iter_delimited_documents(path: Path, delimiter: str, stats: ReadStats, text_field: str) -> Iterator[list[str]]:
     """Each row's `text_field` column of a CSV/TSV file with a header row, as one document. Lines are decoded
     one at a time (bad UTF-8 counted as in text files); a quoted field may span lines."""
@@ -192,18 +181,12 @@ def _iter_delimited_documents(path: Path, delimiter: str, stats: ReadStats, text
                 stats.lines += 1
                 yield _decode(raw, stats)
 
-    _allow_long_fields()
     # TSV is read as written: tabs separate fields, quotes are text (GLUE's files hold unbalanced ones). CSV
     # fields may be quoted, a quoted field spanning lines.
-    quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
-    reader = csv.reader(lines(), delimiter=delimiter, strict=True, quoting=quoting)
+    reader = delimited_reader(lines(), delimiter, "none" if delimiter == "\t" else "csv")
     try:
-        header = [name.strip().removeprefix("\ufeff") for name in next(reader, [])]
-        if text_field not in header:
-            raise BertkitError(
-                f"{path} has no column '{text_field}' (columns: {', '.join(header[:20])}); "
-                "choose the text column with --text-field"
-            )
+        header = header_names(next(reader, []))
+        require_columns(path, header, [text_field], "choose the text column with --text-field")
         column = header.index(text_field)
         for row in reader:
             if len(row) <= column:

@@ -19,10 +19,11 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from bertkit.config.schema import TaskConfig
 from bertkit.errors import BertkitError
+from bertkit.inputs.delimited import Quoting, delimited_reader, header_names
 from bertkit.inputs.sources import is_dataset_dir, read_text, split_lines
 
 SKIP_HINT = "fix the file, or pass --skip-bad-rows to skip (and count) such rows"
@@ -107,7 +108,7 @@ def read_task_data(
     label_separator: str = "|",
     *,
     columns: list[str] | None = None,
-    quoting: Literal["csv", "none"] = "csv",
+    quoting: Quoting = "csv",
 ) -> TaskData:
     """Read `path` (CSV/TSV with a header, JSON lines, Parquet, a `datasets` directory) into columns.
 
@@ -268,7 +269,7 @@ def _label_list(value: Any, name: str, separator: str) -> tuple[str | None, list
 
 
 def _csv_rows(
-    path: Path, delimiter: str, *, columns: list[str] | None = None, quoting: Literal["csv", "none"] = "csv"
+    path: Path, delimiter: str, *, columns: list[str] | None = None, quoting: Quoting = "csv"
 ) -> tuple[Any, list[str]]:
     """(rows, header) of a CSV/TSV file. `columns` names the columns of a file without a header row (then
     row 1 is data); `quoting` "none" reads every character between separators as the field's (GLUE's TSV)."""
@@ -277,8 +278,7 @@ def _csv_rows(
     # newline="" keeps "\r\n" and newlines inside quoted fields for the csv module, which owns line ends.
     # QUOTE_NONE: a quote is a plain character. Under CSV quoting a field that starts with an unbalanced quote
     # (`"Then the captain was gone.`, as GLUE has) swallows the separators and lines up to the next quote.
-    options: dict[str, Any] = {"quoting": csv.QUOTE_NONE} if unquoted else {}
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True, **options)
+    reader = delimited_reader(io.StringIO(text, newline=""), delimiter, quoting)
     kind = "TSV" if delimiter == "\t" else "CSV"
     if columns is not None:
         header = list(columns)
@@ -290,7 +290,7 @@ def _csv_rows(
             raise BertkitError(f"{path} line 1: cannot parse the header as {kind} ({err})") from None
         if header is None:
             raise BertkitError(f"{path} is empty; give a {kind} file with a header line and examples")
-        header = [name.strip() for name in header]
+        header = header_names(header)
         bad = [name for name in header if _UNDECODABLE.search(name)]
         if bad:
             raise BertkitError(f"{path} line 1 (the header) is not UTF-8 text; re-encode the file as UTF-8")

@@ -23,6 +23,7 @@ def _choices() -> dict[tuple[str, str], tuple[str, ...]]:
     from bertkit.corpus.sentences import SPLITTERS
     from bertkit.export.hf import HEADS
     from bertkit.export.onnx import QUANTIZE
+    from bertkit.inputs.delimited import QUOTINGS
     from bertkit.pipelines.augment import CANDIDATE_SOURCES
     from bertkit.pipelines.rundir import RESUME_MODES
     from bertkit.tokenizers.specials import KINDS
@@ -50,6 +51,7 @@ def _choices() -> dict[tuple[str, str], tuple[str, ...]]:
         ("recipes show", "--task"): TASK_KINDS,
         ("augment", "--candidates-from"): CANDIDATE_SOURCES,
         ("compress", "--candidates-from"): CANDIDATE_SOURCES,
+        ("predict", "--quoting"): QUOTINGS,
     }
     for command in ("pretrain", "distill", "finetune"):
         choices[(command, "--engine")] = engines

