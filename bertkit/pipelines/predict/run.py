@@ -90,25 +90,38 @@ def _rows(path: Path, kind: str, handle: IO[str], fields: list[str], quoting: Qu
                 raise BertkitError(f"{path} line {number} is a JSON {type(row).__name__}, not an object with fields")
             yield f"line {number}", row
     elif kind in ("csv", "tsv"):
-        reader = delimited_reader(handle, "\t" if kind == "tsv" else ",", quoting)
-        try:
-            header = header_names(next(reader, []))
-            require_columns(path, header, fields, "choose it with --text-field")
-            number = 1
-            for values in reader:
-                if not values:
-                    continue
-                number += 1
-                if len(values) != len(header):
-                    raise BertkitError(f"{path} row {number} (line {reader.line_num}): has {len(values)} fields, "
-                                       f"the header has {len(header)}{_QUOTING_HINT[quoting]}")  # fmt: skip
-                yield f"row {number}", dict(zip(header, values, strict=True))
-        except csv.Error as err:
-            raise BertkitError(
-                f"{path} line {reader.line_num}: cannot parse as {kind.upper()} ({err}){_QUOTING_HINT[quoting]}"
-            ) from None
+        yield from _delimited_rows(path, kind, handle, fields, quoting)
     else:
         raise BertkitError(f"{path}: predict reads text lines, JSON lines, CSV/TSV or Parquet, not {kind}")
+
+
+def _delimited_rows(
+    path: Path, kind: str, handle: IO[str], fields: list[str], quoting: Quoting
+) -> Iterator[tuple[str, Any]]:
+    reader = delimited_reader(handle, "\t" if kind == "tsv" else ",", quoting)
+    number, start = 1, 1  # the header is row 1; `start`: the line the row being read starts on
+    try:
+        header = header_names(next(reader, []))
+        fix = "choose it with --text-field" + ("; if the header is quoted, read the file with --quoting csv"
+                                               if quoting == "none" else "")  # fmt: skip
+        require_columns(path, header, fields, fix)
+        while True:
+            start = reader.line_num + 1
+            values = next(reader, None)
+            if values is None:
+                return
+            if not values:
+                continue
+            number += 1
+            if len(values) != len(header):
+                inside = "a tab inside a field" if kind == "tsv" else "an unquoted comma"
+                raise BertkitError(f"{path} row {number} (line {start}): has {len(values)} fields, the header has "
+                                   f"{len(header)} ({inside}?)")  # fmt: skip
+            yield f"row {number}", dict(zip(header, values, strict=True))
+    except csv.Error as err:
+        raise BertkitError(
+            f"{path} row {number + 1} (line {start}): cannot parse as {kind.upper()} ({err}){_QUOTING_HINT[quoting]}"
+        ) from None
 
 
 def _parquet_rows(path: Path, fields: list[str]) -> Iterator[tuple[str, Any]]:
@@ -181,11 +194,13 @@ def _predict(
     if kind.predicts_from == "questions":
         return predict_qa(loaded, input_path, output, batch_size, max_seq_len, quiet)
     task = loaded.meta.get("task") or {}
-    quoting = quoting or task.get("quoting") or "csv"
     max_len = window_length(loaded.cfg, task, max_seq_len)
     if max_len < 3:
         raise BertkitError(f"--max-seq-len must be at least 3, not {max_seq_len}")
     form = file_format(input_path)
+    if quoting is None:  # a TSV input is read as the model's training files were (GLUE's are not quoted)
+        recorded = task.get("quoting")
+        quoting = recorded if form == "tsv" and recorded in QUOTINGS else "csv"
     if form == "dataset":
         raise BertkitError(f"{input_path}: predict reads files; export the split to JSON lines or Parquet first")
     request = PredictRequest(loaded.meta, loaded.tokenizer, max_len, loaded.cfg.type_vocab_size, input_path,
