@@ -222,13 +222,19 @@ def plateau(work: Path, paths: dict[str, Path], rows: list[dict]) -> None:
     its row, with `left_plateau`."""
     # Variants with an MLM head, unless --set took their MLM objective away (objective.mlm=0).
     scored = [row for row in rows if VARIANTS[row["variant"]][3] and row.get("eval_mlm_acc") is not None]
-    if not scored:
-        return
-    masks = evaluation_set(paths["held-documents"], paths["tok"], paths["train"])
+    masks = None
     for row in scored:
-        hf = work / "hf" / row["name"]
-        bertkit("export", row["model_dir"], "--to", "hf", "--head", "mlm", "-o", hf, "--overwrite")
-        split_scores = score_masked(hf, masks)
+        # Kept beside the model: a reused run is not exported and scored again (a new run replaces its folder).
+        kept = Path(row["model_dir"]).parent / "token-masks.json"
+        if kept.exists():
+            split_scores = json.loads(kept.read_text("utf-8"))
+        else:
+            if masks is None:
+                masks = evaluation_set(paths["held-documents"], paths["tok"], paths["train"])
+            hf = work / "hf" / row["name"]
+            bertkit("export", row["model_dir"], "--to", "hf", "--head", "mlm", "-o", hf, "--overwrite")
+            split_scores = score_masked(hf, masks)
+            kept.write_text(json.dumps(split_scores), "utf-8")
         row.update({f"token_masks_{key}": value for key, value in split_scores.items()})
         row["left_plateau"] = split_scores["acc_rest"] >= LEFT_PLATEAU
 

@@ -73,3 +73,25 @@ def test_plateau_scores_only_models_with_an_mlm_head(variants, tmp_path: Path, m
             {"name": "electra", "variant": "electra", "eval_mlm_acc": None, "model_dir": str(tmp_path / "model")}]
     variants.plateau(tmp_path, {}, rows)
     assert all("left_plateau" not in row for row in rows)
+
+
+def test_token_mask_scores_are_kept_with_the_run(variants, tmp_path: Path, monkeypatch) -> None:
+    """A model is exported and scored on the token masks once; a reused run reads its scores back."""
+    calls: list[str] = []
+    monkeypatch.setattr(variants, "evaluation_set", lambda *args: calls.append("masks") or {"masks": 1})
+    monkeypatch.setattr(variants, "bertkit", lambda *args: calls.append(args[0]))
+    scores = {"eval_mlm_acc": 0.1258, "acc_frequent": 0.1874, "acc_rest": 0.0688}
+    monkeypatch.setattr(variants, "score_masked", lambda hf, masks: calls.append("score") or dict(scores))
+    paths = {"held-documents": tmp_path / "held.jsonl", "tok": tmp_path / "tok", "train": tmp_path / "train.txt"}
+
+    def rows() -> list[dict]:
+        (tmp_path / "runs" / "bert" / "model").mkdir(parents=True, exist_ok=True)
+        return [{"name": "bert", "variant": "bert", "eval_mlm_acc": 0.1347,
+                 "model_dir": str(tmp_path / "runs" / "bert" / "model")}]  # fmt: skip
+
+    first, again = rows(), rows()
+    variants.plateau(tmp_path, paths, first)
+    assert calls == ["masks", "export", "score"]
+    variants.plateau(tmp_path, paths, again)
+    assert calls == ["masks", "export", "score"]  # nothing built, exported or scored the second time
+    assert first == again and again[0]["token_masks_acc_rest"] == 0.0688 and again[0]["left_plateau"] is True
