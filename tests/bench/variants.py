@@ -308,7 +308,7 @@ def markdown(report: dict) -> str:
     head = "| variant | steps | tokens | masked acc | token masks: frequent / rest | NSP or SOP acc | "
     head += "RTD acc (nothing-replaced) | RTD loss (guess's entropy) | " + "".join(f"{m} average | " for m in modes)
     lines += [head.rstrip(), "|" + "---|" * (8 + len(modes))]
-    for row in report["runs"] + [{"name": "untrained"}]:
+    for row in report["runs"] + ([{"name": "untrained"}] if modes else []):  # the floor is a downstream row
         name = row["name"]
         label = name + "".join(f", {key}={value}" for key, value in (row.get("own_settings") or {}).items())
         pair = [f"{key[:3].upper()} {row[f'eval_{key}']:.4f}" for key in PAIR_METRICS if f"eval_{key}" in row]
