@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from bertkit.cli.common import JSON_HELP, QUIET_HELP, emit, guarded
+from bertkit.inputs.delimited import QUOTINGS
 
 
 @guarded
@@ -31,6 +32,13 @@ def embed_command(
     text_field: str = typer.Option("text", "--text-field", help="Column with the text, for table inputs."),
     split: str | None = typer.Option(None, "--split", help="Split of a DatasetDict directory."),
     skip_bad_rows: bool = typer.Option(False, "--skip-bad-rows", help="Skip (and count) rows without text."),
+    quoting: str = typer.Option(
+        "csv",
+        "--quoting",
+        metavar="|".join(QUOTINGS),
+        help="How a CSV/TSV input is quoted: csv (fields may be quoted) or none (a field is everything between "
+        "separators, as in GLUE's TSV files).",
+    ),
     device: str = typer.Option("auto", "--device", metavar="auto|cpu|cuda", help="Where to run the model."),
     threads: int = typer.Option(
         0, "--threads", help="CPU threads (PyTorch's, or ONNX Runtime's for an ONNX export); 0: the library's default."
@@ -61,5 +69,6 @@ def embed_command(
         device=device,
         quiet=quiet,
         threads=threads,
+        quoting=quoting,  # type: ignore[arg-type]  # checked by embed
     )
     emit(result, json_out, "embeddings written")

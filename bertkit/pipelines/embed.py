@@ -19,6 +19,7 @@ import torch
 
 from bertkit.engine.checkpoint import load_state
 from bertkit.errors import BertkitError
+from bertkit.inputs.delimited import QUOTINGS, Quoting
 from bertkit.modelio.modeldir import encoder_weights, load_model_dir, onnx_export_dir
 from bertkit.models.pooling import PooledEncoder
 from bertkit.models.pretraining import build_encoder
@@ -84,9 +85,13 @@ def embed(
     device: str = "auto",
     quiet: bool = False,
     threads: int = 0,
+    quoting: Quoting = "csv",
 ) -> dict[str, Any]:
     """Embeddings of every text of `input_path`; `model_path` is a model directory (PyTorch on `device`) or the
-    ONNX export of an encoder (ONNX Runtime); `threads` sets either's CPU threads (0: the library's default)."""
+    ONNX export of an encoder (ONNX Runtime); `threads` sets either's CPU threads (0: the library's default);
+    `quoting` reads a CSV/TSV input ("none": GLUE's unquoted TSV files)."""
+    if quoting not in QUOTINGS:
+        raise BertkitError(f"--quoting takes {' or '.join(QUOTINGS)}, not '{quoting}'")
     if pool not in ("mean", "cls"):
         raise BertkitError(f"--pool takes mean or cls, not '{pool}'")
     if batch_size < 1:
@@ -95,7 +100,7 @@ def embed(
     with torch_threads(threads):
         loaded = load_embedder(model_path, layer, device, threads)
         return _embed(loaded, input_path, output, pool, layer, max_seq_len, batch_size, text_field, split,
-                      skip_bad_rows, quiet)  # fmt: skip
+                      skip_bad_rows, quiet, quoting)  # fmt: skip
 
 
 def _embed(
@@ -110,13 +115,14 @@ def _embed(
     split: str | None,
     skip_bad_rows: bool,
     quiet: bool,
+    quoting: Quoting,
 ) -> dict[str, Any]:
     cfg, tokenizer, model, target = loaded.cfg, loaded.tokenizer, loaded.model, loaded.device
     limit = cfg.max_position_embeddings - cfg.position_offset
     max_len = min(max_seq_len or limit, limit)
     if max_len < 3:
         raise BertkitError(f"--max-seq-len must be at least 3 ([CLS] text [SEP]), not {max_seq_len}")
-    data = read_texts(input_path, text_field, split, skip_bad_rows)
+    data = read_texts(input_path, text_field, split, skip_bad_rows, quoting)
     xlnet = cfg.family == "xlnet"  # XLNet's layout: text [SEP] [CLS], the [CLS] (last token) its own segment
     ids = tokenizer.encode_batch(data.texts)
     truncated = sum(len(t) > max_len - 2 for t in ids)

@@ -109,12 +109,13 @@ def read_task_data(
     *,
     columns: list[str] | None = None,
     quoting: Quoting = "csv",
+    unquoted_by: str = "set task.quoting to none",
 ) -> TaskData:
     """Read `path` (CSV/TSV with a header, JSON lines, Parquet, a `datasets` directory) into columns.
 
     CSV/TSV only: `columns` names the columns of a file without a header row (its first row is data);
     `quoting` "none" takes a field as everything between separators, quotes included (GLUE's TSV files),
-    "csv" parses quoted fields as spreadsheets write them.
+    "csv" parses quoted fields as spreadsheets write them; `unquoted_by` is how the caller's user asks for "none".
 
     `label_type` "float" parses labels as numbers (regression); "str" keeps them as strings (a number
     in JSON or Parquet becomes its decimal text, a datasets ClassLabel its class name); "list" reads a row's
@@ -137,7 +138,8 @@ def read_task_data(
     named = columns is not None  # the column names come from task.columns, not from the file
     fields = [text_field] + ([text_pair_field] if text_pair_field else []) + ([label_field] if label_field else [])
     if kind in ("csv", "tsv", "text"):
-        rows, columns = _csv_rows(path, "\t" if kind == "tsv" else ",", columns=columns, quoting=quoting)
+        rows, columns = _csv_rows(path, "\t" if kind == "tsv" else ",", columns=columns, quoting=quoting,
+                                  unquoted_by=unquoted_by)  # fmt: skip
     elif kind == "jsonl":
         rows, columns = _jsonl_rows(path), None
     else:
@@ -269,7 +271,12 @@ def _label_list(value: Any, name: str, separator: str) -> tuple[str | None, list
 
 
 def _csv_rows(
-    path: Path, delimiter: str, *, columns: list[str] | None = None, quoting: Quoting = "csv"
+    path: Path,
+    delimiter: str,
+    *,
+    columns: list[str] | None = None,
+    quoting: Quoting = "csv",
+    unquoted_by: str = "set task.quoting to none",
 ) -> tuple[Any, list[str]]:
     """(rows, header) of a CSV/TSV file. `columns` names the columns of a file without a header row (then
     row 1 is data); `quoting` "none" reads every character between separators as the field's (GLUE's TSV)."""
@@ -309,7 +316,7 @@ def _csv_rows(
             except csv.Error as err:
                 quotes = (
                     "" if unquoted else "; check its quotes (a quote inside a quoted field is written twice), "
-                    "or set task.quoting to none if the file is not quoted (GLUE's TSV files)"
+                    f"or {unquoted_by} if the file is not quoted (GLUE's TSV files)"
                 )
                 raise BertkitError(
                     f"{path} row {number + 1} (line {start}): cannot parse as {kind} ({err}){quotes}"
@@ -428,11 +435,19 @@ def _class_names(directory: Path, label_field: str | None) -> list[str] | None:
     return None
 
 
-def read_texts(path: Path, text_field: str = "text", split: str | None = None, skip_bad_rows: bool = False) -> TaskData:
-    """Texts to embed: one per non-empty line of a text file, or the text column of a task file."""
+def read_texts(
+    path: Path,
+    text_field: str = "text",
+    split: str | None = None,
+    skip_bad_rows: bool = False,
+    quoting: Quoting = "csv",
+) -> TaskData:
+    """Texts to embed: one per non-empty line of a text file, or the text column of a task file (a CSV/TSV file
+    read with `quoting`, which the caller's --quoting sets)."""
     path = Path(path)
     if file_format(path) != "text":
-        return read_task_data(path, text_field, None, None, split, skip_bad_rows)
+        return read_task_data(path, text_field, None, None, split, skip_bad_rows, quoting=quoting,
+                              unquoted_by="pass --quoting none")  # fmt: skip
     if not path.is_file():
         raise BertkitError(f"input file not found: {path}")
     data = TaskData(path, [], None, None)

@@ -52,6 +52,7 @@ def _choices() -> dict[tuple[str, str], tuple[str, ...]]:
         ("augment", "--candidates-from"): CANDIDATE_SOURCES,
         ("compress", "--candidates-from"): CANDIDATE_SOURCES,
         ("predict", "--quoting"): QUOTINGS,
+        ("embed", "--quoting"): QUOTINGS,
     }
     for command in ("pretrain", "distill", "finetune"):
         choices[(command, "--engine")] = engines
