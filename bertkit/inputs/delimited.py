@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import csv
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,12 +32,87 @@ def header_names(row: list[str]) -> list[str]:
     return [name.strip().removeprefix("\ufeff") for name in row]
 
 
+def checked_quoting(value: str) -> Quoting:
+    """`value` as a quoting, or one error line naming the ones there are."""
+    if value not in QUOTINGS:
+        raise BertkitError(f"--quoting takes {' or '.join(QUOTINGS)}, not '{value}'")
+    return value  # type: ignore[return-value]
+
+
 def require_columns(path: Path, header: list[str], names: Iterable[str], fix: str) -> None:
     """One error line for the first of `names` that `header` lacks, listing the file's columns; `fix` says how to
     choose another."""
     for name in names:
         if name not in header:
             raise BertkitError(f"{path} has no column '{name}' (columns: {', '.join(header[:20])}); {fix}")
+
+
+def delimited_rows(
+    path: Path,
+    lines: Iterable[str],
+    delimiter: str,
+    quoting: Quoting,
+    *,
+    unquoted_by: str,
+    columns: list[str] | None = None,
+) -> tuple[Iterator[tuple[str, dict[str, str] | str]], list[str]]:
+    """(rows, header) of the CSV/TSV `lines` of `path` (a text stream opened with newline="": line ends, and line breaks
+    inside quoted fields, are the csv module's to read). `columns` names the columns of a file without a header row
+    (then row 1 is data). Each row is (where, its fields by column), or (where, what is wrong with it) for a row
+    whose field count is not the header's, for the caller to raise or skip; a row that does not parse is an error
+    whose advice ends with `unquoted_by`, how the caller's user reads the file with quoting "none"."""
+    unquoted = quoting == "none"
+    # QUOTE_NONE: a quote is a plain character. Under CSV quoting a field that starts with an unbalanced quote
+    # (`"Then the captain was gone.`, as GLUE has) swallows the separators and lines up to the next quote.
+    reader = delimited_reader(lines, delimiter, quoting)
+    kind = "TSV" if delimiter == "\t" else "CSV"
+    if columns is not None:
+        header = list(columns)
+        first_row = 0  # no header row: the first line is row 1
+    else:
+        try:
+            header = next(reader, None)
+        except csv.Error as err:
+            raise BertkitError(f"{path} line 1: cannot parse the header as {kind} ({err})") from None
+        if header is None:
+            raise BertkitError(f"{path} is empty; give a {kind} file with a header line and examples")
+        header = header_names(header)
+        first_row = 1  # the header is row 1, as in a spreadsheet
+    against = "task.columns names" if columns is not None else "the header has"
+    hint = "a tab inside a field?" if unquoted or delimiter == "\t" else "an unquoted comma?"
+
+    def rows():
+        number = first_row
+        while True:
+            start = reader.line_num + 1
+            try:
+                fields = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as err:
+                quotes = (
+                    "" if unquoted else "; check its quotes (a quote inside a quoted field is written twice), "
+                    f"or {unquoted_by} if the file is not quoted (GLUE's TSV files)"
+                )
+                raise BertkitError(
+                    f"{path} row {number + 1} (line {start}): cannot parse as {kind} ({err}){quotes}"
+                ) from None
+            if not fields:  # a blank line
+                continue
+            number += 1
+            where = f"row {number} (line {start})"
+            if columns is not None and number == 1 and [f.strip() for f in fields] == header:
+                # The file has a header after all: reading it as data would make "label" a class.
+                raise BertkitError(
+                    f"{path} line {start} is a header ({', '.join(header)}), but task.columns says the file has "
+                    "none; leave task.columns unset for a file with a header"
+                )
+            if len(fields) != len(header):
+                yield where, f"has {len(fields)} fields, {against} {len(header)} ({hint})"
+                continue
+            yield where, dict(zip(header, fields, strict=True))
+
+    return rows(), header
 
 
 def _allow_long_fields() -> None:

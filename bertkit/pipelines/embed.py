@@ -19,7 +19,7 @@ import torch
 
 from bertkit.engine.checkpoint import load_state
 from bertkit.errors import BertkitError
-from bertkit.inputs.delimited import QUOTINGS, Quoting
+from bertkit.inputs.delimited import Quoting, checked_quoting
 from bertkit.modelio.modeldir import encoder_weights, load_model_dir, onnx_export_dir
 from bertkit.models.pooling import PooledEncoder
 from bertkit.models.pretraining import build_encoder
@@ -90,8 +90,7 @@ def embed(
     """Embeddings of every text of `input_path`; `model_path` is a model directory (PyTorch on `device`) or the
     ONNX export of an encoder (ONNX Runtime); `threads` sets either's CPU threads (0: the library's default);
     `quoting` reads a CSV/TSV input ("none": GLUE's unquoted TSV files)."""
-    if quoting not in QUOTINGS:
-        raise BertkitError(f"--quoting takes {' or '.join(QUOTINGS)}, not '{quoting}'")
+    quoting = checked_quoting(quoting)
     if pool not in ("mean", "cls"):
         raise BertkitError(f"--pool takes mean or cls, not '{pool}'")
     if batch_size < 1:

@@ -12,7 +12,6 @@ silently.
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 import re
@@ -23,7 +22,7 @@ from typing import Any
 
 from bertkit.config.schema import TaskConfig
 from bertkit.errors import BertkitError
-from bertkit.inputs.delimited import Quoting, delimited_reader, header_names
+from bertkit.inputs.delimited import Quoting, delimited_rows
 from bertkit.inputs.sources import is_dataset_dir, read_text, split_lines
 
 SKIP_HINT = "fix the file, or pass --skip-bad-rows to skip (and count) such rows"
@@ -278,65 +277,13 @@ def _csv_rows(
     quoting: Quoting = "csv",
     unquoted_by: str = "set task.quoting to none",
 ) -> tuple[Any, list[str]]:
-    """(rows, header) of a CSV/TSV file. `columns` names the columns of a file without a header row (then
-    row 1 is data); `quoting` "none" reads every character between separators as the field's (GLUE's TSV)."""
-    text = read_text(path)
-    unquoted = quoting == "none"
-    # newline="" keeps "\r\n" and newlines inside quoted fields for the csv module, which owns line ends.
-    # QUOTE_NONE: a quote is a plain character. Under CSV quoting a field that starts with an unbalanced quote
-    # (`"Then the captain was gone.`, as GLUE has) swallows the separators and lines up to the next quote.
-    reader = delimited_reader(io.StringIO(text, newline=""), delimiter, quoting)
-    kind = "TSV" if delimiter == "\t" else "CSV"
-    if columns is not None:
-        header = list(columns)
-        first_row = 0  # no header row: the first line is row 1
-    else:
-        try:
-            header = next(reader, None)
-        except csv.Error as err:
-            raise BertkitError(f"{path} line 1: cannot parse the header as {kind} ({err})") from None
-        if header is None:
-            raise BertkitError(f"{path} is empty; give a {kind} file with a header line and examples")
-        header = header_names(header)
-        bad = [name for name in header if _UNDECODABLE.search(name)]
-        if bad:
-            raise BertkitError(f"{path} line 1 (the header) is not UTF-8 text; re-encode the file as UTF-8")
-        first_row = 1  # the header is row 1, as in a spreadsheet
-    against = "task.columns names" if columns is not None else "the header has"
-    hint = "a tab inside a field?" if unquoted or delimiter == "\t" else "an unquoted comma?"
-
-    def rows():
-        number = first_row
-        while True:
-            start = reader.line_num + 1
-            try:
-                fields = next(reader)
-            except StopIteration:
-                return
-            except csv.Error as err:
-                quotes = (
-                    "" if unquoted else "; check its quotes (a quote inside a quoted field is written twice), "
-                    f"or {unquoted_by} if the file is not quoted (GLUE's TSV files)"
-                )
-                raise BertkitError(
-                    f"{path} row {number + 1} (line {start}): cannot parse as {kind} ({err}){quotes}"
-                ) from None
-            if not fields:  # a blank line
-                continue
-            number += 1
-            where = f"row {number} (line {start})"
-            if columns is not None and number == 1 and [f.strip() for f in fields] == header:
-                # The file has a header after all: reading it as data would make "label" a class.
-                raise BertkitError(
-                    f"{path} line {start} is a header ({', '.join(header)}), but task.columns says the file has "
-                    "none; leave task.columns unset for a file with a header"
-                )
-            if len(fields) != len(header):
-                yield where, f"has {len(fields)} fields, {against} {len(header)} ({hint})"
-                continue
-            yield where, dict(zip(header, fields, strict=True))
-
-    return rows(), header
+    """(rows, header) of a CSV/TSV file (inputs/delimited.py's `delimited_rows`), its header checked for bytes that
+    are not UTF-8 (read_text keeps them as lone surrogates)."""
+    rows, header = delimited_rows(path, io.StringIO(read_text(path), newline=""), delimiter, quoting,
+                                  columns=columns, unquoted_by=unquoted_by)  # fmt: skip
+    if columns is None and any(_UNDECODABLE.search(name) for name in header):
+        raise BertkitError(f"{path} line 1 (the header) is not UTF-8 text; re-encode the file as UTF-8")
+    return rows, header
 
 
 def _jsonl_rows(path: Path):

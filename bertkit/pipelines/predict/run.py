@@ -9,7 +9,6 @@ with stdout (`--output -`, the default) predictions go out chunk by chunk.
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 import time
@@ -22,7 +21,7 @@ import torch
 
 from bertkit.corpus.loader import pad_batch
 from bertkit.errors import BertkitError
-from bertkit.inputs.delimited import QUOTINGS, Quoting, delimited_reader, header_names, require_columns
+from bertkit.inputs.delimited import QUOTINGS, Quoting, checked_quoting, delimited_rows, require_columns
 from bertkit.pipelines.predict.common import InferenceModel, jsonl_sink, load_task_model, torch_threads
 from bertkit.pipelines.predict.qa import predict_qa
 from bertkit.progress import Tracker
@@ -32,10 +31,6 @@ from bertkit.tasks.kinds import task_kind
 from bertkit.tasks.kinds.base import PredictRequest, RunModel
 
 CHUNK_BATCHES = 32  # batches read, predicted and written at a time
-_QUOTING_HINT: dict[Quoting, str] = {
-    "csv": "; if the file's fields are not quoted (GLUE's TSV files), read it with --quoting none",
-    "none": "; if the file's fields are quoted, read it with --quoting csv",
-}
 
 
 class _CountingReader(io.RawIOBase):
@@ -98,30 +93,15 @@ def _rows(path: Path, kind: str, handle: IO[str], fields: list[str], quoting: Qu
 def _delimited_rows(
     path: Path, kind: str, handle: IO[str], fields: list[str], quoting: Quoting
 ) -> Iterator[tuple[str, Any]]:
-    reader = delimited_reader(handle, "\t" if kind == "tsv" else ",", quoting)
-    number, start = 1, 1  # the header is row 1; `start`: the line the row being read starts on
-    try:
-        header = header_names(next(reader, []))
-        fix = "choose it with --text-field" + ("; if the header is quoted, read the file with --quoting csv"
-                                               if quoting == "none" else "")  # fmt: skip
-        require_columns(path, header, fields, fix)
-        while True:
-            start = reader.line_num + 1
-            values = next(reader, None)
-            if values is None:
-                return
-            if not values:
-                continue
-            number += 1
-            if len(values) != len(header):
-                inside = "a tab inside a field" if kind == "tsv" else "an unquoted comma"
-                raise BertkitError(f"{path} row {number} (line {start}): has {len(values)} fields, the header has "
-                                   f"{len(header)} ({inside}?)")  # fmt: skip
-            yield f"row {number}", dict(zip(header, values, strict=True))
-    except csv.Error as err:
-        raise BertkitError(
-            f"{path} row {number + 1} (line {start}): cannot parse as {kind.upper()} ({err}){_QUOTING_HINT[quoting]}"
-        ) from None
+    rows, header = delimited_rows(path, handle, "\t" if kind == "tsv" else ",", quoting,
+                                  unquoted_by="read it with --quoting none")  # fmt: skip
+    fix = "choose it with --text-field" + ("; if the header is quoted, read the file with --quoting csv"
+                                           if quoting == "none" else "")  # fmt: skip
+    require_columns(path, header, fields, fix)
+    for where, row in rows:
+        if isinstance(row, str):  # a row whose field count is not the header's
+            raise BertkitError(f"{path} {where}: {row}")
+        yield where, row
 
 
 def _parquet_rows(path: Path, fields: list[str]) -> Iterator[tuple[str, Any]]:
@@ -156,8 +136,8 @@ def predict(
     """`model_path` is a fine-tuned bertkit run (run in PyTorch on `device`) or its ONNX export (run in ONNX
     Runtime); `threads` sets the CPU threads of either (0: the library's default). `quoting` reads a CSV/TSV input
     (None: as the model's training file was read, its task.quoting)."""
-    if quoting is not None and quoting not in QUOTINGS:
-        raise BertkitError(f"--quoting takes {' or '.join(QUOTINGS)}, not '{quoting}'")
+    if quoting is not None:
+        quoting = checked_quoting(quoting)
     with torch_threads(threads):
         return _predict(model_path, input_path, output, batch_size, text_field, text_pair_field, max_seq_len,
                         overwrite, device, quiet, threads, quoting)  # fmt: skip
