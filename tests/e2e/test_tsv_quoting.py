@@ -85,3 +85,11 @@ def test_embed_reads_glue_tsv_with_quoting_none(tmp_path: Path, minilm_dir: Path
     run_json("embed", "-m", str(minilm_dir), "-i", str(tmp_path / "dev.csv"), "--text-field", "sentence1",
              "--max-seq-len", "64", "-o", str(tmp_path / "c.npy"))  # fmt: skip
     assert np.array_equal(np.load(tmp_path / "e.npy"), np.load(tmp_path / "c.npy"))
+
+
+def test_an_unknown_quoting_is_one_error_line(tmp_path: Path) -> None:
+    for command in ("predict", "embed"):
+        error = run_error(command, "-m", str(tmp_path), "-i", str(tmp_path / "in.tsv"), "-o",
+                          str(tmp_path / "out.npy"), "--quoting", "maybe")  # fmt: skip
+        assert "--quoting takes csv or none, not 'maybe'" in error, error
+        assert not (tmp_path / "out.npy").exists()
