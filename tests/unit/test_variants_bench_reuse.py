@@ -34,7 +34,7 @@ def finished_run(work: Path, name: str, settings: str, old_place: Path) -> None:
 
 def test_a_moved_work_folder_serves_its_finished_runs(variants, tmp_path: Path, monkeypatch) -> None:
     work = tmp_path / "moved"
-    finished_run(work, "bert", "2e14flop", old_place=tmp_path / "gone")
+    finished_run(work, "bert", variants.reuse_key("bert", "2e14flop", {}), old_place=tmp_path / "gone")
     monkeypatch.setattr(variants, "bertkit", lambda *args: pytest.fail(f"retrained: bertkit {args}"))
     row = variants.pretrain({"held-bert": work / "held-bert"}, work, "bert", "2e14flop")
     assert row["model_dir"] == str(work / "runs" / "bert" / "model")
@@ -44,7 +44,7 @@ def test_a_moved_work_folder_serves_its_finished_runs(variants, tmp_path: Path, 
 
 def test_another_budget_or_setting_trains_again(variants, tmp_path: Path, monkeypatch) -> None:
     work = tmp_path / "work"
-    finished_run(work, "electra", "2e14flop\noptim.lr=0.0005", old_place=work)
+    finished_run(work, "electra", "2e14flop\noptim.lr=0.0005\ncorpus: --format single-segment", old_place=work)
     calls: list[tuple] = []
 
     def pretrain_run(*args):
@@ -61,7 +61,50 @@ def test_another_budget_or_setting_trains_again(variants, tmp_path: Path, monkey
     assert len(calls) == 2 and "optim.lr=1e-3" in calls[1]
     assert row["model_dir"] == str(work / "runs" / "electra" / "model")
     assert row["settings"] == {"optim.lr": "1e-3"} and row["own_settings"] == {"optim.lr": "1e-3"}
-    assert (work / "runs" / "electra" / "bench-budget.txt").read_text("utf-8") == "4e14flop\noptim.lr=0.001"
+    assert (work / "runs" / "electra" / "bench-budget.txt").read_text("utf-8") == (
+        "4e14flop\noptim.lr=0.001\ncorpus: --format single-segment"
+    )
+
+
+def test_a_run_on_other_corpus_options_trains_again(variants, tmp_path: Path, monkeypatch) -> None:
+    """BERT's run from a work folder whose corpus had one copy of each static mask (the key without corpus options)
+    is not BERT's run with ten copies."""
+    work = tmp_path / "work"
+    finished_run(work, "bert", "4e14flop", old_place=work)
+    calls: list[tuple] = []
+    summary = {"model_dir": str(work / "runs" / "bert" / "model"), "steps": 3181, "tokens": 1, "flops": 4e14}
+    monkeypatch.setattr(variants, "bertkit", lambda *args: calls.append(args) or summary)
+    variants.pretrain({"held-bert": work / "held-bert", "corpus-bert": work / "corpus-bert"}, work, "bert", "4e14flop")
+    assert len(calls) == 1 and calls[0][0] == "pretrain"
+    assert "--dupe-factor 10 --max-predictions 20" in (work / "runs" / "bert" / "bench-budget.txt").read_text("utf-8")
+
+
+def test_corpora_are_built_again_for_other_options(variants, tmp_path: Path, monkeypatch) -> None:
+    """BERT trains on BERT's static masks (10 copies, at most 20 predictions, SPEC), its held-out documents are masked
+    by token without them; a corpus built with other options is built again, one built with these is reused."""
+    work = tmp_path / "work"
+    for name in ("train.txt", "held.txt", "held.jsonl"):
+        (work / name).parent.mkdir(parents=True, exist_ok=True)
+        (work / name).write_text("text\n", "utf-8")
+    for folder in ("tok", "corpus-bert", "held-bert", "corpus-roberta", "held-roberta"):
+        (work / folder).mkdir()
+    (work / "corpus-bert.options.txt").write_text("--format segment-pair --masking static", "utf-8")
+    (work / "held-bert.options.txt").write_text("--format segment-pair", "utf-8")
+    for kind in ("corpus", "held"):
+        (work / f"{kind}-roberta.options.txt").write_text("--format full-sentences", "utf-8")
+    built: list[tuple] = []
+    monkeypatch.setattr(variants, "bertkit", lambda *args: built.append(args))
+    variants.prepare(work, None, ["bert"])
+    assert [str(args[6]) for args in built] == [str(work / "corpus-bert")]
+    assert list(built[0][-8:]) == ["--format", "segment-pair", "--masking", "static", "--dupe-factor", "10",
+                                   "--max-predictions", "20"]  # fmt: skip
+    assert "--overwrite" in built[0]
+    assert variants.held_out_options("bert") == ["--format", "segment-pair"]
+    assert variants.held_out_options("albert") == ["--format", "sop"]
+    assert variants.held_out_options("spanbert") == variants.VARIANTS["spanbert"][1]
+    built.clear()
+    variants.prepare(work, None, ["bert"])
+    assert built == []
 
 
 def test_plateau_scores_only_models_with_an_mlm_head(variants, tmp_path: Path, monkeypatch) -> None:
