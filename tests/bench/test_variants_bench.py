@@ -6,12 +6,15 @@ fine-tuning, beside an encoder with its initial weights.
 
 The budget is BERTKIT_VARIANTS_BUDGET (default: variants.py's, 4e14 FLOPs, about two hours a variant on 2 cores), so
 the eight variants (ALBERT's NSP ablation included) take about 16 hours of pretraining and 3 of the suite; on a GPU,
-set BERTKIT_VARIANTS_ARGS to "--parallel 10 --threads 1 --jobs 14".
+set BERTKIT_VARIANTS_ARGS to "--parallel 10 --threads 1 --jobs 14" (with "--pretrain-seeds 0,1,2" each variant is
+pretrained three times and judged on its spread over the runs).
 Asserted: every masked LM gets at least 2% of the held-out masked tokens outside the 100 most frequent right (it
 has left the frequent-token plateau), and every variant beats the untrained encoder on the suite's average (over
 the tasks every model has) by more than the larger seed spread, in both modes. Measured on an H100
-(docs/benchmarks.md): every masked LM left the plateau at 2e14 FLOPs, and every variant but ELECTRA beat the
-untrained encoder there; ELECTRA, at its own peak rate, did with the probe at 3.8e14."""
+(docs/benchmarks.md): every masked LM left the plateau at 2e14 and at 4e14 FLOPs; at 4e14 the assertion fails on
+ELECTRA with the probe (level with the untrained encoder, where a 3.8e14 run beat it by 2.1 points) and on RoBERTa
+and both ALBERTs fine-tuned (within their seed spreads of it, where at 2e14 they cleared it): on this suite,
+two pretraining runs of one variant differ by more than its fine-tuning seeds do."""
 
 from __future__ import annotations
 
@@ -44,8 +47,17 @@ def test_every_variant_beats_an_untrained_encoder_at_equal_compute(tmp_path: Pat
     masked_lms = [run for run in report["runs"] if run.get("eval_mlm_acc") is not None]
     failures = [f"{run['name']} on the plateau: {run}" for run in masked_lms if run.get("left_plateau") is not True]
     for mode, results in report["downstream"].items():
-        floor = results["average"]["untrained"]
-        for name, average in results["average"].items():
-            if name != "untrained" and not average["mean"] - floor["mean"] > max(average["std"], floor["std"]):
+        # Over pretraining runs where there are several (--pretrain-seeds in BERTKIT_VARIANTS_ARGS): the larger of the
+        # spread between runs and a run's seed spread; else each run against the untrained encoder's seed spread.
+        pooled = results.get("pretraining") or {}
+        rows = pooled or results["average"]
+        floor = rows["untrained"]
+
+        def spread(row: dict) -> float:
+            return max(row["std"], row.get("seed_std", 0.0))
+
+        for name, average in rows.items():
+            if not name.startswith("untrained") and not average["mean"] - floor["mean"] > max(spread(average),
+                                                                                             spread(floor)):
                 failures.append(f"{mode} {name}: {average} against the untrained {floor}")
     assert not failures, failures

@@ -55,6 +55,10 @@ model has. `--generator 0.25,0.5,1.0` adds ELECTRA's generator-size ablation at 
 replaced", and its loss beside the entropy of that guess: a loss below it shows what the discriminator knows of
 its task before its accuracy leaves the guess.
 
+`--pretrain-seeds 0,1,2` pretrains each variant once a seed (train.seed: initial weights, data order, dynamic masks)
+and scores the untrained encoder at each seed's initial weights; the report then adds each variant's average over
+its runs with the spread between them, which one run's fine-tuning seeds understate.
+
 `--set VARIANT:KEY=VALUE` sets a recipe field for one variant over the shared settings (for ELECTRA, its
 generator-ablation runs too, each keeping its own width), e.g. `--set electra:optim.lr=1e-3`; a finished run in
 --work is reused only for the same budget, the same settings and the same corpus options."""
@@ -195,15 +199,21 @@ def reuse_key(name: str, budget: str, settings: dict[str, object]) -> str:
     return "\n".join([*lines, "corpus: " + " ".join(VARIANTS[name][1])])
 
 
+def seeded(tag: str, seed: int) -> str:
+    """A run's name: seed 0's is the variant's own, another seed's says which."""
+    return tag if seed == 0 else f"{tag}-seed{seed}"
+
+
 def pretrain(
     paths: dict[str, Path], work: Path, name: str, budget: str, generator: float | None = None, threads: int = 2,
-    own: dict[str, str] | None = None,
+    own: dict[str, str] | None = None, seed: int = 0,
 ) -> dict:
-    """`own`: recipe fields set for this variant alone (--set VARIANT:KEY=VALUE), over the shared ones."""
+    """`own`: recipe fields set for this variant alone (--set VARIANT:KEY=VALUE), over the shared ones; `seed`: the
+    run's seed (train.seed: initial weights, data order, dynamic masks)."""
     recipe, _, width, scored = VARIANTS[name]
     values: dict[str, object] = {**SHAPE, "model.intermediate_size": width, **BATCH, "engine.threads": threads,
                                  "train.steps": 1_000_000, "train.log_every": 50, "train.eval_every_share": 0.1,
-                                 "train.eval_batches": 8, "train.checkpoint_every": 0}  # fmt: skip
+                                 "train.eval_batches": 8, "train.checkpoint_every": 0, "train.seed": seed}  # fmt: skip
     if name != "crammed-bert":
         values.update(SHARED_OPTIMISER)
     else:  # its batch ramp grows the batch a micro-batch at a time: the recipe's 4 micro-batches of 16
@@ -214,7 +224,8 @@ def pretrain(
     values.update(settings_of_its_own)
     if generator is not None:  # an ablation run's width is its own, whatever --set gave the "electra" run
         values["model.generator.hidden_fraction"] = generator
-    tag = name if generator is None else f"{name}-gen{generator:g}"
+    family = name if generator is None else f"{name}-gen{generator:g}"
+    tag = seeded(family, seed)
     run, started = work / "runs" / tag, time.time()
     # A finished run is reused only for the same budget, settings of its own and corpus options.
     done, spent = run / "summary.json", run / "bench-budget.txt"
@@ -227,7 +238,8 @@ def pretrain(
         spent.write_text(settings, "utf-8")
     # The model folder inside this run's folder, not the summary's path to it: a work folder can have moved.
     model_dir = run / Path(summary["model_dir"]).name
-    return {"name": tag, "variant": name, "own_settings": own or {}, "settings": settings_of_its_own,
+    return {"name": tag, "variant": name, "run_of": family, "seed": seed, "own_settings": own or {},
+            "settings": settings_of_its_own,
             "model_dir": str(model_dir),
             "steps": summary["steps"], "tokens": summary["tokens"], "flops": summary["flops"],
             "wall_minutes": round((time.time() - started) / 60, 1),
@@ -329,13 +341,39 @@ def common_average(scores: dict[str, dict]) -> dict[str, dict]:
     return out
 
 
+def is_floor(name: str) -> bool:
+    return name == "untrained" or name.startswith("untrained-seed")
+
+
+def over_pretraining(runs: list[dict], average: dict[str, dict], seeds: list[int]) -> dict[str, dict]:
+    """Each variant's suite average over its pretraining runs (one a seed) and the untrained encoder's over its
+    initial weights: the mean and standard deviation of the runs' averages, and the largest fine-tuning seed spread
+    of one run beside them. Only for variants with at least two finished runs."""
+    import statistics
+
+    groups: dict[str, list[str]] = {}
+    for row in runs:
+        groups.setdefault(row["run_of"], []).append(row["name"])
+    groups["untrained"] = [seeded("untrained", seed) for seed in seeds]
+    out = {}
+    for family, names in groups.items():
+        means = [average[n]["mean"] for n in names if n in average]
+        if len(means) > 1:
+            seed_std = max(average[n]["std"] for n in names if n in average)
+            out[family] = {"mean": round(statistics.mean(means), 2), "std": round(statistics.stdev(means), 2),
+                           "runs": len(means), "seed_std": seed_std}  # fmt: skip
+    return out
+
+
 def markdown(report: dict) -> str:
     lines = [f"budget {report['budget']}; tokenizer WordPiece 16,000; shape 4 x 256", ""]
     modes = [m for m in ("probe", "full") if m in report["downstream"]]
     head = "| variant | steps | tokens | masked acc | token masks: frequent / rest | NSP or SOP acc | "
     head += "RTD acc (nothing-replaced) | RTD loss (guess's entropy) | " + "".join(f"{m} average | " for m in modes)
     lines += [head.rstrip(), "|" + "---|" * (8 + len(modes))]
-    for row in report["runs"] + ([{"name": "untrained"}] if modes else []):  # the floor is a downstream row
+    # The floors (the untrained encoder at each pretraining seed) are downstream rows.
+    floors = [{"name": n} for n in (report["downstream"][modes[0]]["average"] if modes else {}) if is_floor(n)]
+    for row in report["runs"] + floors:
         name = row["name"]
         label = name + "".join(f", {key}={value}" for key, value in (row.get("own_settings") or {}).items())
         pair = [f"{key[:3].upper()} {row[f'eval_{key}']:.4f}" for key in PAIR_METRICS if f"eval_{key}" in row]
@@ -349,6 +387,17 @@ def markdown(report: dict) -> str:
             average = report["downstream"][mode]["average"].get(name)
             cells.append(f"{average['mean']:.2f} ± {average['std']:.2f}" if average else "")
         lines.append("| " + " | ".join(cells) + " |")
+    pooled = {mode: report["downstream"][mode].get("pretraining") or {} for mode in modes}
+    if any(pooled.values()):
+        lines += ["", "Over pretraining runs (mean ± standard deviation of the runs' averages; the largest seed spread "
+                  "of one run in brackets):", "", "| variant | runs | " + " | ".join(f"{m} average" for m in modes)
+                  + " |", "|" + "---|" * (2 + len(modes))]  # fmt: skip
+        for family in next(p for p in pooled.values() if p):
+            cells = [family, str(next(p[family]["runs"] for p in pooled.values() if family in p))]
+            for mode in modes:
+                row = pooled[mode].get(family)
+                cells.append(f"{row['mean']:.2f} ± {row['std']:.2f} ({row['seed_std']:.2f})" if row else "")
+            lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -366,6 +415,10 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=1, help="pretraining runs at once")
     parser.add_argument("--threads", type=int, default=2, help="CPU threads of each pretraining run")
     parser.add_argument("--jobs", type=int, default=2, help="suite cells at once (bertkit evaluate --jobs)")
+    parser.add_argument("--pretrain-seeds", default="0", metavar="SEEDS",
+                        help="pretraining runs of each variant, one a seed (train.seed), e.g. 0,1,2: the table then "
+                             "gives each variant's spread over its runs, the untrained encoder's over its initial "
+                             "weights")  # fmt: skip
     parser.add_argument("--set", dest="own", action="append", default=[], metavar="VARIANT:KEY=VALUE",
                         help="a recipe field for one variant over the shared settings, e.g. electra:optim.lr=1e-3")
     args = parser.parse_args()
@@ -391,6 +444,12 @@ def main() -> None:
         if variant not in names or not key or not equals:
             parser.error(f"--set {item!r}: write VARIANT:KEY=VALUE with VARIANT one of {names}")
         own.setdefault(variant, {})[key] = value
+    try:
+        seeds = list(dict.fromkeys(int(x) for x in args.pretrain_seeds.split(",") if x.strip()))
+    except ValueError:
+        parser.error(f"--pretrain-seeds {args.pretrain_seeds!r}: write whole numbers separated by commas, e.g. 0,1,2")
+    if not seeds or min(seeds) < 0:
+        parser.error(f"--pretrain-seeds {args.pretrain_seeds!r}: give at least one seed, none negative, e.g. 0,1,2")
     from bertkit.errors import BertkitError
 
     for variant, settings in own.items():  # an unknown key or a bad value, before hours of other runs
@@ -401,14 +460,16 @@ def main() -> None:
 
     started = time.time()
     paths = prepare(args.work, args.text, names)
-    plan = [(name, None) for name in names]
+    families = [(name, None) for name in names]
     # The recipe's own generator width is the "electra" run already: the ablation adds the other widths.
     default = load_recipe(VARIANTS["electra"][0]).model.generator.hidden_fraction if "electra" in names else None
     widths = dict.fromkeys(float(x) for x in args.generator.split(",") if x.strip())  # each width once, in order
-    plan += [("electra", width) for width in widths if width != default]
+    families += [("electra", width) for width in widths if width != default]
+    plan = [(name, width, seed) for seed in seeds for name, width in families]
     with ThreadPoolExecutor(max_workers=max(1, args.parallel)) as pool:
         runs = list(pool.map(
-            lambda job: pretrain(paths, args.work, job[0], args.budget, job[1], args.threads, own.get(job[0])), plan
+            lambda job: pretrain(paths, args.work, job[0], args.budget, job[1], args.threads, own.get(job[0]), job[2]),
+            plan,
         ))
     report: dict = {"budget": args.budget, "runs": runs, "downstream": {}}
     # The pretraining figures first, so a failure in the scoring loses nothing of the hours before it.
@@ -418,12 +479,16 @@ def main() -> None:
     if args.downstream != "none":
         data = suite_data(args.work, args.smoke)
         # RoBERTa's encoder (BERT's layer, no segments) at the same shape and batch with its initial weights.
-        floor = untrained(paths["corpus-roberta"], args.work / "runs" / "untrained", "roberta-base", BATCH)
-        models = {run["name"]: run["model_dir"] for run in runs} | {"untrained": str(floor)}
+        floors = {seeded("untrained", seed): untrained(paths["corpus-roberta"], args.work / "runs" /
+                                                       seeded("untrained", seed), "roberta-base",
+                                                       {**BATCH, "train.seed": seed}) for seed in seeds}  # fmt: skip
+        models = {run["name"]: run["model_dir"] for run in runs} | {name: str(path) for name, path in floors.items()}
         NO_QA.update(n for n in models if n.startswith("xlnet"))
         for mode in ["probe"] + (["full"] if args.downstream == "both" else []):
             scores = evaluate(args.work, models, mode, data, args.smoke, args.jobs)
-            report["downstream"][mode] = {"scores": scores, "average": common_average(scores)}
+            average = common_average(scores)
+            report["downstream"][mode] = {"scores": scores, "average": average,
+                                          "pretraining": over_pretraining(runs, average, seeds)}  # fmt: skip
     report["wall_minutes"] = round((time.time() - started) / 60, 1)
     (args.work / "report.json").write_text(json.dumps(report, indent=1), "utf-8")
     (args.work / "report.md").write_text(markdown(report), "utf-8")

@@ -22,6 +22,9 @@ SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "variants.py"
         (["--variants", "bert", "--set", "electra:optim.lr=5e-4"], "VARIANT one of ['bert']"),
         (["--variants", "electra", "--set", "electra:optim.lr"], "write VARIANT:KEY=VALUE"),
         (["--variants", "electra", "--set", "electra:optim.lrr=5e-4"], "optim.lrr"),
+        (["--pretrain-seeds", "0,one"], "--pretrain-seeds '0,one'"),
+        (["--pretrain-seeds", "0,-1"], "none negative"),
+        (["--pretrain-seeds", ","], "at least one seed"),
     ],
 )
 def test_bad_arguments_are_one_error_and_exit_2(tmp_path: Path, arguments: list[str], message: str) -> None:

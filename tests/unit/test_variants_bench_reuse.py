@@ -107,6 +107,50 @@ def test_corpora_are_built_again_for_other_options(variants, tmp_path: Path, mon
     assert built == []
 
 
+def test_a_seed_is_a_run_of_its_own(variants, tmp_path: Path, monkeypatch) -> None:
+    """--pretrain-seeds: seed 0 is the variant's own run (reused as before), another seed trains in its own folder
+    with train.seed set, and the row says which variant and seed it is."""
+    work = tmp_path / "work"
+    finished_run(work, "roberta", variants.reuse_key("roberta", "2e14flop", {}), old_place=work)
+    calls: list[tuple] = []
+
+    def pretrain_run(*args):
+        calls.append(args)
+        (work / "runs" / "roberta-seed1").mkdir(parents=True)  # what `bertkit pretrain` makes
+        return {"model_dir": str(work / "runs" / "roberta-seed1" / "model"), "steps": 1335, "tokens": 1, "flops": 2e14}
+
+    monkeypatch.setattr(variants, "bertkit", pretrain_run)
+    paths = {"corpus-roberta": work / "corpus-roberta", "held-roberta": work / "held-roberta"}
+    first = variants.pretrain(paths, work, "roberta", "2e14flop", seed=0)
+    assert calls == [] and (first["name"], first["run_of"], first["seed"]) == ("roberta", "roberta", 0)
+    second = variants.pretrain(paths, work, "roberta", "2e14flop", seed=1)
+    assert len(calls) == 1 and "train.seed=1" in calls[0] and str(work / "runs" / "roberta-seed1") in map(str, calls[0])
+    assert (second["name"], second["run_of"], second["seed"]) == ("roberta-seed1", "roberta", 1)
+    assert second["model_dir"] == str(work / "runs" / "roberta-seed1" / "model")
+
+
+def test_averages_over_pretraining_runs(variants) -> None:
+    """Each variant's runs and the untrained encoder's initial weights, one a seed: the mean and sample standard
+    deviation of their suite averages, and the largest seed spread of one run; one run alone is not pooled."""
+    runs = [{"name": "bert", "run_of": "bert"}, {"name": "bert-seed1", "run_of": "bert"},
+            {"name": "electra-gen0.5", "run_of": "electra-gen0.5"},
+            {"name": "electra-gen0.5-seed1", "run_of": "electra-gen0.5"}, {"name": "xlnet", "run_of": "xlnet"}]
+    average = {"bert": {"mean": 31.0, "std": 0.1}, "bert-seed1": {"mean": 33.0, "std": 0.4},
+               "electra-gen0.5": {"mean": 29.0, "std": 0.7}, "electra-gen0.5-seed1": {"mean": 30.0, "std": 0.2},
+               "xlnet": {"mean": 37.0, "std": 0.5},
+               "untrained": {"mean": 29.1, "std": 0.3}, "untrained-seed1": {"mean": 28.9, "std": 0.2}}  # fmt: skip
+    pooled = variants.over_pretraining(runs, average, [0, 1])
+    assert pooled["bert"] == {"mean": 32.0, "std": 1.41, "runs": 2, "seed_std": 0.4}
+    assert pooled["electra-gen0.5"] == {"mean": 29.5, "std": 0.71, "runs": 2, "seed_std": 0.7}
+    assert pooled["untrained"] == {"mean": 29.0, "std": 0.14, "runs": 2, "seed_std": 0.3}
+    assert "xlnet" not in pooled  # xlnet-seed1 did not finish
+    report = {"budget": "2e14flop", "runs": [dict(r, steps=1, tokens=1) for r in runs],
+              "downstream": {"probe": {"average": average, "pretraining": pooled}}}  # fmt: skip
+    table = variants.markdown(report)
+    assert "| bert | 2 | 32.00 ± 1.41 (0.40) |" in table
+    assert "| untrained-seed1 |" in table and "| untrained | 2 | 29.00 ± 0.14 (0.30) |" in table
+
+
 def test_plateau_scores_only_models_with_an_mlm_head(variants, tmp_path: Path, monkeypatch) -> None:
     """`--set albert:objective.mlm=0` trains ALBERT on SOP alone: no MLM head to export, so nothing to score on the
     token masks, where the export would fail."""
