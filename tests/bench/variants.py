@@ -357,11 +357,11 @@ def over_pretraining(runs: list[dict], average: dict[str, dict], seeds: list[int
     groups["untrained"] = [seeded("untrained", seed) for seed in seeds]
     out = {}
     for family, names in groups.items():
-        means = [average[n]["mean"] for n in names if n in average]
-        if len(means) > 1:
-            seed_std = max(average[n]["std"] for n in names if n in average)
+        finished = [average[n] for n in names if n in average]
+        if len(finished) > 1:
+            means = [row["mean"] for row in finished]
             out[family] = {"mean": round(statistics.mean(means), 2), "std": round(statistics.stdev(means), 2),
-                           "runs": len(means), "seed_std": seed_std}  # fmt: skip
+                           "runs": len(finished), "seed_std": max(row["std"] for row in finished)}  # fmt: skip
     return out
 
 
@@ -479,10 +479,11 @@ def main() -> None:
     if args.downstream != "none":
         data = suite_data(args.work, args.smoke)
         # RoBERTa's encoder (BERT's layer, no segments) at the same shape and batch with its initial weights.
-        floors = {seeded("untrained", seed): untrained(paths["corpus-roberta"], args.work / "runs" /
-                                                       seeded("untrained", seed), "roberta-base",
-                                                       {**BATCH, "train.seed": seed}) for seed in seeds}  # fmt: skip
-        models = {run["name"]: run["model_dir"] for run in runs} | {name: str(path) for name, path in floors.items()}
+        models = {run["name"]: run["model_dir"] for run in runs}
+        for seed in seeds:  # the floor at each pretraining seed's initial weights
+            floor = seeded("untrained", seed)
+            models[floor] = str(untrained(paths["corpus-roberta"], args.work / "runs" / floor, "roberta-base",
+                                          {**BATCH, "train.seed": seed}))  # fmt: skip
         NO_QA.update(n for n in models if n.startswith("xlnet"))
         for mode in ["probe"] + (["full"] if args.downstream == "both" else []):
             scores = evaluate(args.work, models, mode, data, args.smoke, args.jobs)
