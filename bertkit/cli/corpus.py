@@ -77,7 +77,12 @@ def build_corpus_command(
     ),
     mask_prob: float = typer.Option(0.15, "--mask-prob", help="Fraction of maskable tokens to predict."),
     max_predictions: int = typer.Option(0, "--max-predictions", help="Cap on predictions per sequence (0: none)."),
-    dupe_factor: int = typer.Option(1, "--dupe-factor", help="Static masking: copies with different masks (BERT: 10)."),
+    dupe_factor: int = typer.Option(
+        1,
+        "--dupe-factor",
+        help="Static masking: copies of the text, each with its own masks and, in a pair format, its own pairs "
+        "(BERT: 10).",
+    ),
     short_seq_prob: float = typer.Option(0.1, "--short-seq-prob", help="Pair formats: chance of a shorter target."),
     seed: int = typer.Option(12345, "--seed", help="Seed of packing and static masks."),
     workers: int = typer.Option(1, "--workers", "-w", help="Tokenizing processes; the output does not depend on it."),

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from bertkit.corpus.masking import STRATEGIES, MaskingSpec, mask_tokens
-from bertkit.corpus.pack import FORMATS, LAYOUTS, PAIR_FORMATS, Document, Packer, PackStats
+from bertkit.corpus.pack import FORMATS, LAYOUTS, PAIR_FORMATS, Document, Packed, Packer, PackStats
 from bertkit.corpus.remote import build_to_url
 from bertkit.corpus.sentences import get_splitter
 from bertkit.corpus.shards import MANIFEST, ShardWriter
@@ -61,7 +61,7 @@ class BuildOptions:
     mask_fraction: float = 0.8
     random_fraction: float = 0.1
     max_predictions: int = 0  # 0: no cap
-    dupe_factor: int = 1  # copies of each sequence with different static masks (BERT: 10)
+    dupe_factor: int = 1  # static masks: copies, each its own masks (and pairs, for a pair format) (BERT: 10)
     short_seq_prob: float = 0.1
     seed: int = 12345
     invalid_utf8: str = "error"  # or "replace"
@@ -313,6 +313,17 @@ def build_corpus(
     return manifest
 
 
+def _packed_by_each(tokenized: Iterable[list[Document]], packers: list[Packer]) -> Iterator[tuple[int, Packed]]:
+    """(packer index, sequence): each block through every packer in turn, so memory stays at a block."""
+    for block in tokenized:
+        for n, packer in enumerate(packers):
+            for packed in packer.pack_block(block):
+                yield n, packed
+    for n, packer in enumerate(packers):
+        for packed in packer.finish():
+            yield n, packed
+
+
 def write_corpus(
     tmp: Path,
     tokenized: Iterable[list[Document]],
@@ -334,18 +345,27 @@ def write_corpus(
     pack_stats = PackStats()
     documents_packed = options.format == "packed-documents"
     writer = ShardWriter(tmp, tokenizer.vocab_size, pair_format, static, documents=documents_packed)
-    packer = Packer(
-        options.format,
-        options.max_seq_len,
-        tokenizer.cls_id,
-        tokenizer.sep_id,
-        np.random.default_rng([options.seed, 0x9AC4]),
-        options.short_seq_prob,
-        pack_stats,
-        options.layout,
-    )
+    # BERT's create_pretraining_data runs over the documents once a copy: every copy draws its own chunk lengths,
+    # segment pairs and NSP labels, not only its own masks. The pair formats do the same; the other formats
+    # pack without drawing anything, so their copies are one packing masked `dupe_factor` times.
+    repacked = static and pair_format
+    packers = [
+        Packer(
+            options.format,
+            options.max_seq_len,
+            tokenizer.cls_id,
+            tokenizer.sep_id,
+            np.random.default_rng([options.seed, 0x9AC4, *([copy] if copy else [])]),
+            options.short_seq_prob,
+            pack_stats if copy == 0 else PackStats(),  # the manifest's statistics: one packing of the input
+            options.layout,
+        )
+        for copy in range(options.dupe_factor if repacked else 1)
+    ]
+    masked_copies = [[copy] for copy in range(len(packers))] if repacked else [list(range(options.dupe_factor))]
+    counts = [0] * len(packers)  # sequences packed so far by each packer: each sequence's static-mask stream
     last_bytes = 0
-    for index, packed in enumerate(packer.pack(tokenized)):
+    for n, packed in _packed_by_each(tokenized, packers):
         if options.long_sentences == "error" and pack_stats.split_sentences:
             raise BertkitError(
                 f"a sentence is longer than --max-seq-len {options.max_seq_len} (around document "
@@ -354,11 +374,12 @@ def write_corpus(
         starts = packed.word_starts.astype(np.uint8)
         if not static:
             writer.add(packed.ids, starts, packed.b_start, packed.label, doc_starts=packed.doc_starts)
-        for copy in range(options.dupe_factor if static else 0):
-            rng = np.random.default_rng([options.seed, 0x57A7, index, copy])
+        for copy in masked_copies[n] if static else []:
+            rng = np.random.default_rng([options.seed, 0x57A7, counts[n], copy])
             masked = mask_tokens(packed.ids, packed.word_starts, spec, rng, candidates)
             mask = (masked.positions, masked.labels, masked.spans)
             writer.add(masked.ids, starts, packed.b_start, packed.label, mask, packed.doc_starts)
+        counts[n] += 1
         if on_progress and read_stats.bytes != last_bytes:
             on_progress(read_stats.bytes - last_bytes)
             last_bytes = read_stats.bytes
@@ -377,6 +398,8 @@ def write_corpus(
                 "mask_fraction": options.mask_fraction,
                 "random_fraction": options.random_fraction,
                 "max_predictions": options.max_predictions,
+                "copies": options.dupe_factor if static else 1,
+                "copies_packed_apart": repacked,  # each copy its own segment pairs (a pair format's static copies)
             },
             "tokenizer": {
                 "fingerprint": tokenizer.fingerprint(),

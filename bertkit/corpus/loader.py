@@ -34,6 +34,7 @@ import torch
 from bertkit.corpus.masking import MaskedSequence, MaskingSpec, mask_tokens
 from bertkit.corpus.permutation import PermutationSpec, PermutedSequence, draw_permutation, permutation_mask
 from bertkit.corpus.shards import Corpus
+from bertkit.errors import BertkitError
 
 
 @dataclass
@@ -43,6 +44,17 @@ class LoaderState:
 
     def to_dict(self) -> dict[str, int]:
         return {"epoch": self.epoch, "position": self.position}
+
+
+def check_no_copies_held_out(corpus: Corpus, where: object, eval_fraction: float, remedy: str) -> None:
+    """A share of a corpus of several static-mask copies is no held-out set: each held-out text is trained on
+    in its other copies, and held-out accuracy would measure memory."""
+    copies = int(corpus.manifest.get("options", {}).get("dupe_factor", 1))
+    if copies > 1 and eval_fraction > 0:
+        raise BertkitError(
+            f"{where} holds each text {copies} times (--dupe-factor {copies}), so sequences held out of it are "
+            f"trained on in their other copies; {remedy}"
+        )
 
 
 def split_indices(num_items: int, eval_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:

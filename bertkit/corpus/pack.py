@@ -331,23 +331,32 @@ class Packer:
     def pack(self, blocks: Iterable[list[Document]]) -> Iterator[Packed]:
         """Yield packed sequences from blocks of documents (documents are lists of sentences)."""
         for block in blocks:
-            block = [doc for doc in block if any(len(s[0]) for s in doc)]
+            yield from self.pack_block(block)
+        yield from self.finish()
+
+    def pack_block(self, block: list[Document]) -> Iterator[Packed]:
+        """The sequences of one block; a sequence or row still open waits for the next block or `finish`.
+        The block itself is left as it was, so several packers can pack the same one."""
+        block = [doc for doc in block if any(len(s[0]) for s in doc)]
+        for document in block:
+            self.stats.input_tokens += int(sum(len(s[0]) for s in document))
+        if not block:
+            return
+        if self.rows is not None:
             for document in block:
-                self.stats.input_tokens += int(sum(len(s[0]) for s in document))
-            if not block:
-                continue
-            if self.rows is not None:
-                for document in block:
-                    for packed in self._contiguous(document):
-                        yield from self.rows.add(packed)
-            elif self.format in ("full-sentences", "doc-sentences", "single-segment"):
-                for document in block:
-                    yield from self._contiguous(document)
-            elif self.format == "sentence-pair":
-                yield from self._sentence_pairs(block)
-            else:
-                yield from self._pairs(block)
-            self._previous_block = block
+                for packed in self._contiguous(document):
+                    yield from self.rows.add(packed)
+        elif self.format in ("full-sentences", "doc-sentences", "single-segment"):
+            for document in block:
+                yield from self._contiguous(document)
+        elif self.format == "sentence-pair":
+            yield from self._sentence_pairs(block)
+        else:
+            yield from self._pairs(block)
+        self._previous_block = block
+
+    def finish(self) -> Iterator[Packed]:
+        """What is left open after the last block."""
         if self._current:
             yield self._flush()
         if self.rows is not None:

@@ -25,7 +25,7 @@ from bertkit.config.schema import (
     unpad_unsupported,
 )
 from bertkit.corpus.build import TOKENIZER_SUBDIR
-from bertkit.corpus.loader import MLMBatches, PLMBatches, SampledBatches, split_indices
+from bertkit.corpus.loader import MLMBatches, PLMBatches, SampledBatches, check_no_copies_held_out, split_indices
 from bertkit.corpus.masking import MaskingSpec
 from bertkit.corpus.permutation import PermutationSpec
 from bertkit.corpus.remote import with_local_corpora
@@ -330,6 +330,13 @@ def pretrain(
             )
         train_idx, eval_idx = np.arange(len(corpus)), np.arange(len(eval_corpus))
     else:
+        check_no_copies_held_out(
+            corpus,
+            recipe.data.train,
+            recipe.data.eval_fraction,
+            "build a corpus of other documents and pass it "
+            "with --set data.eval=DIR, or hold nothing out with --set data.eval_fraction=0",
+        )
         eval_corpus = corpus
         train_idx, eval_idx = split_indices(len(corpus), recipe.data.eval_fraction, EVAL_SPLIT_SEED)
     if recipe.train.target_acc is not None and not len(eval_idx):

@@ -162,12 +162,19 @@ def prepare(work: Path, text_file: Path | None, names: list[str]) -> dict[str, P
             folder = work / f"{kind}-{name}"
             # A corpus is reused only as it was built: one from other options (an older bench's) is built again.
             built = work / f"{kind}-{name}.options.txt"
-            if not (folder.exists() and built.exists() and built.read_text("utf-8") == " ".join(extra)):
+            if not (folder.exists() and built.exists() and built.read_text("utf-8") == corpus_identity(extra)):
                 bertkit("build-corpus", "-i", text, "-t", paths["tok"], "-o", folder, "--max-seq-len", "128",
                         "--overwrite", *extra)  # fmt: skip
-                built.write_text(" ".join(extra), "utf-8")
+                built.write_text(corpus_identity(extra), "utf-8")
             paths[f"{kind}-{name}"] = folder
     return paths
+
+
+def corpus_identity(options: list[str]) -> str:
+    """What a corpus in a work folder was built as: its options, and for static copies that build-corpus packs each
+    copy apart (its own segment pairs, as BERT's script), which the bench's corpora of shared pairs were not."""
+    text = " ".join(options)
+    return f"{text} (copies packed apart)" if "--dupe-factor" in options else text
 
 
 # Corpus options that choose the training masks: the held-out documents are masked by token without them.
@@ -196,7 +203,7 @@ def reuse_key(name: str, budget: str, settings: dict[str, object]) -> str:
     """What a finished run must have been trained with to be reused: the budget, the variant's own settings and its
     corpus's build options."""
     lines = [budget, *(f"{key}={spelled(value)}" for key, value in sorted(settings.items()))]
-    return "\n".join([*lines, "corpus: " + " ".join(VARIANTS[name][1])])
+    return "\n".join([*lines, "corpus: " + corpus_identity(VARIANTS[name][1])])
 
 
 def seeded(tag: str, seed: int) -> str:

@@ -209,3 +209,20 @@ def test_not_a_corpus_and_no_overwrite(tmp_path: Path, text_file: Path, tokenize
         "build-corpus", "--input", str(text_file), "--tokenizer", str(tokenizer_dir), "--output", str(tmp_path / "out")
     )
     assert (tmp_path / "out" / "keep.txt").read_text() == "mine"
+
+
+def test_a_share_of_a_corpus_of_copies_is_not_held_out(
+    tmp_path: Path, text_file: Path, tokenizer_dir: Path, pretrained_run: Path
+) -> None:
+    """With --dupe-factor 2 every text is in the corpus twice: sequences held out of it would be trained on in their
+    other copy. Pretraining and distillation refuse before writing anything, and say what to do instead."""
+    corpus = tmp_path / "copies"
+    source = ["--input", str(text_file), "--tokenizer", str(tokenizer_dir), "--output", str(corpus)]
+    run_json("build-corpus", *source, "--format", "segment-pair", "--masking", "static", "--dupe-factor", "2",
+             "--max-seq-len", "64")  # fmt: skip
+    message = run_error("pretrain", "--recipe", "bert-tiny", "--corpus", str(corpus), "--output", str(tmp_path / "r"))
+    assert "holds each text 2 times" in message and "data.eval=DIR" in message
+    message = run_error("distill", "--teacher", str(pretrained_run), "--student", "distilbert-tiny", "--corpus",
+                        str(corpus), "--output", str(tmp_path / "d"))  # fmt: skip
+    assert "holds each text 2 times" in message and "data.eval_fraction=0" in message
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["copies"]

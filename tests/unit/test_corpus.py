@@ -304,3 +304,33 @@ def test_block_sparse_batches_are_padded_to_the_corpus_width() -> None:
     assert pad_batch([np.array([5, 6, 7])], 0, length=2)[0].shape == (1, 3)  # never truncates
     assert pad_width(ModelConfig(family="bigbird", attention="block_sparse", block_size=16), 192) == 192
     assert pad_width(ModelConfig(), 192) == 0
+
+
+@pytest.mark.parametrize("fmt", ["segment-pair", "sop"])
+def test_static_copies_of_pairs_are_packed_afresh(
+    tmp_path: Path, text_file: Path, tokenizer_dir: Path, fmt: str
+) -> None:
+    """BERT's create_pretraining_data packs the documents once a copy (--dupe-factor): each copy has its own chunk
+    lengths, segment pairs and NSP labels, not only its own masks. The first copy is the one-copy corpus itself."""
+    one = BuildOptions(format=fmt, masking="static", max_seq_len=64)
+    three = BuildOptions(**{**one.__dict__, "dupe_factor": 3})
+    single = build_corpus([text_file], tokenizer_dir, tmp_path / "one", one)
+    tripled = build_corpus([text_file], tokenizer_dir, tmp_path / "three", three)
+    a, b = Corpus(tmp_path / "one"), Corpus(tmp_path / "three")
+    # The manifest's packing report is one packing of the input; the corpus holds three.
+    assert tripled["stats"]["sequences"] == single["stats"]["sequences"] == len(a)
+    assert abs(len(b) - 3 * len(a)) < 0.1 * len(a)  # each copy draws its own chunk lengths: a few % apart
+    assert tripled["masking"]["copies"] == 3 and tripled["masking"]["copies_packed_apart"] is True
+
+    def rows(corpus: Corpus, stored: bool) -> list[bytes]:
+        pick = corpus.__getitem__ if stored else corpus.original
+        return [pick(i).astype(np.int64).tobytes() + str(corpus.pair(i)).encode() for i in range(len(corpus))]
+
+    # Every masked sequence of the one-copy corpus is in the three-copy one (its first copy)...
+    assert set(rows(a, stored=True)) <= set(rows(b, stored=True))
+    # ...and the other copies are new pairs of the same text: with shared pairs, a third of the sequences
+    # (unmasked, with their pair labels) would be distinct.
+    distinct = len(set(rows(b, stored=False))) / len(b)
+    assert distinct > 0.8, distinct
+    labels = np.array([b.pair(i)[1] for i in range(len(b))])
+    assert abs(labels.mean() - 0.5) < 0.03  # each copy balances its labels (the packer's balanced coin)

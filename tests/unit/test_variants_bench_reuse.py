@@ -66,17 +66,26 @@ def test_another_budget_or_setting_trains_again(variants, tmp_path: Path, monkey
     )
 
 
-def test_a_run_on_other_corpus_options_trains_again(variants, tmp_path: Path, monkeypatch) -> None:
-    """BERT's run from a work folder whose corpus had one copy of each static mask (the key without corpus options)
-    is not BERT's run with ten copies."""
+@pytest.mark.parametrize(
+    "key",
+    [
+        "4e14flop",  # one copy of each static mask: the key without corpus options
+        "4e14flop\ncorpus: --format segment-pair --masking static --dupe-factor 10 --max-predictions 20",  # one packing
+    ],
+)
+def test_a_run_on_other_corpus_options_trains_again(variants, tmp_path: Path, monkeypatch, key: str) -> None:
+    """BERT's run from a work folder whose corpus had one copy of each static mask, or ten copies sharing one
+    packing (their segment pairs and NSP labels), is not BERT's run with ten copies packed apart."""
     work = tmp_path / "work"
-    finished_run(work, "bert", "4e14flop", old_place=work)
+    finished_run(work, "bert", key, old_place=work)
     calls: list[tuple] = []
     summary = {"model_dir": str(work / "runs" / "bert" / "model"), "steps": 3181, "tokens": 1, "flops": 4e14}
     monkeypatch.setattr(variants, "bertkit", lambda *args: calls.append(args) or summary)
     variants.pretrain({"held-bert": work / "held-bert", "corpus-bert": work / "corpus-bert"}, work, "bert", "4e14flop")
     assert len(calls) == 1 and calls[0][0] == "pretrain"
-    assert "--dupe-factor 10 --max-predictions 20" in (work / "runs" / "bert" / "bench-budget.txt").read_text("utf-8")
+    assert "--dupe-factor 10 --max-predictions 20 (copies packed apart)" in (
+        work / "runs" / "bert" / "bench-budget.txt"
+    ).read_text("utf-8")
 
 
 def test_corpora_are_built_again_for_other_options(variants, tmp_path: Path, monkeypatch) -> None:
@@ -88,7 +97,10 @@ def test_corpora_are_built_again_for_other_options(variants, tmp_path: Path, mon
         (work / name).write_text("text\n", "utf-8")
     for folder in ("tok", "corpus-bert", "held-bert", "corpus-roberta", "held-roberta"):
         (work / folder).mkdir()
-    (work / "corpus-bert.options.txt").write_text("--format segment-pair --masking static", "utf-8")
+    # BERT's ten copies as the bench built them before build-corpus packed each copy apart: built again.
+    (work / "corpus-bert.options.txt").write_text(
+        "--format segment-pair --masking static --dupe-factor 10 --max-predictions 20", "utf-8"
+    )
     (work / "held-bert.options.txt").write_text("--format segment-pair", "utf-8")
     for kind in ("corpus", "held"):
         (work / f"{kind}-roberta.options.txt").write_text("--format full-sentences", "utf-8")

@@ -17,7 +17,7 @@ from torch import nn
 from bertkit.config.recipe import DistillRecipe
 from bertkit.config.schema import DistillMethod, ModelConfig
 from bertkit.corpus.build import TOKENIZER_SUBDIR
-from bertkit.corpus.loader import MLMBatches, split_indices
+from bertkit.corpus.loader import MLMBatches, check_no_copies_held_out, split_indices
 from bertkit.corpus.remote import with_local_corpora
 from bertkit.corpus.shards import Corpus
 from bertkit.distill.layer_map import check_windowed_attention, distilbert_init_layers, resolve_layer_map
@@ -163,6 +163,12 @@ def distill_general(
             f"the corpus {recipe.data.train} was built with another tokenizer than the teacher's; rebuild it with "
             f"`bertkit build-corpus --tokenizer {teacher.source} ...`"
         )
+    check_no_copies_held_out(
+        corpus,
+        recipe.data.train,
+        recipe.data.eval_fraction,
+        "hold nothing out with --set data.eval_fraction=0, or distil on a corpus built with --masking dynamic",
+    )
     method = recipe.distill.resolved_method(student_name)
     student_cfg = student_config(recipe.model, teacher.config, vocab_set)
     check_method(method, recipe, student_cfg, teacher)

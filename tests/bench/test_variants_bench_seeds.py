@@ -1,0 +1,67 @@
+"""The variants bench with several pretraining seeds, end to end on real text at a tiny budget: `--pretrain-seeds 0,1`
+pretrains BERT once a seed and scores each run and the untrained encoder at each seed's initial weights with the
+probe on the smoke-sized `local` suite, and the report pools each over its runs.
+
+Text: the first 400 SQuAD/SQuADShifts context paragraphs of bigbench 1.0.0's sdist (`make install-test` caches it;
+../shared/DATA.md), the bench's own text, cut short. Asserted against what the runs themselves wrote: each run's
+recipe has its seed, the two runs start from different weights, and the pooled averages are the mean and standard
+deviation of the runs' own averages."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from safetensors.torch import load_file
+
+pytestmark = pytest.mark.bench
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from ttq import paragraphs  # noqa: E402
+
+
+def saved_weights(run: Path) -> dict:
+    return load_file(run / "model" / "model.safetensors")
+
+
+def test_runs_of_each_seed_are_pooled(tmp_path: Path) -> None:
+    text = tmp_path / "text.txt"
+    text.write_text("\n\n".join(paragraphs()[:400]) + "\n", "utf-8")
+    work = tmp_path / "work"
+    command = [sys.executable, str(HERE / "variants.py"), "--work", str(work), "--text", str(text),
+               "--variants", "bert", "--budget", "2e12flop", "--downstream", "probe", "--smoke",
+               "--pretrain-seeds", "0,1"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+
+    runs = {row["name"]: row for row in report["runs"]}
+    assert sorted(runs) == ["bert", "bert-seed1"]
+    assert [runs["bert"]["seed"], runs["bert-seed1"]["seed"]] == [0, 1]
+    assert {row["run_of"] for row in runs.values()} == {"bert"}
+    for name, seed in (("bert", 0), ("bert-seed1", 1)):
+        recipe = yaml.safe_load((work / "runs" / name / "recipe.yaml").read_text("utf-8"))
+        assert recipe["train"]["seed"] == seed
+    weights = [saved_weights(work / "runs" / name) for name in ("bert", "bert-seed1")]
+    assert any(not weights[0][key].equal(weights[1][key]) for key in weights[0])
+
+    probe = report["downstream"]["probe"]
+    average = probe["average"]
+    assert {"bert", "bert-seed1", "untrained", "untrained-seed1"} <= set(average)
+    # The floors are one step at a rate of 1e-12 from each seed's initial weights: those weights differ.
+    floors = [saved_weights(work / "runs" / name) for name in ("untrained", "untrained-seed1")]
+    assert any(not floors[0][key].equal(floors[1][key]) for key in floors[0])
+    for family, names in (("bert", ["bert", "bert-seed1"]), ("untrained", ["untrained", "untrained-seed1"])):
+        pooled = probe["pretraining"][family]
+        means = [average[name]["mean"] for name in names]
+        assert pooled["runs"] == 2
+        assert pooled["mean"] == pytest.approx(statistics.mean(means), abs=0.006)
+        assert pooled["std"] == pytest.approx(statistics.stdev(means), abs=0.006)
+        assert pooled["seed_std"] == max(average[name]["std"] for name in names)
+    assert "Over pretraining runs" in (work / "report.md").read_text("utf-8")
