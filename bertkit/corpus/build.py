@@ -244,10 +244,18 @@ def remove_stale_builds(output: Path) -> int:
     return removed
 
 
+def copies_packed_apart(options: BuildOptions) -> bool:
+    """Static copies of a pair format are each packed afresh: their own chunk lengths, segment pairs and labels."""
+    return options.masking == "static" and options.dupe_factor > 1 and options.format in PAIR_FORMATS
+
+
 def build_key(paths: list[Path], tokenizer: Tokenizer, options: BuildOptions) -> str:
     """What makes two builds the same corpus: inputs (name, size, mtime), tokenizer and options."""
     files = [(str(p), p.stat().st_size, int(p.stat().st_mtime)) for p in paths]
-    blob = json.dumps([files, tokenizer.fingerprint(), asdict(options)], sort_keys=True)
+    parts: list[Any] = [files, tokenizer.fingerprint(), asdict(options)]
+    if copies_packed_apart(options):  # not the corpus of copies sharing one packing that earlier builds made
+        parts.append("copies packed apart")
+    blob = json.dumps(parts, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -348,7 +356,7 @@ def write_corpus(
     # BERT's create_pretraining_data runs over the documents once a copy: every copy draws its own chunk lengths,
     # segment pairs and NSP labels, not only its own masks. The pair formats do the same; the other formats
     # pack without drawing anything, so their copies are one packing masked `dupe_factor` times.
-    repacked = static and pair_format
+    repacked = copies_packed_apart(options)
     packers = [
         Packer(
             options.format,

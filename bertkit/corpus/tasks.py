@@ -4,9 +4,10 @@ Splitting a corpus build across machines and keeping it byte-identical to one ma
 fact of `build.py`: sentence splitting and tokenization, the expensive part, give each document a result that
 depends on that document only, while packing and static masking are global (one packing RNG stream over all
 documents in input order, a stream a copy where static copies are packed apart, NSP's "other document" drawn
-from the neighbouring block, one static-mask RNG per sequence index and copy). So a task tokenizes its slice of the input files and writes the token ids as they come
-out of the tokenizer, and `corpus merge` (merge.py) regroups every document into the very blocks one build
-forms, and packs, masks and writes them with the same code (`build.write_corpus`).
+from the neighbouring block, one static-mask RNG per sequence index and copy). So a task tokenizes its slice of
+the input files and writes the token ids as they come out of the tokenizer, and `corpus merge` (merge.py)
+regroups every document into the very blocks one build forms, and packs, masks and writes them with the same
+code (`build.write_corpus`).
 
 Layout of PARTS, the directory every task names:
   plan/                 written once, by whichever task comes first (a directory renamed into place, so

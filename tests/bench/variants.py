@@ -100,9 +100,10 @@ SHARED_OPTIMISER = {
 BATCH = {"train.batch_size": 64, "train.grad_accum": 1}
 # name: (recipe, corpus options, the feed-forward width, whether it has an MLM head to score)
 VARIANTS: dict[str, tuple[str, list[str], int, bool]] = {
-    # BERT's static masks as its create_pretraining_data makes them: 10 copies of each sequence, each with its own
-    # masks, at most 20 predictions in 128 tokens. With one copy the bench's ten passes over the text train on the
-    # same masks ten times: its training masked accuracy climbed to 0.23 against 0.13 held out (docs/benchmarks.md).
+    # BERT's static masks as its create_pretraining_data makes them: 10 copies of the text, each packed afresh (its
+    # own segment pairs and NSP labels) with its own masks, at most 20 predictions in 128 tokens. With one copy the
+    # bench's ten passes over the text train on the same masks ten times: its training masked accuracy climbed to
+    # 0.23 against 0.13 held out; with copies sharing their pairs NSP learns them by heart (docs/benchmarks.md).
     "bert": ("bert-base", ["--format", "segment-pair", "--masking", "static", "--dupe-factor", "10",
                            "--max-predictions", "20"], 1024, True),
     "roberta": ("roberta-base", ["--format", "full-sentences"], 1024, True),

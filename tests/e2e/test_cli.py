@@ -226,3 +226,7 @@ def test_a_share_of_a_corpus_of_copies_is_not_held_out(
                         str(corpus), "--output", str(tmp_path / "d"))  # fmt: skip
     assert "holds each text 2 times" in message and "data.eval_fraction=0" in message
     assert sorted(p.name for p in tmp_path.iterdir()) == ["copies"]
+    # Holding nothing out, as the message says, trains.
+    run = run_json("pretrain", "--recipe", "bert-tiny", "--corpus", str(corpus), "--output", str(tmp_path / "r"),
+                   "--set", "train.steps=2", "--set", "data.eval_fraction=0")  # fmt: skip
+    assert run["steps"] == 2

@@ -19,6 +19,7 @@ from bertkit.cli.app import app
 from bertkit.corpus.build import BuildOptions, _init_worker, _tokenize_block, build_corpus
 from bertkit.corpus.loader import MLMBatches
 from bertkit.corpus.masking import MaskingSpec
+from bertkit.corpus.pack import PAIR_FORMATS
 from bertkit.corpus.sentences import get_splitter, split_rule_based
 from bertkit.corpus.shards import Corpus, token_dtype
 from bertkit.tokenizers.base import load_tokenizer
@@ -306,7 +307,7 @@ def test_block_sparse_batches_are_padded_to_the_corpus_width() -> None:
     assert pad_width(ModelConfig(), 192) == 0
 
 
-@pytest.mark.parametrize("fmt", ["segment-pair", "sop"])
+@pytest.mark.parametrize("fmt", PAIR_FORMATS)
 def test_static_copies_of_pairs_are_packed_afresh(
     tmp_path: Path, text_file: Path, tokenizer_dir: Path, fmt: str
 ) -> None:
@@ -333,4 +334,4 @@ def test_static_copies_of_pairs_are_packed_afresh(
     distinct = len(set(rows(b, stored=False))) / len(b)
     assert distinct > 0.8, distinct
     labels = np.array([b.pair(i)[1] for i in range(len(b))])
-    assert abs(labels.mean() - 0.5) < 0.03  # each copy balances its labels (the packer's balanced coin)
+    assert abs(labels.mean() - 0.5) < 0.03  # half and half in every copy, as in one
