@@ -307,7 +307,9 @@ def test_block_sparse_batches_are_padded_to_the_corpus_width() -> None:
     assert pad_width(ModelConfig(), 192) == 0
 
 
-@pytest.mark.parametrize("fmt", PAIR_FORMATS)
+@pytest.mark.parametrize(
+    "fmt", [pytest.param(f, marks=[] if f == "segment-pair" else [pytest.mark.slow]) for f in PAIR_FORMATS]
+)  # BERT's format in the default suite, the other two in the slow one (make bench)
 def test_static_copies_of_pairs_are_packed_afresh(
     tmp_path: Path, text_file: Path, tokenizer_dir: Path, fmt: str
 ) -> None:
