@@ -370,7 +370,8 @@ def write_corpus(
         )
         for copy in range(options.dupe_factor if repacked else 1)
     ]
-    masked_copies = [[copy] for copy in range(len(packers))] if repacked else [list(range(options.dupe_factor))]
+    # Static copies a packed sequence is masked into: its packer's own copy, or every copy of the one packing.
+    masks_per_sequence = (1 if repacked else options.dupe_factor) if static else 0
     counts = [0] * len(packers)  # sequences packed so far by each packer: each sequence's static-mask stream
     last_bytes = 0
     for n, packed in _packed_by_each(tokenized, packers):
@@ -382,7 +383,7 @@ def write_corpus(
         starts = packed.word_starts.astype(np.uint8)
         if not static:
             writer.add(packed.ids, starts, packed.b_start, packed.label, doc_starts=packed.doc_starts)
-        for copy in masked_copies[n] if static else []:
+        for copy in range(n, n + masks_per_sequence):
             rng = np.random.default_rng([options.seed, 0x57A7, counts[n], copy])
             masked = mask_tokens(packed.ids, packed.word_starts, spec, rng, candidates)
             mask = (masked.positions, masked.labels, masked.spans)

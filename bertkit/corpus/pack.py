@@ -28,7 +28,7 @@ where borrowed tokens are the random B segments copied from other documents.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -328,15 +328,9 @@ class Packer:
                     yield self._emit(a, b, 0)
                     i += 2
 
-    def pack(self, blocks: Iterable[list[Document]]) -> Iterator[Packed]:
-        """Yield packed sequences from blocks of documents (documents are lists of sentences)."""
-        for block in blocks:
-            yield from self.pack_block(block)
-        yield from self.finish()
-
     def pack_block(self, block: list[Document]) -> Iterator[Packed]:
-        """The sequences of one block; a sequence or row still open waits for the next block or `finish`.
-        The block itself is left as it was, so several packers can pack the same one."""
+        """The sequences of one block of documents (lists of sentences); a sequence or row still open waits for the
+        next block or `finish`. The block itself is left as it was, so several packers can pack the same one."""
         block = [doc for doc in block if any(len(s[0]) for s in doc)]
         for document in block:
             self.stats.input_tokens += int(sum(len(s[0]) for s in document))
