@@ -2,6 +2,7 @@
 
 attention.py    multi-head self-attention (SDPA, or the explicit path that returns scores and probabilities)
 layers.py       embeddings, feed-forward, encoder layer (pre/post-LN, GeLU variants, dropout), the attention choice
+repeatable.py   gathers whose backward gives the same bits in every run on CUDA
 unpad.py        unpadding: pack a batch's real tokens, varlen attention by cu_seqlens, re-pad (any family reuses it)
 block_sparse.py BigBird's block-sparse self-attention (model.attention=block_sparse), linear in the length
 bert.py         the encoder every family shares (ALBERT's factorized embeddings and layer sharing included)

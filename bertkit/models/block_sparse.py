@@ -32,6 +32,7 @@ import torch.nn.functional as F
 
 from bertkit.config.schema import ModelConfig
 from bertkit.models.attention import AttentionOutput, SelfAttention
+from bertkit.models.repeatable import select
 
 # Sequence lengths for which the reference draws from the plan of the paper's code (random blocks among
 # the first 1024 tokens of the longest sequence); other lengths use its per-head plan.
@@ -206,8 +207,8 @@ def block_sparse_attention(
 
     # The other query blocks, each with its own gathered keys: (B, heads * rows, block, d).
     flat = (index + torch.arange(heads, device=q.device)[:, None, None] * blocks).reshape(-1)
-    k_blocks = k.reshape(batch, heads * blocks, block_size, dim).index_select(1, flat)
-    v_blocks = v.reshape(batch, heads * blocks, block_size, dim).index_select(1, flat)
+    k_blocks = select(k.reshape(batch, heads * blocks, block_size, dim), 1, flat)
+    v_blocks = select(v.reshape(batch, heads * blocks, block_size, dim), 1, flat)
     k_rows = k_blocks.view(batch, heads * rows, width, dim)
     v_rows = v_blocks.view(batch, heads * rows, width, dim)
     q_rows = q.reshape(batch, heads, blocks, block_size, dim)[:, :, 1:-1].reshape(batch, heads * rows, block_size, dim)

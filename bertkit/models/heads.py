@@ -7,11 +7,13 @@ from torch import nn
 
 from bertkit.config.schema import ModelConfig
 from bertkit.models.layers import ACTIVATIONS, init_weights
+from bertkit.models.repeatable import RepeatableEmbedding, select
 
 
 def gather_rows(hidden: torch.Tensor, flat_positions: torch.Tensor) -> torch.Tensor:
-    """Rows of a (B, T, H) tensor at flat indices into B*T."""
-    return hidden.reshape(-1, hidden.shape[-1]).index_select(0, flat_positions)
+    """Rows of a (B, T, H) tensor at flat indices into B*T; an index may repeat (SpanBERT's boundary tokens,
+    once for each token of their span)."""
+    return select(hidden.reshape(-1, hidden.shape[-1]), 0, flat_positions)
 
 
 class MLMHead(nn.Module):
@@ -69,7 +71,7 @@ class SBOHead(nn.Module):
     def __init__(self, cfg: ModelConfig, max_span: int) -> None:
         super().__init__()
         hidden, dim = cfg.hidden_size, cfg.embedding_dim
-        self.position_embeddings = nn.Embedding(max_span, hidden)
+        self.position_embeddings = RepeatableEmbedding(max_span, hidden)
         self.dense1 = nn.Linear(3 * hidden, hidden)
         self.norm1 = nn.LayerNorm(hidden, eps=cfg.layer_norm_eps)
         self.dense2 = nn.Linear(hidden, dim)

@@ -9,6 +9,7 @@ from torch import nn
 
 from bertkit.config.schema import ModelConfig
 from bertkit.models.attention import AttentionOutput, SelfAttention
+from bertkit.models.repeatable import RepeatableEmbedding
 from bertkit.models.unpad import Packing
 
 ACTIVATIONS = {
@@ -29,8 +30,8 @@ class Embeddings(nn.Module):
         super().__init__()
         dim = cfg.embedding_dim
         self.word_embeddings = nn.Embedding(cfg.vocab_size, dim, padding_idx=cfg.pad_token_id)
-        self.position_embeddings = nn.Embedding(cfg.max_position_embeddings, dim)
-        self.token_type_embeddings = nn.Embedding(cfg.type_vocab_size, dim) if cfg.type_vocab_size > 0 else None
+        self.position_embeddings = RepeatableEmbedding(cfg.max_position_embeddings, dim)
+        self.token_type_embeddings = RepeatableEmbedding(cfg.type_vocab_size, dim) if cfg.type_vocab_size > 0 else None
         self.norm = nn.LayerNorm(dim, eps=cfg.layer_norm_eps)
         self.dropout = nn.Dropout(cfg.hidden_dropout)
         self.position_offset = cfg.position_offset
