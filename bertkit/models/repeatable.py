@@ -14,9 +14,14 @@ import torch
 from torch import nn
 
 
+def _sorted(device: torch.device, sorted_backward: bool | None) -> bool:
+    """Whether to take indexing's backward: as asked, or by default on CUDA."""
+    return device.type == "cuda" if sorted_backward is None else sorted_backward
+
+
 def select(x: torch.Tensor, dim: int, index: torch.Tensor, sorted_backward: bool | None = None) -> torch.Tensor:
     """`x.index_select(dim, index)`; `sorted_backward` (default: on CUDA) takes indexing's backward."""
-    if not (x.device.type == "cuda" if sorted_backward is None else sorted_backward):
+    if not _sorted(x.device, sorted_backward):
         return x.index_select(dim, index)
     return x[(slice(None),) * dim + (index,)]
 
@@ -33,6 +38,6 @@ class RepeatableEmbedding(nn.Embedding):
         self.sorted_backward = sorted_backward
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        if not (ids.device.type == "cuda" if self.sorted_backward is None else self.sorted_backward):
+        if not _sorted(ids.device, self.sorted_backward):
             return super().forward(ids)
         return self.weight[ids]
