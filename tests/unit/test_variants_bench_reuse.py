@@ -88,6 +88,25 @@ def test_a_run_on_other_corpus_options_trains_again(variants, tmp_path: Path, mo
     ).read_text("utf-8")
 
 
+@pytest.mark.parametrize("name", ["albert", "albert-nsp"])
+def test_albert_trains_on_its_own_pipelines_copies(variants, tmp_path: Path, monkeypatch, name: str) -> None:
+    """ALBERT's create_pretraining_data (google-research/albert) makes 40 copies of the text, each packed afresh with
+    its own pairs and static n-gram masks, at most 20 predictions: a run on one packing, where SOP learnt the
+    repeated pairs by heart (docs/benchmarks.md), trains again on that corpus."""
+    work = tmp_path / "work"
+    options = "--format sop" if name == "albert" else "--format segment-pair"
+    finished_run(work, name, f"4e14flop\ncorpus: {options} --mask-strategy ngram", old_place=work)
+    calls: list[tuple] = []
+    summary = {"model_dir": str(work / "runs" / name / "model"), "steps": 3072, "tokens": 1, "flops": 4e14}
+    monkeypatch.setattr(variants, "bertkit", lambda *args: calls.append(args) or summary)
+    paths = {f"held-{name}": work / f"held-{name}", f"corpus-{name}": work / f"corpus-{name}"}
+    variants.pretrain(paths, work, name, "4e14flop")
+    assert len(calls) == 1 and calls[0][0] == "pretrain"
+    key = (work / "runs" / name / "bench-budget.txt").read_text("utf-8")
+    albert_copies = "--mask-strategy ngram --masking static --dupe-factor 40 --max-predictions 20 (copies packed apart)"
+    assert key.endswith(f"corpus: {options} {albert_copies}")
+
+
 def test_corpora_are_built_again_for_other_options(variants, tmp_path: Path, monkeypatch) -> None:
     """BERT trains on BERT's static masks (10 copies, at most 20 predictions, SPEC), its held-out documents are masked
     by token without them; a corpus built with other options is built again, one built with these is reused."""
