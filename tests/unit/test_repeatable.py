@@ -75,3 +75,42 @@ def test_token_types_and_span_boundaries_give_the_same_gradients_twice_on_cuda()
     first, second = grads(), grads()
     assert {"encoder.embeddings.token_type_embeddings.weight", "sbo_head.position_embeddings.weight"} <= set(first)
     assert all(torch.equal(first[name], second[name]) for name in first)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize(
+    ("recipe", "corpus_options"),
+    [
+        ("bert-tiny", {"format": "segment-pair", "masking": "static", "dupe_factor": 2}),  # token types
+        ("albert-tiny", {"format": "sop", "mask_strategy": "ngram"}),  # token types, a shared layer
+        ("spanbert-tiny", {"format": "single-segment", "mask_strategy": "span"}),  # boundary gathers
+    ],
+)
+def test_pretraining_twice_on_cuda_gives_the_same_curve_and_weights(
+    recipe: str, corpus_options: dict, workdir, text_file, tokenizer_dir
+) -> None:
+    """The whole run, on the Python documentation: two pretraining runs from the same corpus and seed on one GPU
+    (bf16, 128-token sequences) log the same loss at every step and end with the same bits in every weight."""
+    import json
+
+    from safetensors.torch import load_file
+
+    from bertkit.config.recipe import load_recipe
+    from bertkit.corpus.build import BuildOptions, build_corpus
+    from bertkit.pipelines.pretrain import pretrain
+
+    corpus = workdir / f"cuda-corpus-{recipe}"
+    build_corpus([text_file], tokenizer_dir, corpus, BuildOptions(max_seq_len=128, **corpus_options))
+    settings = [f"data.train={corpus}", "data.eval_fraction=0", "train.steps=60", "train.log_every=1",
+                "train.checkpoint_every=0", "engine.device=cuda", "engine.precision=bf16"]  # fmt: skip
+    curves, weights = [], []
+    for attempt in range(2):
+        run = workdir / f"cuda-{recipe}-{attempt}"
+        pretrain(load_recipe(recipe, settings), run, quiet=True)  # type: ignore[arg-type]
+        lines = (run / "metrics.jsonl").read_text("utf-8").splitlines()
+        curves.append([(row["step"], row["loss"]) for row in map(json.loads, lines) if "loss" in row])
+        weights.append(load_file(str(run / "model" / "model.safetensors")))
+    assert len(curves[0]) == 60 and curves[0] == curves[1]
+    assert weights[0].keys() == weights[1].keys()
+    assert all(torch.equal(weights[0][name], weights[1][name]) for name in weights[0])
