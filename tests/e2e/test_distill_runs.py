@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 from cli_helpers import run_error, run_json
+from run_helpers import loss_curve
 
 SMALL = ["--set", "train.log_every=5", "--set", "train.batch_size=16", "--set", "engine.threads=1",
          "--set", "train.eval_batches=1", "--set", "model.hidden_dropout=0",
@@ -189,12 +190,7 @@ def test_distill_resumes_exactly(distilbert_run: dict, pretrained_run: Path, cor
 
     a, b = (load_file(str(d / "model" / "model.safetensors")) for d in (run, moved))
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
-    assert curve(run) == curve(moved)
-
-
-def curve(run_dir: Path) -> list[tuple[int, float]]:
-    rows = map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
-    return [(row["step"], row["loss"]) for row in rows if "loss" in row]
+    assert loss_curve(run) == loss_curve(moved)
 
 
 @pytest.fixture(scope="module")
@@ -253,10 +249,11 @@ def test_task_stage_distils_a_finetuned_classifier(
     warm = run_json(*task, *shared, "-o", str(tmp_path / "warm"))
     assert not cold["teacher_cache"]["hit"] and warm["teacher_cache"]["hit"]
     assert warm["teacher_cache"]["path"] == cold["teacher_cache"]["path"]
-    assert curve(tmp_path / "warm") == curve(tmp_path / "cold")
+    assert loss_curve(tmp_path / "warm") == loss_curve(tmp_path / "cold")
     # Without the cache the teacher runs on every batch: the same targets, so the same curve (to rounding).
     run_json(*task, *shared[2:], "--set", "distill.cache_teacher=false", "-o", str(tmp_path / "live"))
-    assert [round(v, 4) for _, v in curve(tmp_path / "live")] == [round(v, 4) for _, v in curve(tmp_path / "cold")]
+    live_curve, cold_curve = (loss_curve(tmp_path / name) for name in ("live", "cold"))
+    assert [round(v, 4) for _, v in live_curve] == [round(v, 4) for _, v in cold_curve]
     # The teacher changes (here: its classifier's bias moves, as after another fine-tuning): another key, so
     # the logits are computed again, into a file of their own, and the curve changes with the targets.
     from safetensors.torch import load_file, save_file
@@ -269,7 +266,7 @@ def test_task_stage_distils_a_finetuned_classifier(
     retaught = run_json(*[str(changed) if a == teacher["run_dir"] else a for a in task], *shared, "-o",
                         str(tmp_path / "retaught"))  # fmt: skip
     assert not retaught["teacher_cache"]["hit"] and retaught["teacher_cache"]["path"] != cold["teacher_cache"]["path"]
-    assert curve(tmp_path / "retaught") != curve(tmp_path / "cold")
+    assert loss_curve(tmp_path / "retaught") != loss_curve(tmp_path / "cold")
     # A corrupt cache is one line naming the fix, and leaves no run behind.
     Path(cold["teacher_cache"]["path"]).write_bytes(b"not a safetensors file")
     line = run_error(*task, *shared, "-o", str(tmp_path / "corrupt"))
@@ -367,7 +364,7 @@ def test_budget_stops_at_a_step_boundary_and_resumes_exactly(
     assert checkpoint.name == f"step-{steps}"
     trainer = json.loads((checkpoint / "trainer_state.json").read_text())
     assert trainer["step"] == steps and trainer["train_seconds"] >= 1.0
-    assert curve(run)[-1][0] <= steps  # nothing logged past the step it stopped at
+    assert loss_curve(run)[-1][0] <= steps  # nothing logged past the step it stopped at
     from safetensors.torch import load_file
 
     model, checkpointed = (load_file(str(d / "model.safetensors")) for d in (run / "model", checkpoint))
@@ -378,7 +375,7 @@ def test_budget_stops_at_a_step_boundary_and_resumes_exactly(
     assert resumed["resumed_from"] == steps and resumed["steps"] == steps + 3 and resumed["stopped"] is None
     reference = tmp_path / "reference"
     run_json(*command, *endless, *further, "-o", str(reference))
-    assert curve(run) == curve(reference)
+    assert loss_curve(run) == loss_curve(reference)
     a, b = (load_file(str(d / "model" / "model.safetensors")) for d in (run, reference))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import run_error, run_json
+from run_helpers import loss_curve
 from test_ner_predict import _sentences, _write_conll
 from test_qa_runs import _articles, _write
 
@@ -19,11 +20,6 @@ from bertkit.distill.teacher import Teacher
 from bertkit.pipelines.compress import copy_layers
 
 TINY = ["--set", "engine.threads=1", "--set", "train.batch_size=16", "--set", "train.log_every=1"]
-
-
-def curve(run_dir: Path) -> list[tuple[int, float]]:
-    rows = map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
-    return [(row["step"], row["loss"]) for row in rows if "loss" in row]
 
 
 @pytest.fixture(scope="module")
@@ -74,9 +70,10 @@ def test_task_stage_distils_a_tagger(ner_setup: dict, tmp_path: Path) -> None:
     assert logits.shape[0] == 300 and logits.shape[2] == len(summary["labels"]) and logits.shape[1] <= 48
 
     warm = run_json(*command, "-o", str(tmp_path / "warm"))
-    assert warm["teacher_cache"]["hit"] and curve(tmp_path / "warm") == curve(tmp_path / "cold")
+    assert warm["teacher_cache"]["hit"] and loss_curve(tmp_path / "warm") == loss_curve(tmp_path / "cold")
     run_json(*task_command(setup, "--set", "distill.cache_teacher=false"), "-o", str(tmp_path / "live"))
-    assert [round(v, 4) for _, v in curve(tmp_path / "live")] == [round(v, 4) for _, v in curve(tmp_path / "cold")]
+    live_curve, cold_curve = (loss_curve(tmp_path / name) for name in ("live", "cold"))
+    assert [round(v, 4) for _, v in live_curve] == [round(v, 4) for _, v in cold_curve]
 
     saved = json.loads((tmp_path / "cold" / "model" / "bertkit_model.json").read_text())
     assert saved["architecture"] == "token-classification" and saved["labels"] == summary["labels"]

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from run_helpers import loss_curve
 from safetensors.torch import load_file
 
 STEPS = 20
@@ -67,13 +68,8 @@ def resume_copy(run: Path, destination: Path) -> Path:
     return destination
 
 
-def losses(run_dir: Path) -> list[tuple[int, float]]:
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [(row["step"], row["loss"]) for row in rows if "loss" in row]
-
-
 def assert_same_curve(a: Path, b: Path) -> None:
-    got, expected = losses(a), losses(b)
+    got, expected = loss_curve(a), loss_curve(b)
     assert [s for s, _ in got] == [s for s, _ in expected] == list(range(1, STEPS + 1))
     for (_, x), (_, y) in zip(got, expected, strict=True):
         assert x == pytest.approx(y, rel=1e-6, abs=2e-6)  # metrics.jsonl rounds to 6 decimals
@@ -310,7 +306,7 @@ def test_bf16_autocast_under_zero2_tracks_one_process(corpus_dir: Path, tmp_path
     pretrain(corpus_dir, tmp_path / "one", *sets(**bf16))
     pretrain(corpus_dir, tmp_path / "zero2", *sets(**bf16, **{"engine.deepspeed.zero_stage": 2}), "--engine",
              "deepspeed", procs=2)  # fmt: skip
-    curve, reference = losses(tmp_path / "zero2"), losses(tmp_path / "one")
+    curve, reference = loss_curve(tmp_path / "zero2"), loss_curve(tmp_path / "one")
     assert [step for step, _ in curve] == [step for step, _ in reference] == list(range(1, STEPS + 1))
     # bf16 matmuls round differently when the reduction order changes; fp32 parity is tested above.
     assert [x for _, x in curve] == pytest.approx([y for _, y in reference], rel=1e-3)
@@ -377,7 +373,7 @@ def test_feature_based_finetune_under_zero3_matches_ddp(
                 "--set", "engine.deepspeed.zero_stage=3", "--set", "train.steps=4", "--set", "train.batch_size=8",
                 "--set", "train.log_every=1", "--set", "engine.threads=1", procs=2)  # fmt: skip
     assert_same_weights(outputs["deepspeed"], outputs["ddp"])
-    curve, reference = losses(outputs["deepspeed"]), losses(outputs["ddp"])
+    curve, reference = loss_curve(outputs["deepspeed"]), loss_curve(outputs["ddp"])
     assert [step for step, _ in curve] == [step for step, _ in reference] == [1, 2, 3, 4]
     assert [loss for _, loss in curve] == pytest.approx([loss for _, loss in reference], rel=2e-5)
     tuned = load_file(str(outputs["deepspeed"] / "model" / "model.safetensors"))
@@ -393,7 +389,7 @@ def test_gpu_nccl_bf16_two_processes(corpus_dir: Path, tmp_path: Path, engine: s
     cuda = {"engine.device": "cuda", "engine.precision": "bf16"}
     pretrain(corpus_dir, tmp_path / "one", *sets(**cuda))
     pretrain(corpus_dir, tmp_path / "two", *sets(**cuda), "--engine", engine, procs=2)
-    for (_, x), (_, y) in zip(losses(tmp_path / "two"), losses(tmp_path / "one"), strict=True):
+    for (_, x), (_, y) in zip(loss_curve(tmp_path / "two"), loss_curve(tmp_path / "one"), strict=True):
         assert x == pytest.approx(y, rel=2e-2)  # bf16 matmuls: rounding differs with the reduction order
 
 
@@ -406,7 +402,7 @@ def test_gpu_engine_as_a_group_of_one(corpus_dir: Path, tmp_path: Path, engine: 
     cuda = {"engine.device": "cuda", "engine.precision": "bf16"}
     pretrain(corpus_dir, tmp_path / "single", *sets(**cuda))
     pretrain(corpus_dir, tmp_path / engine, *sets(**cuda), "--engine", engine)
-    for (_, x), (_, y) in zip(losses(tmp_path / engine), losses(tmp_path / "single"), strict=True):
+    for (_, x), (_, y) in zip(loss_curve(tmp_path / engine), loss_curve(tmp_path / "single"), strict=True):
         assert x == pytest.approx(y, rel=2e-2)
 
 

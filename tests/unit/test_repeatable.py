@@ -92,8 +92,7 @@ def test_pretraining_twice_on_cuda_gives_the_same_curve_and_weights(
 ) -> None:
     """The whole run, on the Python documentation: two pretraining runs from the same corpus and seed on one GPU
     (bf16, 128-token sequences) log the same loss at every step and end with the same bits in every weight."""
-    import json
-
+    from run_helpers import loss_curve
     from safetensors.torch import load_file
 
     from bertkit.config.recipe import load_recipe
@@ -108,8 +107,7 @@ def test_pretraining_twice_on_cuda_gives_the_same_curve_and_weights(
     for attempt in range(2):
         run = workdir / f"cuda-{recipe}-{attempt}"
         pretrain(load_recipe(recipe, settings), run, quiet=True)  # type: ignore[arg-type]
-        lines = (run / "metrics.jsonl").read_text("utf-8").splitlines()
-        curves.append([(row["step"], row["loss"]) for row in map(json.loads, lines) if "loss" in row])
+        curves.append(loss_curve(run))
         weights.append(load_file(str(run / "model" / "model.safetensors")))
     assert len(curves[0]) == 60 and curves[0] == curves[1]
     assert weights[0].keys() == weights[1].keys()
