@@ -23,13 +23,13 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import split_reviews
+from run_helpers import loss_curve
 from test_distributed import (
     CHECKPOINT_EVERY,
     STEPS,
     assert_same_curve,
     assert_same_eval,
     assert_same_weights,
-    losses,
     pretrain,
     resume_copy,
     sets,
@@ -241,7 +241,7 @@ def test_two_nodes_run_the_task_stage_like_one_process(
     assert single.returncode == 0, single.stderr[-3000:]
     printed = json_lines(two_nodes(*args, "-o", str(tmp_path / "2x1"), "--engine", "ddp"))
     assert len(printed) == 1 and [p["phase"] for p in printed[0]["phases"]] == ["intermediate", "prediction"]
-    got, expected = (losses(tmp_path / name) for name in ("2x1", "single"))
+    got, expected = (loss_curve(tmp_path / name) for name in ("2x1", "single"))
     assert [step for step, _ in got] == [step for step, _ in expected] and len(got) > 20
     for (_, a), (_, b) in zip(got, expected, strict=True):
         assert a == pytest.approx(b, rel=1e-5, abs=1e-5)
