@@ -31,16 +31,31 @@ def suite_data(work: Path, smoke: bool) -> Path:
     return data
 
 
-def suite_file(data: Path, smoke: bool, leave_out: tuple[str, ...] = ()) -> str:
-    """The shipped `local` suite as a file beside its data: one seed with --smoke, without the tasks `leave_out`."""
+def qa_data(work: Path, train: int, dev: int) -> Path:
+    """The suite's task files with `train` and `dev` SQuAD v1.1 dev questions in QA (whole articles apart), the other
+    tasks at SUITE_SIZES, written once under `work`."""
+    from bertkit.data.local_suite import LocalSizes, write_local_suite
+
+    data = work / f"local-suite-qa{train}-{dev}"
+    if not data.exists():
+        write_local_suite(data, sizes=LocalSizes(**{**SUITE_SIZES, "qa_train": train, "qa_dev": dev}))
+    return data
+
+
+def suite_file(data: Path, smoke: bool, leave_out: tuple[str, ...] = (), only: tuple[str, ...] = ()) -> str:
+    """The shipped `local` suite as a file beside its data: one seed with --smoke, without the tasks `leave_out`, or
+    with the tasks `only`."""
     import yaml
 
     from bertkit.config.suite import resolve_suite_path
 
     raw = yaml.safe_load(resolve_suite_path("local").read_text("utf-8"))
     raw["tasks"] = [task for task in raw["tasks"] if task["name"] not in leave_out]
+    if only:
+        raw["tasks"] = [task for task in raw["tasks"] if task["name"] in only]
     if smoke:
         raw["seeds"] = [0]
-    path = data / f"suite{'-smoke' if smoke else ''}{''.join('-no-' + t for t in leave_out)}.yaml"
+    cut = "".join("-no-" + t for t in leave_out) + "".join("-only-" + t for t in only)
+    path = data / f"suite{'-smoke' if smoke else ''}{cut}.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False), "utf-8")
     return str(path)

@@ -25,6 +25,10 @@ SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "variants.py"
         (["--pretrain-seeds", "0,one"], "--pretrain-seeds '0,one'"),
         (["--pretrain-seeds", "0,-1"], "none negative"),
         (["--pretrain-seeds", ","], "at least one seed"),
+        (["--qa", "2000"], "--qa '2000': write the training and dev questions"),
+        (["--qa", "2000,dev"], "two whole numbers"),
+        (["--qa", "0,100"], "two whole numbers"),
+        (["--variants", "xlnet", "--qa", "200,100"], "none of ['xlnet'] serves extractive QA"),
     ],
 )
 def test_bad_arguments_are_one_error_and_exit_2(tmp_path: Path, arguments: list[str], message: str) -> None:
