@@ -28,7 +28,8 @@ def test_a_larger_qa_split_is_fine_tuned_and_reported(tmp_path: Path) -> None:
     text.write_text("\n\n".join(paragraphs()[:400]) + "\n", "utf-8")
     work = tmp_path / "work"
     command = [sys.executable, str(HERE / "variants.py"), "--work", str(work), "--text", str(text),
-               "--variants", "bert", "--budget", "2e12flop", "--downstream", "none", "--smoke", "--qa", "60,30"]  # fmt: skip
+               "--variants", "bert", "--budget", "2e12flop", "--downstream", "none", "--smoke",
+               "--qa", "60,30"]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
@@ -36,7 +37,9 @@ def test_a_larger_qa_split_is_fine_tuned_and_reported(tmp_path: Path) -> None:
 
     split = {name: json.loads((work / "local-suite-qa60-30" / "qa" / f"{name}.json").read_text("utf-8"))
              for name in ("train", "dev")}  # fmt: skip
-    questions = {name: sum(len(p["qas"]) for a in data["data"] for p in a["paragraphs"]) for name, data in split.items()}
+    questions = {
+        name: sum(len(p["qas"]) for a in data["data"] for p in a["paragraphs"]) for name, data in split.items()
+    }
     assert questions == {"train": 60, "dev": 30}
     titles = {name: {a["title"] for a in data["data"]} for name, data in split.items()}
     assert not titles["train"] & titles["dev"]
