@@ -10,7 +10,6 @@ on that split, and the report's figures those cells' own."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,19 +19,11 @@ pytestmark = pytest.mark.bench
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from ttq import paragraphs  # noqa: E402
+from variants_smoke import run_variants_bench  # noqa: E402
 
 
 def test_a_larger_qa_split_is_fine_tuned_and_reported(tmp_path: Path) -> None:
-    text = tmp_path / "text.txt"
-    text.write_text("\n\n".join(paragraphs()[:400]) + "\n", "utf-8")
-    work = tmp_path / "work"
-    command = [sys.executable, str(HERE / "variants.py"), "--work", str(work), "--text", str(text),
-               "--variants", "bert", "--budget", "2e12flop", "--downstream", "none", "--smoke",
-               "--qa", "60,30"]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    work, report = run_variants_bench(tmp_path, "--downstream", "none", "--qa", "60,30")
     assert report["downstream"] == {}
 
     split = {name: json.loads((work / "local-suite-qa60-30" / "qa" / f"{name}.json").read_text("utf-8"))

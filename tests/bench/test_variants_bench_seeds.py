@@ -9,9 +9,7 @@ deviation of the runs' own averages."""
 
 from __future__ import annotations
 
-import json
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
@@ -23,7 +21,7 @@ pytestmark = pytest.mark.bench
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from ttq import paragraphs  # noqa: E402
+from variants_smoke import run_variants_bench  # noqa: E402
 
 
 def saved_weights(run: Path) -> dict:
@@ -31,15 +29,7 @@ def saved_weights(run: Path) -> dict:
 
 
 def test_runs_of_each_seed_are_pooled(tmp_path: Path) -> None:
-    text = tmp_path / "text.txt"
-    text.write_text("\n\n".join(paragraphs()[:400]) + "\n", "utf-8")
-    work = tmp_path / "work"
-    command = [sys.executable, str(HERE / "variants.py"), "--work", str(work), "--text", str(text),
-               "--variants", "bert", "--budget", "2e12flop", "--downstream", "probe", "--smoke",
-               "--pretrain-seeds", "0,1"]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    work, report = run_variants_bench(tmp_path, "--downstream", "probe", "--pretrain-seeds", "0,1")
 
     runs = {row["name"]: row for row in report["runs"]}
     assert sorted(runs) == ["bert", "bert-seed1"]
