@@ -62,7 +62,7 @@ its runs with the spread between them, which one run's fine-tuning seeds underst
 
 `--qa 2000,1000` fine-tunes every model that serves extractive QA (all but XLNet, and the untrained encoder) on a
 larger QA split as well: 2,000 training and 1,000 dev questions of SQuAD v1.1 dev, whole articles apart, with the
-suite's QA settings and seeds. The suite's own QA (300 questions to train on) leaves every encoder this small at
+suite's QA settings and seeds. The suite's own QA (300 questions to train on) leaves most encoders this small at
 the untrained encoder's F1; SpanBERT's claim is a QA claim, and this is where it is checked.
 
 `--set VARIANT:KEY=VALUE` sets a recipe field for one variant over the shared settings (for ELECTRA, its
