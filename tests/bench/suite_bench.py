@@ -21,24 +21,19 @@ def smoke_sizes():
     return dataclasses.replace(LocalSizes.every(40, 20), ner_train=400)
 
 
-def suite_data(work: Path, smoke: bool) -> Path:
-    """The suite's task files under `work`, written once: at SUITE_SIZES, or the smoke's sizes."""
+def suite_data(work: Path, smoke: bool, qa: tuple[int, int] | None = None) -> Path:
+    """The suite's task files under `work`, written once: at SUITE_SIZES, or the smoke's sizes; with `qa` (training and
+    dev questions of SQuAD v1.1 dev, whole articles apart), QA at that size, in a folder of its own."""
     from bertkit.data.local_suite import LocalSizes, write_local_suite
 
-    data = work / ("local-suite-smoke" if smoke else "local-suite")
+    sizes = smoke_sizes() if smoke else LocalSizes(**SUITE_SIZES)
+    name = "local-suite-smoke" if smoke else "local-suite"
+    if qa is not None:
+        sizes = dataclasses.replace(sizes, qa_train=qa[0], qa_dev=qa[1])
+        name += f"-qa{qa[0]}-{qa[1]}"
+    data = work / name
     if not data.exists():
-        write_local_suite(data, sizes=smoke_sizes() if smoke else LocalSizes(**SUITE_SIZES))
-    return data
-
-
-def qa_data(work: Path, train: int, dev: int) -> Path:
-    """The suite's task files with `train` and `dev` SQuAD v1.1 dev questions in QA (whole articles apart), the other
-    tasks at SUITE_SIZES, written once under `work`."""
-    from bertkit.data.local_suite import LocalSizes, write_local_suite
-
-    data = work / f"local-suite-qa{train}-{dev}"
-    if not data.exists():
-        write_local_suite(data, sizes=LocalSizes(**{**SUITE_SIZES, "qa_train": train, "qa_dev": dev}))
+        write_local_suite(data, sizes=sizes)
     return data
 
 

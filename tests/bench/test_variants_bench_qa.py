@@ -26,7 +26,7 @@ def test_a_larger_qa_split_is_fine_tuned_and_reported(tmp_path: Path) -> None:
     work, report = run_variants_bench(tmp_path, "--downstream", "none", "--qa", "60,30")
     assert report["downstream"] == {}
 
-    split = {name: json.loads((work / "local-suite-qa60-30" / "qa" / f"{name}.json").read_text("utf-8"))
+    split = {name: json.loads((work / "local-suite-smoke-qa60-30" / "qa" / f"{name}.json").read_text("utf-8"))
              for name in ("train", "dev")}  # fmt: skip
     questions = {
         name: sum(len(p["qas"]) for a in data["data"] for p in a["paragraphs"]) for name, data in split.items()
@@ -38,7 +38,7 @@ def test_a_larger_qa_split_is_fine_tuned_and_reported(tmp_path: Path) -> None:
     qa = report["qa"]
     assert (qa["train"], qa["dev"]) == (60, 30)
     assert sorted(qa["scores"]) == ["bert", "untrained"]
-    cells = sorted((work / "evaluate-local-suite-qa60-30" / "cells").glob("*/qa/*/result.json"))
+    cells = sorted((work / "evaluate-local-suite-smoke-qa60-30" / "cells").glob("*/qa/*/result.json"))
     assert len(cells) == 2  # one seed with --smoke, two models
     by_model = {}
     for cell in cells:

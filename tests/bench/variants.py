@@ -81,7 +81,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from suite_bench import qa_data, suite_data, suite_file  # noqa: E402
+from suite_bench import suite_data, suite_file  # noqa: E402
 from ttq import (  # noqa: E402
     HELD_OUT_EVERY,
     SHAPE,
@@ -547,8 +547,9 @@ def main() -> None:
             report["downstream"][mode] = {"scores": scores, "average": average,
                                           "pretraining": over_pretraining(runs, average, seeds)}  # fmt: skip
     if qa_sizes:
+        qa_suite = suite_data(args.work, args.smoke, qa_sizes)
         report["qa"] = {"train": qa_sizes[0], "dev": qa_sizes[1],
-                        "scores": qa_scores(args.work, models, qa_data(args.work, *qa_sizes), args.smoke, args.jobs)}
+                        "scores": qa_scores(args.work, models, qa_suite, args.smoke, args.jobs)}  # fmt: skip
     report["wall_minutes"] = round((time.time() - started) / 60, 1)
     (args.work / "report.json").write_text(json.dumps(report, indent=1), "utf-8")
     (args.work / "report.md").write_text(markdown(report), "utf-8")
