@@ -1,6 +1,7 @@
 """The variants bench with several pretraining seeds, end to end on real text at a tiny budget: `--pretrain-seeds 0,1`
 pretrains BERT once a seed and scores each run and the untrained encoder at each seed's initial weights with the
-probe on the smoke-sized `local` suite, and the report pools each over its runs.
+probe on the smoke-sized `local` suite, and with `--qa 60,30` fine-tunes each on a QA split of 60 questions; the
+report pools each over its runs, the suite average and the QA F1 alike.
 
 Text: the first 400 SQuAD/SQuADShifts context paragraphs of bigbench 1.0.0's sdist (`make install-test` caches it;
 ../shared/DATA.md), the bench's own text, cut short. Asserted against what the runs themselves wrote: each run's
@@ -29,7 +30,7 @@ def saved_weights(run: Path) -> dict:
 
 
 def test_runs_of_each_seed_are_pooled(tmp_path: Path) -> None:
-    work, report = run_variants_bench(tmp_path, "--downstream", "probe", "--pretrain-seeds", "0,1")
+    work, report = run_variants_bench(tmp_path, "--downstream", "probe", "--pretrain-seeds", "0,1", "--qa", "60,30")
 
     runs = {row["name"]: row for row in report["runs"]}
     assert sorted(runs) == ["bert", "bert-seed1"]
@@ -54,4 +55,12 @@ def test_runs_of_each_seed_are_pooled(tmp_path: Path) -> None:
         assert pooled["mean"] == pytest.approx(statistics.mean(means), abs=0.006)
         assert pooled["std"] == pytest.approx(statistics.stdev(means), abs=0.006)
         assert pooled["seed_std"] == max(average[name]["std"] for name in names)
-    assert "Over pretraining runs" in (work / "report.md").read_text("utf-8")
+    qa = report["qa"]
+    for family, names in (("bert", ["bert", "bert-seed1"]), ("untrained", ["untrained", "untrained-seed1"])):
+        pooled, f1 = qa["pretraining"][family], [qa["scores"][name]["f1"] for name in names]
+        assert pooled["runs"] == 2
+        assert pooled["mean"] == pytest.approx(statistics.mean(row["mean"] for row in f1), abs=0.006)
+        assert pooled["std"] == pytest.approx(statistics.stdev(row["mean"] for row in f1), abs=0.006)
+        assert pooled["seed_std"] == max(row["std"] for row in f1)
+    table = (work / "report.md").read_text("utf-8")
+    assert "Over pretraining runs" in table and "QA F1 over pretraining runs" in table

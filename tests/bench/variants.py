@@ -380,9 +380,10 @@ def is_floor(name: str) -> bool:
 
 
 def over_pretraining(runs: list[dict], average: dict[str, dict], seeds: list[int]) -> dict[str, dict]:
-    """Each variant's suite average over its pretraining runs (one a seed) and the untrained encoder's over its
-    initial weights: the mean and standard deviation of the runs' averages, and the largest fine-tuning seed spread
-    of one run beside them. Only for variants with at least two finished runs."""
+    """Each variant's suite average (or one task's score: any `{"mean", "std"}` a model) over its pretraining runs
+    (one a seed) and the untrained encoder's over its initial weights: the mean and standard deviation of the runs'
+    averages, and the largest fine-tuning seed spread of one run beside them. Only for variants with at least two
+    finished runs."""
     import statistics
 
     groups: dict[str, list[str]] = {}
@@ -441,6 +442,12 @@ def markdown(report: dict) -> str:
             f1, score = row["f1"], row["score"]
             lines.append(f"| {name} | {f1['mean']:.2f} ± {f1['std']:.2f} | {row['exact_match']:.2f} | "
                          f"{score['mean']:.2f} ± {score['std']:.2f} |")  # fmt: skip
+        if qa.get("pretraining"):
+            lines += ["", "QA F1 over pretraining runs (mean ± standard deviation of the runs' F1; the largest seed "
+                      "spread of one run in brackets):", "", "| variant | runs | F1 |", "|---|---|---|"]  # fmt: skip
+            for family, row in qa["pretraining"].items():
+                spread = f"{row['mean']:.2f} ± {row['std']:.2f} ({row['seed_std']:.2f})"
+                lines.append(f"| {family} | {row['runs']} | {spread} |")
     return "\n".join(lines) + "\n"
 
 
@@ -548,8 +555,10 @@ def main() -> None:
                                           "pretraining": over_pretraining(runs, average, seeds)}  # fmt: skip
     if qa_sizes:
         qa_suite = suite_data(args.work, args.smoke, qa_sizes)
-        report["qa"] = {"train": qa_sizes[0], "dev": qa_sizes[1],
-                        "scores": qa_scores(args.work, models, qa_suite, args.smoke, args.jobs)}  # fmt: skip
+        scores = qa_scores(args.work, models, qa_suite, args.smoke, args.jobs)
+        f1 = {name: row["f1"] for name, row in scores.items()}
+        report["qa"] = {"train": qa_sizes[0], "dev": qa_sizes[1], "scores": scores,
+                        "pretraining": over_pretraining(runs, f1, seeds)}  # fmt: skip
     report["wall_minutes"] = round((time.time() - started) / 60, 1)
     (args.work / "report.json").write_text(json.dumps(report, indent=1), "utf-8")
     (args.work / "report.md").write_text(markdown(report), "utf-8")

@@ -182,6 +182,23 @@ def test_averages_over_pretraining_runs(variants) -> None:
     assert "| untrained-seed1 |" in table and "| untrained | 2 | 29.00 ± 0.14 (0.30) |" in table
 
 
+def test_qa_f1_over_pretraining_runs(variants) -> None:
+    """With --qa and several pretraining seeds, each variant's QA F1 is pooled over its runs as the suite average
+    is: the mean and sample standard deviation of the runs' F1, the largest seed spread of one run beside them."""
+    runs = [{"name": "spanbert", "run_of": "spanbert"}, {"name": "spanbert-seed1", "run_of": "spanbert"}]
+    f1 = {"spanbert": {"mean": 8.48, "std": 0.75}, "spanbert-seed1": {"mean": 8.62, "std": 0.63},
+          "untrained": {"mean": 5.36, "std": 0.41}, "untrained-seed1": {"mean": 5.40, "std": 0.56}}  # fmt: skip
+    pooled = variants.over_pretraining(runs, f1, [0, 1])
+    assert pooled["spanbert"] == {"mean": 8.55, "std": 0.1, "runs": 2, "seed_std": 0.75}
+    assert pooled["untrained"] == {"mean": 5.38, "std": 0.03, "runs": 2, "seed_std": 0.56}
+    scores = {name: {"f1": {**row, "per_seed": []}, "exact_match": 1.0, "score": row} for name, row in f1.items()}
+    report = {"budget": "4e14flop", "runs": [dict(r, steps=1, tokens=1) for r in runs], "downstream": {},
+              "qa": {"train": 1000, "dev": 500, "scores": scores, "pretraining": pooled}}  # fmt: skip
+    table = variants.markdown(report)
+    assert "QA F1 over pretraining runs" in table
+    assert "| spanbert | 2 | 8.55 ± 0.10 (0.75) |" in table and "| untrained | 2 | 5.38 ± 0.03 (0.56) |" in table
+
+
 def test_plateau_scores_only_models_with_an_mlm_head(variants, tmp_path: Path, monkeypatch) -> None:
     """`--set albert:objective.mlm=0` trains ALBERT on SOP alone: no MLM head to export, so nothing to score on the
     token masks, where the export would fail."""
