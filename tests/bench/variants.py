@@ -58,7 +58,7 @@ its task before its accuracy leaves the guess.
 
 `--pretrain-seeds 0,1,2` pretrains each variant once a seed (train.seed: initial weights, data order, dynamic masks)
 and scores the untrained encoder at each seed's initial weights; the report then adds each variant's average over
-its runs with the spread between them, which one run's fine-tuning seeds understate.
+its runs with the spread between them, which one run's fine-tuning seeds understate (with `--qa`, its QA F1 too).
 
 `--qa 2000,1000` fine-tunes every model that serves extractive QA (all but XLNet, and the untrained encoder) on a
 larger QA split as well: 2,000 training and 1,000 dev questions of SQuAD v1.1 dev, whole articles apart, with the
@@ -400,6 +400,12 @@ def over_pretraining(runs: list[dict], average: dict[str, dict], seeds: list[int
     return out
 
 
+def pooled_cell(row: dict) -> str:
+    """One variant's figure over its pretraining runs, as both pooled tables write it: mean ± spread between runs,
+    the largest seed spread of one run in brackets."""
+    return f"{row['mean']:.2f} ± {row['std']:.2f} ({row['seed_std']:.2f})"
+
+
 def markdown(report: dict) -> str:
     lines = [f"budget {report['budget']}; tokenizer WordPiece 16,000; shape 4 x 256", ""]
     modes = [m for m in ("probe", "full") if m in report["downstream"]]
@@ -431,7 +437,7 @@ def markdown(report: dict) -> str:
             cells = [family, str(next(p[family]["runs"] for p in pooled.values() if family in p))]
             for mode in modes:
                 row = pooled[mode].get(family)
-                cells.append(f"{row['mean']:.2f} ± {row['std']:.2f} ({row['seed_std']:.2f})" if row else "")
+                cells.append(pooled_cell(row) if row else "")
             lines.append("| " + " | ".join(cells) + " |")
     if report.get("qa"):
         qa = report["qa"]
@@ -446,8 +452,7 @@ def markdown(report: dict) -> str:
             lines += ["", "QA F1 over pretraining runs (mean ± standard deviation of the runs' F1; the largest seed "
                       "spread of one run in brackets):", "", "| variant | runs | F1 |", "|---|---|---|"]  # fmt: skip
             for family, row in qa["pretraining"].items():
-                spread = f"{row['mean']:.2f} ± {row['std']:.2f} ({row['seed_std']:.2f})"
-                lines.append(f"| {family} | {row['runs']} | {spread} |")
+                lines.append(f"| {family} | {row['runs']} | {pooled_cell(row)} |")
     return "\n".join(lines) + "\n"
 
 
