@@ -7,7 +7,7 @@ through test_variants_bench.py; on your own text:
 The default budget, 4e14 FLOPs, is about two hours a variant on 2 CPU cores. On a GPU, `--parallel 10 --threads 1
 --jobs 14` pretrains the variants side by side and runs the suite's cells 14 at a time (with --generator 0.25,0.5,1.0
 on one H100 with 16 CPU cores: at 2e14 FLOPs the whole bench took 8.4 minutes; at 4e14 the pretraining took 5.8,
-crammed-bert's being the longest, and the suite about 4 more).
+crammed-bert's being the longest, and the suite about 4 more at its own fine-tuning rates).
 
 Text: by default the unique paragraphs of the four SQuADShifts sets (new_wiki, nyt, reddit, amazon_reviews:
 Wikipedia, New York Times, Reddit and Amazon review text, from bigbench 1.0.0's sdist that `make install-test`
@@ -65,6 +65,13 @@ larger QA split as well: 2,000 training and 1,000 dev questions of SQuAD v1.1 de
 suite's QA settings and seeds. The suite's own QA (300 questions to train on) leaves most encoders this small at
 the untrained encoder's F1; SpanBERT's claim is a QA claim, and this is where it is checked.
 
+`--lrs` is full fine-tuning's rate grid, for every task (`--qa`'s too); each task keeps the rate with the best
+mean over seeds on dev, as `bertkit evaluate` picks it. The default, 5e-5, 1e-4 and 3e-4, is the top of the grid
+BERT's small models are fine-tuned over (google-research/bert's miniatures: 3e-5 to 3e-4, Turc et al., 2019); the
+local suite's own rate, 5e-5 (1e-4 for NER and QA), is BERT-base's and in the 75 steps of an 800-example task
+leaves some of these 4-layer encoders at the majority class. `--lrs ''` keeps the suite's own rates, a third of the
+cells.
+
 `--set VARIANT:KEY=VALUE` sets a recipe field for one variant over the shared settings (for ELECTRA, its
 generator-ablation runs too, each keeping its own width), e.g. `--set electra:optim.lr=1e-3`; a finished run in
 --work is reused only for the same budget, the same settings and the same corpus options."""
@@ -99,6 +106,10 @@ from ttq import score as score_masked  # noqa: E402
 # Rounded up from 3.8e14, where ELECTRA at its own rate beat the untrained encoder with the probe; every other
 # variant did at 2e14, where every masked LM had left the frequent-token plateau (docs/benchmarks.md).
 DEFAULT_BUDGET = "4e14flop"
+# Full fine-tuning's rate grid (--lrs): the local suite's one rate a task (5e-5, BERT-base's) left ALBERT at the
+# majority class on its 800-example sets, in 75 steps; the top of the grid that BERT's small models are fine-tuned
+# over lets each model find its rate (docs/benchmarks.md).
+FULL_LRS = "5e-5,1e-4,3e-4"
 SHARED_OPTIMISER = {
     "optim.lr": 1e-3, "optim.betas": "[0.9,0.98]", "optim.eps": 1e-6, "optim.weight_decay": 0.01,
     "schedule.warmup_steps": 0, "schedule.warmup_fraction": 0.06, "schedule.decay": "linear",
@@ -321,39 +332,44 @@ def discriminator(run: Path) -> dict[str, float]:
     }
 
 
-def evaluate(work: Path, models: dict[str, str], mode: str, data: Path, smoke: bool, jobs: int) -> dict:
-    """`bertkit evaluate` on the local suite (without QA for the models that cannot serve it): each model's task
-    scores ({"seeds", "per_seed", "mean", "std"}), the tasks without a finished cell left out."""
+def evaluate(work: Path, models: dict[str, str], mode: str, data: Path, smoke: bool, jobs: int,
+             lrs: tuple[float, ...] = ()) -> dict:
+    """`bertkit evaluate` on the local suite (without QA for the models that cannot serve it), full fine-tuning over
+    the rate grid `lrs` (empty: the suite's own rates): each model's task scores ({"seeds", "per_seed", "mean", "std",
+    "lr"}, at the rate picked on dev), the tasks without a finished cell left out."""
     groups = {"all": [n for n in models if n not in NO_QA], "no-qa": [n for n in models if n in NO_QA]}
     scores: dict = {}
     for group, names in groups.items():
         if not names:
             continue
-        suite = suite_file(data, smoke, () if group == "all" else ("qa",))
+        suite = suite_file(data, smoke, () if group == "all" else ("qa",), lrs=lrs if mode == "full" else ())
         report = evaluate_suite([models[n] for n in names], suite, data, work / f"evaluate-{mode}-{group}",
                                 mode == "probe", jobs)  # fmt: skip
         for n in names:
             tasks = report["models"][models[n]]["tasks"]
             scores[n] = {
-                task: {**row["score"], "seeds": row["seeds"]}
+                task: {**row["score"], "seeds": row["seeds"], "lr": row["lr"]}
                 for task, row in tasks.items()
                 if (row.get("score") or {}).get("mean") is not None
             }
     return scores
 
 
-def qa_scores(work: Path, models: dict[str, str], data: Path, smoke: bool, jobs: int) -> dict:
-    """Full fine-tuning on the QA task alone of the suite in `data`, for the models that serve QA: each model's F1
-    and exact match over the seeds, and their mean (the suite's QA score)."""
+def qa_scores(work: Path, models: dict[str, str], data: Path, smoke: bool, jobs: int,
+              lrs: tuple[float, ...] = ()) -> dict:
+    """Full fine-tuning on the QA task alone of the suite in `data` (over the rate grid `lrs`; empty: the task's
+    rate), for the models that serve QA: each model's F1 and exact match over the seeds at the rate picked on dev,
+    and their mean (the suite's QA score)."""
     names = [n for n in models if n not in NO_QA]
-    report = evaluate_suite([models[n] for n in names], suite_file(data, smoke, only=("qa",)), data,
+    report = evaluate_suite([models[n] for n in names], suite_file(data, smoke, only=("qa",), lrs=lrs), data,
                             work / f"evaluate-{data.name}", False, jobs)  # fmt: skip
     scores = {}
     for n in names:
         row = report["models"][models[n]]["tasks"]["qa"]
         if row.get("mean") is None:
             continue
-        scores[n] = {"seeds": row["seeds"], "f1": {"mean": row["mean"], "std": row["std"], "per_seed": row["scores"]},
+        scores[n] = {"seeds": row["seeds"], "lr": row["lr"],
+                     "f1": {"mean": row["mean"], "std": row["std"], "per_seed": row["scores"]},
                      "exact_match": row["metrics"]["exact_match"], "score": row["score"]}  # fmt: skip
     return scores
 
@@ -407,7 +423,9 @@ def pooled_cell(row: dict) -> str:
 
 
 def markdown(report: dict) -> str:
-    lines = [f"budget {report['budget']}; tokenizer WordPiece 16,000; shape 4 x 256", ""]
+    rates = ", ".join(f"{lr:g}" for lr in report.get("lrs") or []) or "the suite's own"
+    lines = [f"budget {report['budget']}; tokenizer WordPiece 16,000; shape 4 x 256; full fine-tuning's rates: {rates}",
+             ""]
     modes = [m for m in ("probe", "full") if m in report["downstream"]]
     head = "| variant | steps | tokens | masked acc | token masks: frequent / rest | NSP or SOP acc | "
     head += "RTD acc (nothing-replaced) | RTD loss (guess's entropy) | " + "".join(f"{m} average | " for m in modes)
@@ -476,6 +494,9 @@ def main() -> None:
                         help="pretraining runs of each variant, one a seed (train.seed), e.g. 0,1,2: the table then "
                              "gives each variant's spread over its runs, the untrained encoder's over its initial "
                              "weights")  # fmt: skip
+    parser.add_argument("--lrs", default=FULL_LRS, metavar="RATES",
+                        help="full fine-tuning's rate grid for every task, the best on dev kept per task (default: "
+                             f"{FULL_LRS}; '' for the suite's own rates)")  # fmt: skip
     parser.add_argument("--set", dest="own", action="append", default=[], metavar="VARIANT:KEY=VALUE",
                         help="a recipe field for one variant over the shared settings, e.g. electra:optim.lr=1e-3")
     args = parser.parse_args()
@@ -517,6 +538,12 @@ def main() -> None:
             parser.error(f"--qa {args.qa!r}: write the training and dev questions as two whole numbers, e.g. 2000,1000")
         if all(n in NO_QA for n in names):
             parser.error(f"--qa: none of {names} serves extractive QA")
+    try:
+        lrs = tuple(dict.fromkeys(float(x) for x in args.lrs.split(",") if x.strip()))
+    except ValueError:
+        lrs = (0.0,)
+    if min(lrs, default=1.0) <= 0:
+        parser.error(f"--lrs {args.lrs!r}: write positive learning rates separated by commas, e.g. {FULL_LRS}")
     from bertkit.errors import BertkitError
 
     for variant, settings in own.items():  # an unknown key or a bad value, before hours of other runs
@@ -538,7 +565,7 @@ def main() -> None:
             lambda job: pretrain(paths, args.work, job[0], args.budget, job[1], args.threads, own.get(job[0]), job[2]),
             plan,
         ))
-    report: dict = {"budget": args.budget, "runs": runs, "downstream": {}}
+    report: dict = {"budget": args.budget, "lrs": list(lrs), "runs": runs, "downstream": {}}
     # The pretraining figures first, so a failure in the scoring loses nothing of the hours before it.
     (args.work / "report.json").write_text(json.dumps(report, indent=1), "utf-8")
     plateau(args.work, paths, runs)
@@ -554,13 +581,13 @@ def main() -> None:
     if args.downstream != "none":
         data = suite_data(args.work, args.smoke)
         for mode in ["probe"] + (["full"] if args.downstream == "both" else []):
-            scores = evaluate(args.work, models, mode, data, args.smoke, args.jobs)
+            scores = evaluate(args.work, models, mode, data, args.smoke, args.jobs, lrs)
             average = common_average(scores)
             report["downstream"][mode] = {"scores": scores, "average": average,
                                           "pretraining": over_pretraining(runs, average, seeds)}  # fmt: skip
     if qa_sizes:
         qa_suite = suite_data(args.work, args.smoke, qa_sizes)
-        scores = qa_scores(args.work, models, qa_suite, args.smoke, args.jobs)
+        scores = qa_scores(args.work, models, qa_suite, args.smoke, args.jobs, lrs)
         f1 = {name: row["f1"] for name, row in scores.items()}
         report["qa"] = {"train": qa_sizes[0], "dev": qa_sizes[1], "scores": scores,
                         "pretraining": over_pretraining(runs, f1, seeds)}  # fmt: skip

@@ -29,6 +29,8 @@ SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "variants.py"
         (["--qa", "2000,dev"], "two whole numbers"),
         (["--qa", "0,100"], "two whole numbers"),
         (["--variants", "xlnet", "--qa", "200,100"], "none of ['xlnet'] serves extractive QA"),
+        (["--lrs", "5e-5,fast"], "--lrs '5e-5,fast': write positive learning rates"),
+        (["--lrs", "5e-5,0"], "--lrs '5e-5,0': write positive learning rates"),
     ],
 )
 def test_bad_arguments_are_one_error_and_exit_2(tmp_path: Path, arguments: list[str], message: str) -> None:

@@ -230,3 +230,21 @@ def test_token_mask_scores_are_kept_with_the_run(variants, tmp_path: Path, monke
     variants.plateau(tmp_path, paths, again)
     assert calls == ["masks", "export", "score"]  # nothing built, exported or scored the second time
     assert first == again and again[0]["token_masks_acc_rest"] == 0.0688 and again[0]["left_plateau"] is True
+
+
+def test_the_full_rate_grid_reaches_every_task_and_leaves_the_probe_alone(variants, tmp_path: Path) -> None:
+    # The bench's suite file with its rate grid, read back by bertkit's own suite loader: every task's full
+    # fine-tuning runs over the grid (NER and QA lose their own 1e-4), the probe keeps the suite's 2e-3.
+    from bertkit.config.suite import load_suite
+
+    grid = tuple(float(x) for x in variants.FULL_LRS.split(","))
+    suite, _ = load_suite(variants.suite_file(tmp_path, False, lrs=grid))
+    own, _ = load_suite("local")
+    assert [task.name for task in suite.tasks] == [task.name for task in own.tasks]
+    for task in suite.tasks:
+        assert suite.grid(task, probe=False)[0] == list(grid), task.name
+        assert suite.grid(task, probe=True)[0] == own.grid(own.task(task.name), probe=True)[0], task.name
+    assert {tuple(own.grid(task, probe=False)[0]) for task in own.tasks} == {(5e-5,), (1e-4,)}
+    # Without a grid the suite is the shipped one, in a file of its own name.
+    plain, _ = load_suite(variants.suite_file(tmp_path, False))
+    assert [plain.grid(task, probe=False)[0] for task in plain.tasks] == [own.grid(t, False)[0] for t in own.tasks]
