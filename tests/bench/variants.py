@@ -542,7 +542,7 @@ def main() -> None:
         lrs = tuple(dict.fromkeys(float(x) for x in args.lrs.split(",") if x.strip()))
     except ValueError:
         lrs = (0.0,)
-    if min(lrs, default=1.0) <= 0:
+    if any(not 0 < lr < float("inf") for lr in lrs):  # NaN too
         parser.error(f"--lrs {args.lrs!r}: write positive learning rates separated by commas, e.g. {FULL_LRS}")
     from bertkit.errors import BertkitError
 

@@ -31,6 +31,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "variants.py"
         (["--variants", "xlnet", "--qa", "200,100"], "none of ['xlnet'] serves extractive QA"),
         (["--lrs", "5e-5,fast"], "--lrs '5e-5,fast': write positive learning rates"),
         (["--lrs", "5e-5,0"], "--lrs '5e-5,0': write positive learning rates"),
+        (["--lrs", "nan"], "--lrs 'nan': write positive learning rates"),
     ],
 )
 def test_bad_arguments_are_one_error_and_exit_2(tmp_path: Path, arguments: list[str], message: str) -> None:
