@@ -37,6 +37,14 @@ def evaluate_command(
         help="Freeze the encoder and train a linear head (the suite's probe: rates and epochs): fast, low-variance, "
         "for comparing checkpoints along a pretraining run. Question answering is skipped.",
     ),
+    lrs: str | None = typer.Option(
+        None,
+        "--lrs",
+        metavar="5e-5,1e-4,...",
+        help="Every task's learning-rate grid in this mode (the probe's with --probe), in place of the suite's: the "
+        "rate with the best mean over seeds on dev is still reported per task. For encoders far from BERT-base's size, "
+        "whose best rate the suite's grid may miss.",
+    ),
     jobs: int = typer.Option(
         1, "--jobs", "-j", help="Cells run at once, each in its own process (CPU threads shared)."
     ),
@@ -71,6 +79,7 @@ def evaluate_command(
     import json
     import sys
 
+    from bertkit.config.suite import parse_rates
     from bertkit.errors import BertkitError
     from bertkit.pipelines.evaluate.run import EvaluateOptions, evaluate
 
@@ -80,7 +89,8 @@ def evaluate_command(
     if devices is not None and not gpus:
         raise BertkitError("--devices takes GPU numbers separated by commas, e.g. 0,1")
     trackers = tuple(tracker_names(report_to))
-    options = EvaluateOptions(probe, len(gpus) or jobs, gpus, resume, overwrite, quiet, trackers)
+    rates = tuple(parse_rates(lrs)) if lrs is not None else ()
+    options = EvaluateOptions(probe, len(gpus) or jobs, gpus, resume, overwrite, quiet, trackers, rates)
     report = evaluate([*model, *(models or [])], suite, output, data, options)
     if json_out:
         slim = {key: report[key] for key in ("models", "protocol", "cells", "suite", "mode", "seconds", "files")}

@@ -7,6 +7,7 @@ override; `probe:` gives the settings of `bertkit evaluate --probe` (a frozen en
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -197,6 +198,16 @@ class Suite(StrictModel):
                     overrides += _for_kind(settings.set, task.kind) if shared else settings.set
         return lrs, task.seeds or self.seeds, epochs, overrides
 
+    def with_rates(self, lrs: list[float], probe: bool) -> Suite:
+        """This suite with `lrs` as every task's rate grid in one mode (`bertkit evaluate --lrs`): the probe's with
+        `probe`, full fine-tuning's without; the other mode's rates stay as they are."""
+        if probe:
+            tasks = [t.model_copy(update={"probe": t.probe.model_copy(update={"lrs": None})}) if t.probe else t
+                     for t in self.tasks]  # fmt: skip
+            return self.model_copy(update={"probe": self.probe.model_copy(update={"lrs": list(lrs)}), "tasks": tasks})
+        return self.model_copy(update={"lrs": list(lrs), "tasks": [t.model_copy(update={"lrs": None})
+                                                                     for t in self.tasks]})  # fmt: skip
+
     def task(self, name: str) -> SuiteTask:
         return next(task for task in self.tasks if task.name == name)
 
@@ -212,9 +223,31 @@ def _for_kind(overrides: list[str], kind: str) -> list[str]:
 
 
 def _check_rates(lrs: list[float]) -> list[float]:
-    if not lrs or any(lr <= 0 for lr in lrs):
-        raise ValueError("give at least one learning rate, each above 0 (e.g. [2e-5, 5e-5])")
+    if not lrs or any(not 0 < lr < math.inf for lr in lrs):  # NaN fails both comparisons
+        raise ValueError("give at least one learning rate, each a finite number above 0 (e.g. [2e-5, 5e-5])")
+    if len(set(lrs)) != len(lrs):
+        raise ValueError("give each learning rate once (two equal rates would be the same cells)")
     return lrs
+
+
+def parse_rates(text: str) -> list[float]:
+    """`--lrs 5e-5,1e-4,3e-4`: the rates, checked as a suite's `lrs:` is; a one-line BertkitError otherwise."""
+    try:
+        rates = [float(item) for item in text.split(",") if item.strip()]
+    except ValueError:
+        rates = []
+    return check_rate_option(rates, text)
+
+
+def check_rate_option(lrs: list[float] | tuple[float, ...], text: str | None = None) -> list[float]:
+    """The rates of `--lrs` (`text` as written on the command line), or a one-line BertkitError on how to write them."""
+    try:
+        return _check_rates(list(lrs))
+    except ValueError:
+        given = text if text is not None else ",".join(f"{lr:g}" for lr in lrs)
+        raise BertkitError(
+            f"--lrs '{given}': give learning rates above 0, each once, separated by commas (e.g. 5e-5,1e-4,3e-4)"
+        ) from None
 
 
 def _check_seeds(seeds: list[int]) -> list[int]:

@@ -37,12 +37,9 @@ def suite_data(work: Path, smoke: bool, qa: tuple[int, int] | None = None) -> Pa
     return data
 
 
-def suite_file(
-    data: Path, smoke: bool, leave_out: tuple[str, ...] = (), only: tuple[str, ...] = (), lrs: tuple[float, ...] = ()
-) -> str:
+def suite_file(data: Path, smoke: bool, leave_out: tuple[str, ...] = (), only: tuple[str, ...] = ()) -> str:
     """The shipped `local` suite as a file beside its data: one seed with --smoke, without the tasks `leave_out`, or
-    with the tasks `only`; with `lrs`, every task fine-tunes over that rate grid in place of its own rate (the
-    probe keeps its own)."""
+    with the tasks `only`."""
     import yaml
 
     from bertkit.config.suite import resolve_suite_path
@@ -53,12 +50,7 @@ def suite_file(
         raw["tasks"] = [task for task in raw["tasks"] if task["name"] in only]
     if smoke:
         raw["seeds"] = [0]
-    if lrs:
-        raw["lrs"] = list(lrs)
-        for task in raw["tasks"]:
-            task.pop("lrs", None)
     cut = "".join("-no-" + t for t in leave_out) + "".join("-only-" + t for t in only)
-    cut += "-lrs-" + "-".join(f"{lr:g}" for lr in lrs) if lrs else ""
     path = data / f"suite{'-smoke' if smoke else ''}{cut}.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False), "utf-8")
     return str(path)

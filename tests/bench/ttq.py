@@ -267,12 +267,14 @@ def untrained(corpus: Path, output: Path, recipe: str, extra: dict[str, object] 
     return Path(summary["model_dir"])
 
 
-def evaluate_suite(models: list[str], suite: str, data: Path, output: Path, probe: bool, jobs: int = 2) -> dict:
-    """`bertkit evaluate` of `models` on a suite file, `jobs` cells at a time (two by default, one core each): its
-    --json report."""
+def evaluate_suite(models: list[str], suite: str, data: Path, output: Path, probe: bool, jobs: int = 2,
+                   lrs: tuple[float, ...] = ()) -> dict:  # fmt: skip
+    """`bertkit evaluate` of `models` on a suite file, `jobs` cells at a time (two by default, one core each), over
+    the rate grid `lrs` in place of the suite's (empty: the suite's own): its --json report."""
     named = [arg for model in models for arg in ("--model", model)]
+    rates = ["--lrs", ",".join(f"{lr!r}" for lr in lrs)] if lrs else []
     return bertkit("evaluate", *named, "--suite", suite, "--data", data, "--output", output, "--jobs", str(jobs),
-                   "--overwrite", *(["--probe"] if probe else []))  # fmt: skip
+                   "--overwrite", *(["--probe"] if probe else []), *rates)  # fmt: skip
 
 
 # The downstream suite: `bertkit evaluate` on the shipped `local` suite (its real sets, rates, epochs and 3 seeds), in

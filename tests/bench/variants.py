@@ -65,8 +65,8 @@ larger QA split as well: 2,000 training and 1,000 dev questions of SQuAD v1.1 de
 suite's QA settings and seeds. The suite's own QA (300 questions to train on) leaves most encoders this small at
 the untrained encoder's F1; SpanBERT's claim is a QA claim, and this is where it is checked.
 
-`--lrs` is full fine-tuning's rate grid, for every task (`--qa`'s too); each task keeps the rate with the best
-mean over seeds on dev, as `bertkit evaluate` picks it. The default, 5e-5, 1e-4 and 3e-4, is the top of the grid
+`--lrs` is full fine-tuning's rate grid, for every task (`--qa`'s too), given to `bertkit evaluate --lrs`; each task
+keeps the rate with the best mean over seeds on dev. The default, 5e-5, 1e-4 and 3e-4, is the top of the grid
 BERT's small models are fine-tuned over (google-research/bert's miniatures: 3e-5 to 3e-4, Turc et al., 2019); the
 local suite's own rate, 5e-5 (1e-4 for NER and QA), is BERT-base's and in the 75 steps of an 800-example task
 leaves some of these 4-layer encoders at the majority class. `--lrs ''` keeps the suite's own rates, a third of the
@@ -342,9 +342,9 @@ def evaluate(work: Path, models: dict[str, str], mode: str, data: Path, smoke: b
     for group, names in groups.items():
         if not names:
             continue
-        suite = suite_file(data, smoke, () if group == "all" else ("qa",), lrs=lrs if mode == "full" else ())
+        suite = suite_file(data, smoke, () if group == "all" else ("qa",))
         report = evaluate_suite([models[n] for n in names], suite, data, work / f"evaluate-{mode}-{group}",
-                                mode == "probe", jobs)  # fmt: skip
+                                mode == "probe", jobs, lrs if mode == "full" else ())  # fmt: skip
         for n in names:
             tasks = report["models"][models[n]]["tasks"]
             scores[n] = {
@@ -361,8 +361,8 @@ def qa_scores(work: Path, models: dict[str, str], data: Path, smoke: bool, jobs:
     rate), for the models that serve QA: each model's F1 and exact match over the seeds at the rate picked on dev,
     and their mean (the suite's QA score)."""
     names = [n for n in models if n not in NO_QA]
-    report = evaluate_suite([models[n] for n in names], suite_file(data, smoke, only=("qa",), lrs=lrs), data,
-                            work / f"evaluate-{data.name}", False, jobs)  # fmt: skip
+    report = evaluate_suite([models[n] for n in names], suite_file(data, smoke, only=("qa",)), data,
+                            work / f"evaluate-{data.name}", False, jobs, lrs)  # fmt: skip
     scores = {}
     for n in names:
         row = report["models"][models[n]]["tasks"]["qa"]

@@ -186,6 +186,29 @@ def test_warm_start_and_a_failed_cell(tmp_path, suite_dir, pretrained_run):
     assert not list((out / "cells").glob("*/target/*/run/model"))
 
 
+def test_rates_option_replaces_every_tasks_grid_and_is_part_of_the_plan(tmp_path, suite_dir, pretrained_run):
+    suite = {**SUITE, "name": "rates", "seeds": [0], "tasks": [{**SUITE["tasks"][0], "lrs": [5.0e-5]}]}
+    common = ["evaluate", "--model", str(pretrained_run), "--suite", str(_write_suite(suite_dir, suite)), "--probe",
+              "--output", str(tmp_path / "rates")]  # fmt: skip
+    result = run_json(*common, "--lrs", "1e-3,1e-2")
+    # the probe's grid is --lrs for every task, the task's own rates and the suite's probe rates notwithstanding
+    assert result["protocol"]["tasks"]["sentiment"]["lrs"] == [1e-3, 1e-2]
+    cells = _cell_results(tmp_path / "rates")
+    assert sorted(name.split("/")[-1] for name in cells) == ["lr0.001-seed0", "lr0.01-seed0"]
+    assert {c["status"] for c in cells.values()} == {"done"}
+    entry = result["models"][str(pretrained_run)]["tasks"]["sentiment"]
+    by_lr = {c["lr"]: c["metrics"]["accuracy"] * 100 for c in cells.values()}  # a tie goes to the first rate
+    assert entry["lr"] == max([1e-3, 1e-2], key=by_lr.get) and entry["scores"] == [round(by_lr[entry["lr"]], 2)]
+    assert "rates 0.001, 0.01" in (tmp_path / "rates" / "report.md").read_text()
+    assert json.loads((tmp_path / "rates" / "plan.json").read_text())["lrs"] == [1e-3, 1e-2]
+    # a resume must ask for the same rates: other rates, or the suite's own, would mix two grids in one table
+    assert "started with another --lrs" in run_error(*common, "--resume", "last", "--lrs", "1e-3")
+    assert "started with another --lrs" in run_error(*common, "--resume", "last")
+    again = run_json(*common, "--resume", "last", "--lrs", "0.001,0.01")
+    assert again["cells"] == {"total": 2, "done": 2, "failed": 0, "resumed": 2, "ran": 0}
+    assert again["models"] == result["models"]
+
+
 def test_bad_input_is_one_line_and_leaves_nothing(tmp_path, suite_dir, pretrained_run):
     def fails(suite: dict | None, expected: str, *extra: str) -> None:
         path = _write_suite(suite_dir, suite) if suite is not None else suite_dir / "tiny.yaml"
@@ -204,6 +227,8 @@ def test_bad_input_is_one_line_and_leaves_nothing(tmp_path, suite_dir, pretraine
     fails({"name": "bad7", "tasks": [{**task, "set": ["optim.lrr=1"]}]}, "did you mean 'optim.lr'?")
     fails(None, "is not a bertkit model or run directory", "--model", str(suite_dir))
     fails(None, "is shipped with bertkit: --data DIR", "--suite", "local")
+    for rates in ("nan", "1e-4,1e-4", "fast"):
+        fails(None, f"--lrs '{rates}': give learning rates above 0, each once", "--lrs", rates)
 
 
 def _glue_line(*fields: str) -> str:

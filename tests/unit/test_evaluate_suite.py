@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bertkit.config.suite import load_suite, suite_names, validate_suite
+from bertkit.config.suite import load_suite, parse_rates, suite_names, validate_suite
 from bertkit.errors import BertkitError
 from bertkit.pipelines.evaluate.aggregate import summarize_model, summarize_task
 from bertkit.pipelines.evaluate.run import model_keys
@@ -42,7 +42,10 @@ def test_shipped_suites_validate():
         ({"kind": "sentiment"}, "bad value for 'tasks.0.kind'"),
         ({"metric": "bleu"}, "metric 'bleu' is not a classification metric; use one of accuracy, macro_f1"),
         ({"score": ["accuracy", "recall"]}, "score metric 'recall' is not reported for this task"),
-        ({"lrs": [0.0]}, "each above 0"),
+        ({"lrs": [0.0]}, "each a finite number above 0"),
+        ({"lrs": [float("nan")]}, "each a finite number above 0"),
+        ({"lrs": [float("inf")]}, "each a finite number above 0"),
+        ({"lrs": [1e-4, 1e-4]}, "give each learning rate once"),
         ({"seeds": [1, 1]}, "each once"),
         ({"name": "a/b"}, "names a directory"),
         ({"kind": "token-classification", "extra_eval": {"x": "y"}}, "extra_eval applies to"),
@@ -93,6 +96,34 @@ def test_grid_defaults_and_probe_settings():
     task = suite.tasks[0]
     assert suite.grid(task, probe=False) == ([1e-5, 2e-5], [0, 1], 2, ["train.batch_size=16"])
     assert suite.grid(task, probe=True) == ([1e-3], [0, 1], 9, ["train.batch_size=16", "task.pool=mean"])
+
+
+def test_rates_of_one_mode_replace_every_tasks_grid_in_that_mode_only():
+    raw = _suite(lrs=[1e-5, 2e-5], probe={"lrs": [1e-2]})
+    raw["tasks"].append({**raw["tasks"][0], "name": "b", "lrs": None, "probe": None})
+    raw.update(lrs=[3e-5], probe={"lrs": [1e-3], "epochs": 9})
+    suite = validate_suite(raw, "s")
+    a, b = suite.tasks
+    assert [suite.grid(t, False)[0] for t in (a, b)] == [[1e-5, 2e-5], [3e-5]]
+    assert [suite.grid(t, True)[0] for t in (a, b)] == [[1e-2], [1e-3]]
+    full = suite.with_rates([5e-5, 1e-4], probe=False)
+    assert [full.grid(t, False)[0] for t in full.tasks] == [[5e-5, 1e-4]] * 2
+    assert [full.grid(t, True) for t in full.tasks] == [suite.grid(t, True) for t in suite.tasks]
+    probe = suite.with_rates([3e-3], probe=True)
+    assert [probe.grid(t, True) for t in probe.tasks] == [([3e-3], [0, 1, 2], 9, [])] * 2
+    assert [probe.grid(t, False) for t in probe.tasks] == [suite.grid(t, False) for t in suite.tasks]
+    assert suite.grid(a, False)[0] == [1e-5, 2e-5]  # the suite itself is left as it was
+
+
+@pytest.mark.parametrize("text", ["", "abc", "1e-4,x", "0", "-1e-4", "nan", "inf", "1e-4,1e-4", ","])
+def test_bad_rates_option_is_one_line(text):
+    with pytest.raises(BertkitError) as err:
+        parse_rates(text)
+    assert str(err.value).startswith(f"--lrs '{text}': give learning rates above 0") and "\n" not in str(err.value)
+
+
+def test_rates_option_parses_a_comma_list():
+    assert parse_rates("5e-5, 1e-4,3e-4,") == [5e-5, 1e-4, 3e-4]
 
 
 def _done(**metrics):

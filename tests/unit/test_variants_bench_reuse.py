@@ -232,19 +232,46 @@ def test_token_mask_scores_are_kept_with_the_run(variants, tmp_path: Path, monke
     assert first == again and again[0]["token_masks_acc_rest"] == 0.0688 and again[0]["left_plateau"] is True
 
 
-def test_the_full_rate_grid_reaches_every_task_and_leaves_the_probe_alone(variants, tmp_path: Path) -> None:
-    # The bench's suite file with its rate grid, read back by bertkit's own suite loader: every task's full
-    # fine-tuning runs over the grid (NER and QA lose their own 1e-4), the probe keeps the suite's 2e-3.
-    from bertkit.config.suite import load_suite
+def test_the_full_rate_grid_reaches_every_task_and_leaves_the_probe_alone(
+    variants, tmp_path: Path, monkeypatch
+) -> None:
+    # The bench hands its grid to `bertkit evaluate --lrs` in full fine-tuning (the QA-only evaluation too), never
+    # with --probe; bertkit's own parser and suite read the argument back to the grid on every task (NER and QA lose
+    # their own 1e-4), and the probe keeps the suite's 2e-3.
+    import sys
 
+    from bertkit.config.suite import load_suite, parse_rates
+
+    calls: list[list[str]] = []
+
+    def evaluate_command(*args):
+        calls.append([str(arg) for arg in args])
+        named = [str(args[i + 1]) for i, arg in enumerate(args) if arg == "--model"]
+        return {"models": {model: {"tasks": {"qa": {"mean": None}}} for model in named}}  # no cell finished
+
+    monkeypatch.setattr(sys.modules["ttq"], "bertkit", evaluate_command)
     grid = tuple(float(x) for x in variants.FULL_LRS.split(","))
-    suite, _ = load_suite(variants.suite_file(tmp_path, False, lrs=grid))
+    models = {"bert": str(tmp_path / "bert"), "xlnet": str(tmp_path / "xlnet")}
+    for mode in ("full", "probe"):
+        variants.evaluate(tmp_path, models, mode, tmp_path, False, 1, grid)
+    variants.qa_scores(tmp_path, models, tmp_path, False, 1, grid)
+    modes = ["probe" if "--probe" in call else "full" for call in calls]
+    assert modes == ["full", "full", "probe", "probe", "full"]  # BERT with QA, XLNet without, each mode; then QA
     own, _ = load_suite("local")
-    assert [task.name for task in suite.tasks] == [task.name for task in own.tasks]
-    for task in suite.tasks:
-        assert suite.grid(task, probe=False)[0] == list(grid), task.name
-        assert suite.grid(task, probe=True)[0] == own.grid(own.task(task.name), probe=True)[0], task.name
+    for call, mode in zip(calls, modes, strict=True):
+        suite, _ = load_suite(call[call.index("--suite") + 1])
+        assert suite.lrs == own.lrs and all(task.lrs == own.task(task.name).lrs for task in suite.tasks)  # as shipped
+        if mode == "probe":
+            assert "--lrs" not in call
+            continue
+        rates = parse_rates(call[call.index("--lrs") + 1])
+        assert rates == list(grid)
+        graded = suite.with_rates(rates, probe=False)
+        for task in graded.tasks:
+            assert graded.grid(task, probe=False)[0] == list(grid), task.name
+            assert graded.grid(task, probe=True)[0] == own.grid(own.task(task.name), probe=True)[0], task.name
     assert {tuple(own.grid(task, probe=False)[0]) for task in own.tasks} == {(5e-5,), (1e-4,)}
-    # Without a grid the suite is the shipped one, in a file of its own name.
-    plain, _ = load_suite(variants.suite_file(tmp_path, False))
-    assert [plain.grid(task, probe=False)[0] for task in plain.tasks] == [own.grid(t, False)[0] for t in own.tasks]
+    # Without a grid, no --lrs: the suite's own rates.
+    calls.clear()
+    variants.evaluate(tmp_path, models, "full", tmp_path, False, 1, ())
+    assert calls and all("--lrs" not in call for call in calls)

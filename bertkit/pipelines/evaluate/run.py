@@ -2,9 +2,10 @@
 then the table (aggregate.py) and the report files (report.py).
 
 Order matters, as in every bertkit command: the suite, every model and every task file are read and checked
-before the output directory is created, so bad input leaves nothing. The plan (suite, models, mode) is written
-first; `--resume` accepts only the same plan and runs only the cells without a result. Tasks run in waves: a task
-that warm-starts from another runs once that task's cells are all done, from the weights of its best cell.
+before the output directory is created, so bad input leaves nothing. The plan (suite, models, mode, data, and the
+rates of `--lrs`) is written first; `--resume` accepts only the same plan and runs only the cells without a result.
+Tasks run in waves: a task that warm-starts from another runs once that task's cells are all done, from the weights
+of its best cell.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pydantic import ValidationError
 
 from bertkit.config.recipe import default_recipe, load_recipe
 from bertkit.config.schema import StrictModel
-from bertkit.config.suite import SUITE_DIR, Suite, SuiteTask, load_suite, lower_is_better
+from bertkit.config.suite import SUITE_DIR, Suite, SuiteTask, check_rate_option, load_suite, lower_is_better
 from bertkit.config.track import TRACKERS, TrackConfig
 from bertkit.errors import BertkitError
 from bertkit.fsutil import check_output_dir, read_json, write_json_atomic
@@ -47,6 +48,7 @@ class EvaluateOptions:
     overwrite: bool = False
     quiet: bool = False
     report_to: tuple[str, ...] = ()  # trackers: one parent run with the table; cells run here nest under it
+    lrs: tuple[float, ...] = ()  # every task's rate grid in this mode, in place of the suite's; (): the suite's
 
 
 class EvaluationRecord(StrictModel):
@@ -205,9 +207,11 @@ def _waves(tasks: list[SuiteTask]) -> list[list[SuiteTask]]:
     return [[t for t in tasks if depth[t.name] == d] for d in range(max(depth.values()) + 1)]
 
 
-def _plan_record(suite: Suite, models: dict[str, str], probe: bool, data_dir: Path) -> dict[str, Any]:
+def _plan_record(suite: Suite, models: dict[str, str], probe: bool, data_dir: Path,
+                 lrs: tuple[float, ...]) -> dict[str, Any]:  # fmt: skip
+    """The suite as its file says, and `--lrs` beside it (None without), so that a resume names what differs."""
     return {"suite": suite.model_dump(mode="json"), "models": models, "mode": "probe" if probe else "full",
-            "data": str(data_dir)}  # fmt: skip
+            "data": str(data_dir), "lrs": list(lrs) or None}  # fmt: skip
 
 
 def _prepare_output(output: Path, plan: dict[str, Any], options: EvaluateOptions) -> None:
@@ -217,11 +221,12 @@ def _prepare_output(output: Path, plan: dict[str, Any], options: EvaluateOptions
         if not (output / PLAN).is_file():
             raise BertkitError(f"--resume: {output} holds no evaluation to resume ({PLAN} is missing); drop --resume")
         before = read_json(output / PLAN, "evaluation plan")
-        for key in ("suite", "models", "mode", "data"):
-            if before.get(key) != plan[key]:
+        for key in ("suite", "models", "mode", "data", "lrs"):
+            if before.get(key) != plan[key]:  # a plan written without --lrs has none
+                name = {"data": "--data", "lrs": "--lrs"}.get(key, key)
                 raise BertkitError(
-                    f"--resume: {output} was started with another {key}; resume with the same suite, models, mode "
-                    "and --data, or choose another --output (or --overwrite to start again)"
+                    f"--resume: {output} was started with another {name}; resume with the same suite, models, mode, "
+                    "--data and --lrs, or choose another --output (or --overwrite to start again)"
                 )
         (output / REPORT_JSON).unlink(missing_ok=True)  # the report is written anew from every cell at the end
         return
@@ -290,7 +295,10 @@ def evaluate(
         raise BertkitError("give at least one --model to evaluate")
     if options.jobs < 1:
         raise BertkitError("--jobs must be at least 1")
-    suite, suite_path = load_suite(suite_spec)
+    if options.lrs:
+        check_rate_option(options.lrs)
+    suite_as_given, suite_path = load_suite(suite_spec)
+    suite = suite_as_given.with_rates(list(options.lrs), options.probe) if options.lrs else suite_as_given
     if data is None:
         if suite_path.parent.resolve() == SUITE_DIR:
             raise BertkitError(
@@ -329,7 +337,7 @@ def evaluate(
         raise BertkitError(f"--report-to takes {', '.join(TRACKERS)}, not {', '.join(options.report_to)}") from None
     tracking.require(tracking.trackers_asked(record))
     # Everything is valid: only now does the output appear.
-    _prepare_output(output, _plan_record(suite, keys, options.probe, data), options)
+    _prepare_output(output, _plan_record(suite_as_given, keys, options.probe, data, options.lrs), options)
     with tracking.parent_run(output, record, "evaluate") as parent:
         report = _run_cells(suite, tasks, cells, keys, output, options, skipped)
         if parent is not None:
