@@ -19,6 +19,7 @@ pytestmark = pytest.mark.bench
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from variants import FULL_LRS  # noqa: E402
 from variants_smoke import run_variants_bench  # noqa: E402
 
 
@@ -39,15 +40,17 @@ def test_a_larger_qa_split_is_fine_tuned_and_reported(tmp_path: Path) -> None:
     assert (qa["train"], qa["dev"]) == (60, 30)
     assert sorted(qa["scores"]) == ["bert", "untrained"]
     cells = sorted((work / "evaluate-local-suite-smoke-qa60-30" / "cells").glob("*/qa/*/result.json"))
-    assert len(cells) == 2  # one seed with --smoke, two models
-    by_model = {}
+    grid = [float(lr) for lr in FULL_LRS.split(",")]
+    assert len(cells) == 2 * len(grid)  # two models, each rate of the bench's grid, one seed with --smoke
+    by_model: dict[str, dict[float, dict]] = {}
     for cell in cells:
         result = json.loads(cell.read_text("utf-8"))
         summary = json.loads((cell.parent / "run" / "summary.json").read_text("utf-8"))
         assert (summary["train_examples"], summary["eval_examples"]) == (60, 30)
-        by_model[Path(result["start_from"]).parent.name] = result
+        by_model.setdefault(Path(result["start_from"]).parent.name, {})[result["lr"]] = result
+    assert {name: sorted(rates) for name, rates in by_model.items()} == {"bert": grid, "untrained": grid}
     for name, row in qa["scores"].items():
-        cell = by_model[name]
+        cell = by_model[name][row["lr"]]  # the scores are those of the rate picked on dev
         assert row["f1"]["per_seed"] == [pytest.approx(cell["metrics"]["f1"], abs=0.006)]
         assert row["exact_match"] == pytest.approx(cell["metrics"]["exact_match"], abs=0.006)
         assert row["score"]["mean"] == pytest.approx((cell["metrics"]["f1"] + cell["metrics"]["exact_match"]) / 2,
