@@ -103,6 +103,7 @@ def test_table_comes_from_the_cells(evaluated, pretrained_run):
     # report files for people, and no weights left behind by cells that no task starts from
     report = (out / "report.md").read_text()
     assert "| model | sentiment (accuracy) | sts (pearson, spearman) | average |" in report
+    assert result["protocol"]["rates_from"] == "suite" and "rates are those of --lrs" not in report
     assert sorted(p.name for p in (out / "plots").iterdir()) == ["sentiment.png", "sts.png"]
     assert not list((out / "cells").rglob("model.safetensors")) and not list((out / "cells").rglob("checkpoints"))
 
@@ -199,7 +200,9 @@ def test_rates_option_replaces_every_tasks_grid_and_is_part_of_the_plan(tmp_path
     entry = result["models"][str(pretrained_run)]["tasks"]["sentiment"]
     by_lr = {c["lr"]: c["metrics"]["accuracy"] * 100 for c in cells.values()}  # a tie goes to the first rate
     assert entry["lr"] == max([1e-3, 1e-2], key=by_lr.get) and entry["scores"] == [round(by_lr[entry["lr"]], 2)]
-    assert "rates 0.001, 0.01" in (tmp_path / "rates" / "report.md").read_text()
+    report = (tmp_path / "rates" / "report.md").read_text()
+    assert "rates 0.001, 0.01" in report and "every task's rates are those of --lrs" in report
+    assert result["protocol"]["rates_from"] == "--lrs"
     assert json.loads((tmp_path / "rates" / "plan.json").read_text())["lrs"] == [1e-3, 1e-2]
     # a resume must ask for the same rates: other rates, or the suite's own, would mix two grids in one table
     assert "started with another --lrs" in run_error(*common, "--resume", "last", "--lrs", "1e-3")

@@ -66,6 +66,8 @@ def markdown(report: dict[str, Any], suite: Suite, tasks: list[SuiteTask]) -> st
             f"seeds {', '.join(map(str, p['seeds']))}, epochs {p['epochs'] or 'from the recipe'}, recipe {p['recipe']}"
             f"{warm}"
         )
+    if protocol.get("rates_from") == "--lrs":
+        lines.append("- every task's rates are those of --lrs, in place of the suite's")
     if protocol["skipped_tasks"]:
         lines.append(f"- skipped in this mode: {', '.join(protocol['skipped_tasks'])} (question answering fine-tunes)")
     cells = report["cells"]

@@ -394,6 +394,7 @@ def _run_cells(suite: Suite, tasks: list[SuiteTask], cells: dict[str, list[CellS
             "ranked_by": "average",
             "mode": "frozen encoder, linear head (probe)" if options.probe else "full fine-tuning",
             "skipped_tasks": skipped,
+            "rates_from": "--lrs" if options.lrs else "suite",  # every task's grid is --lrs, or as the suite has it
             "tasks": {t.name: _task_protocol(suite, t, options.probe) for t in tasks},
         },
         "cells": {"total": total, **counts},
