@@ -42,8 +42,8 @@ def evaluate_command(
         "--lrs",
         metavar="5e-5,1e-4,...",
         help="Every task's learning-rate grid in this mode (the probe's with --probe), in place of the suite's: the "
-        "rate with the best mean over seeds on dev is still reported per task. For encoders far from BERT-base's size, "
-        "whose best rate the suite's grid may miss.",
+        "rate with the best mean over seeds on dev is still reported per task. For small encoders, say, whose best "
+        "rate a grid tuned for BERT-base may miss.",
     ),
     jobs: int = typer.Option(
         1, "--jobs", "-j", help="Cells run at once, each in its own process (CPU threads shared)."

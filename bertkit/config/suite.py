@@ -205,8 +205,12 @@ class Suite(StrictModel):
             tasks = [t.model_copy(update={"probe": t.probe.model_copy(update={"lrs": None})}) if t.probe else t
                      for t in self.tasks]  # fmt: skip
             return self.model_copy(update={"probe": self.probe.model_copy(update={"lrs": list(lrs)}), "tasks": tasks})
-        return self.model_copy(update={"lrs": list(lrs), "tasks": [t.model_copy(update={"lrs": None})
-                                                                     for t in self.tasks]})  # fmt: skip
+        tasks = []
+        for task in self.tasks:  # a probe without rates of its own falls back on the full rates: pin it first
+            settings = task.probe or ProbeSettings()
+            pinned = settings.model_copy(update={"lrs": self.grid(task, probe=True)[0]})
+            tasks.append(task.model_copy(update={"lrs": None, "probe": pinned}))
+        return self.model_copy(update={"lrs": list(lrs), "tasks": tasks})
 
     def task(self, name: str) -> SuiteTask:
         return next(task for task in self.tasks if task.name == name)
@@ -233,7 +237,7 @@ def _check_rates(lrs: list[float]) -> list[float]:
 def parse_rates(text: str) -> list[float]:
     """`--lrs 5e-5,1e-4,3e-4`: the rates, checked as a suite's `lrs:` is; a one-line BertkitError otherwise."""
     try:
-        rates = [float(item) for item in text.split(",") if item.strip()]
+        rates = [float(item) for item in text.split(",")]  # an empty item is refused too ("1e-4,,3e-4")
     except ValueError:
         rates = []
     return check_rate_option(rates, text)
@@ -246,7 +250,8 @@ def check_rate_option(lrs: list[float] | tuple[float, ...], text: str | None = N
     except ValueError:
         given = text if text is not None else ",".join(f"{lr:g}" for lr in lrs)
         raise BertkitError(
-            f"--lrs '{given}': give learning rates above 0, each once, separated by commas (e.g. 5e-5,1e-4,3e-4)"
+            f"--lrs '{given}': give finite learning rates above 0, each once, separated by commas (e.g. "
+            "5e-5,1e-4,3e-4)"
         ) from None
 
 

@@ -205,8 +205,8 @@ def test_rates_option_replaces_every_tasks_grid_and_is_part_of_the_plan(tmp_path
     assert result["protocol"]["rates_from"] == "--lrs"
     assert json.loads((tmp_path / "rates" / "plan.json").read_text())["lrs"] == [1e-3, 1e-2]
     # a resume must ask for the same rates: other rates, or the suite's own, would mix two grids in one table
-    assert "started with another --lrs" in run_error(*common, "--resume", "last", "--lrs", "1e-3")
-    assert "started with another --lrs" in run_error(*common, "--resume", "last")
+    assert "was started with --lrs 0.001,0.01;" in run_error(*common, "--resume", "last", "--lrs", "1e-3")
+    assert "was started with --lrs 0.001,0.01;" in run_error(*common, "--resume", "last")
     again = run_json(*common, "--resume", "last", "--lrs", "0.001,0.01")
     assert again["cells"] == {"total": 2, "done": 2, "failed": 0, "resumed": 2, "ran": 0}
     assert again["models"] == result["models"]
@@ -231,7 +231,7 @@ def test_bad_input_is_one_line_and_leaves_nothing(tmp_path, suite_dir, pretraine
     fails(None, "is not a bertkit model or run directory", "--model", str(suite_dir))
     fails(None, "is shipped with bertkit: --data DIR", "--suite", "local")
     for rates in ("nan", "1e-4,1e-4", "fast"):
-        fails(None, f"--lrs '{rates}': give learning rates above 0, each once", "--lrs", rates)
+        fails(None, f"--lrs '{rates}': give finite learning rates above 0, each once", "--lrs", rates)
 
 
 def _glue_line(*fields: str) -> str:

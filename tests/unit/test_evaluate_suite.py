@@ -115,15 +115,43 @@ def test_rates_of_one_mode_replace_every_tasks_grid_in_that_mode_only():
     assert suite.grid(a, False)[0] == [1e-5, 2e-5]  # the suite itself is left as it was
 
 
-@pytest.mark.parametrize("text", ["", "abc", "1e-4,x", "0", "-1e-4", "nan", "inf", "1e-4,1e-4", ","])
+def test_full_rates_leave_a_probe_that_falls_back_on_them_as_it_was():
+    # No probe rates anywhere: the probe runs at the full rates (the task's, else the suite's), and keeps them
+    raw = _suite(lrs=[1e-4])
+    raw["tasks"].append({**raw["tasks"][0], "name": "b", "lrs": None})
+    suite = validate_suite({**raw, "lrs": [5e-5]}, "s")
+    assert [suite.grid(t, True)[0] for t in suite.tasks] == [[1e-4], [5e-5]]
+    full = suite.with_rates([3e-4], probe=False)
+    assert [full.grid(t, False)[0] for t in full.tasks] == [[3e-4], [3e-4]]
+    assert [full.grid(t, True) for t in full.tasks] == [suite.grid(t, True) for t in suite.tasks]
+
+
+@pytest.mark.parametrize("text", ["", "abc", "1e-4,x", "0", "-1e-4", "nan", "inf", "1e-4,1e-4", ",", "1e-4,,3e-4",
+                                  "1e-4,"])  # fmt: skip
 def test_bad_rates_option_is_one_line(text):
     with pytest.raises(BertkitError) as err:
         parse_rates(text)
-    assert str(err.value).startswith(f"--lrs '{text}': give learning rates above 0") and "\n" not in str(err.value)
+    message = str(err.value)
+    assert message.startswith(f"--lrs '{text}': give finite learning rates above 0, each once") and "\n" not in message
 
 
 def test_rates_option_parses_a_comma_list():
-    assert parse_rates("5e-5, 1e-4,3e-4,") == [5e-5, 1e-4, 3e-4]
+    assert parse_rates("5e-5, 1e-4,3e-4") == [5e-5, 1e-4, 3e-4]
+
+
+def test_resume_checks_the_rates_and_reads_a_plan_from_before_the_option(tmp_path):
+    from bertkit.fsutil import write_json_atomic
+    from bertkit.pipelines.evaluate.run import PLAN, EvaluateOptions, _prepare_output
+
+    plan = {"suite": {"name": "s"}, "models": {"m": "m0-m"}, "mode": "full", "data": "d"}
+    write_json_atomic(tmp_path / PLAN, plan)  # as evaluations wrote it before --lrs: no "lrs" key
+    _prepare_output(tmp_path, {**plan, "lrs": None}, EvaluateOptions(resume="last"))
+    with pytest.raises(BertkitError, match=r"was started with the suite's rates \(no --lrs\)"):
+        _prepare_output(tmp_path, {**plan, "lrs": [1e-3]}, EvaluateOptions(resume="last"))
+    write_json_atomic(tmp_path / PLAN, {**plan, "lrs": [1e-3, 1e-2]})
+    with pytest.raises(BertkitError, match="was started with --lrs 0.001,0.01; resume with the same"):
+        _prepare_output(tmp_path, {**plan, "lrs": None}, EvaluateOptions(resume="last"))
+    _prepare_output(tmp_path, {**plan, "lrs": [1e-3, 1e-2]}, EvaluateOptions(resume="last"))
 
 
 def _done(**metrics):

@@ -223,9 +223,12 @@ def _prepare_output(output: Path, plan: dict[str, Any], options: EvaluateOptions
         before = read_json(output / PLAN, "evaluation plan")
         for key in ("suite", "models", "mode", "data", "lrs"):
             if before.get(key) != plan[key]:  # a plan written without --lrs has none
-                name = {"data": "--data", "lrs": "--lrs"}.get(key, key)
+                name = {"data": "another --data", "lrs": "another --lrs"}.get(key, f"another {key}")
+                if key == "lrs":
+                    was = before.get("lrs")
+                    name = f"--lrs {','.join(f'{lr:g}' for lr in was)}" if was else "the suite's rates (no --lrs)"
                 raise BertkitError(
-                    f"--resume: {output} was started with another {name}; resume with the same suite, models, mode, "
+                    f"--resume: {output} was started with {name}; resume with the same suite, models, mode, "
                     "--data and --lrs, or choose another --output (or --overwrite to start again)"
                 )
         (output / REPORT_JSON).unlink(missing_ok=True)  # the report is written anew from every cell at the end
