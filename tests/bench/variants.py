@@ -538,13 +538,14 @@ def main() -> None:
             parser.error(f"--qa {args.qa!r}: write the training and dev questions as two whole numbers, e.g. 2000,1000")
         if all(n in NO_QA for n in names):
             parser.error(f"--qa: none of {names} serves extractive QA")
-    try:
-        lrs = tuple(dict.fromkeys(float(x) for x in args.lrs.split(",") if x.strip()))
-    except ValueError:
-        lrs = (0.0,)
-    if any(not 0 < lr < float("inf") for lr in lrs):  # NaN too
-        parser.error(f"--lrs {args.lrs!r}: write positive learning rates separated by commas, e.g. {FULL_LRS}")
+    from bertkit.config.suite import parse_rates
     from bertkit.errors import BertkitError
+
+    try:  # the rates as `bertkit evaluate --lrs` checks them; '' keeps the suite's own
+        lrs = tuple(parse_rates(args.lrs)) if args.lrs.strip() else ()
+    except BertkitError:
+        parser.error(f"--lrs {args.lrs!r}: write positive learning rates, each once, separated by commas, e.g. "
+                     f"{FULL_LRS}")
 
     for variant, settings in own.items():  # an unknown key or a bad value, before hours of other runs
         try:

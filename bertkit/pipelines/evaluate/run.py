@@ -223,7 +223,7 @@ def _prepare_output(output: Path, plan: dict[str, Any], options: EvaluateOptions
         before = read_json(output / PLAN, "evaluation plan")
         for key in ("suite", "models", "mode", "data", "lrs"):
             if before.get(key) != plan[key]:  # a plan written without --lrs has none
-                name = {"data": "another --data", "lrs": "another --lrs"}.get(key, f"another {key}")
+                name = f"another {'--data' if key == 'data' else key}"
                 if key == "lrs":
                     was = before.get("lrs")
                     name = f"--lrs {','.join(f'{lr:g}' for lr in was)}" if was else "the suite's rates (no --lrs)"
