@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from bertkit.cli.common import JSON_HELP, QUIET_HELP, emit, guarded
+from bertkit.cli.common import JSON_HELP, QUIET_HELP, check_seed, emit, guarded
 
 
 @guarded
@@ -60,7 +60,7 @@ def augment_command(
         copies=copies,
         prob=prob,
         candidates=candidates,
-        seed=seed,
+        seed=check_seed(seed),
         text_field=text_field,
         text_pair_field=text_pair_field or None,
         label_field=label_field or None,

@@ -68,6 +68,13 @@ def emit_main(result: dict[str, Any], as_json: bool, title: str) -> None:
     dist.destroy_process_group()
 
 
+def check_seed(seed: int) -> int:
+    """`--seed`, which numpy's generators take only as a whole number of 0 or more: one error line otherwise."""
+    if seed < 0:
+        raise BertkitError(f"--seed must be 0 or more, not {seed}")
+    return seed
+
+
 def fail(message: str, code: int = 2) -> None:
     sys.stderr.write(f"error: {message}\n")
     raise typer.Exit(code)

@@ -12,6 +12,7 @@ from bertkit.cli.common import (
     QUIET_HELP,
     REPORT_TO_HELP,
     TRACKERS,
+    check_seed,
     emit,
     engine_overrides,
     guarded,
@@ -72,7 +73,8 @@ def compress_command(
     opts = CompressOptions(layers=layers, student=student, augment=not no_augment, copies=copies,
                            candidates_from=candidates_from, mlm_model=mlm_model, baseline=not no_baseline,
                            overrides=list(set_) + engine_overrides(None, budget) + report_overrides(report_to),
-                           baseline_overrides=list(baseline_set) + report_overrides(report_to), seed=seed)  # fmt: skip
+                           baseline_overrides=list(baseline_set) + report_overrides(report_to),
+                           seed=check_seed(seed))  # fmt: skip
     result = compress(teacher, train, eval, output, opts, overwrite=overwrite, quiet=quiet)
     if json_out:
         emit(result, True, "compressed")

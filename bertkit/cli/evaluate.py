@@ -45,6 +45,20 @@ def evaluate_command(
         "rate with the best mean over seeds on dev is still reported per task. For small encoders, say, whose best "
         "rate a grid tuned for BERT-base may miss.",
     ),
+    seeds: str | None = typer.Option(
+        None,
+        "--seeds",
+        metavar="0,1,2,...",
+        help="Every task's fine-tuning seeds, in place of the suite's: five seeds, say, where three leave two models "
+        "within each other's spread, or one seed for a quick look.",
+    ),
+    tasks: str | None = typer.Option(
+        None,
+        "--tasks",
+        metavar="NAME,...",
+        help="Run only these tasks of the suite (in the suite's order); the average is then over them. A task that "
+        "warm-starts from another needs that one too.",
+    ),
     jobs: int = typer.Option(
         1, "--jobs", "-j", help="Cells run at once, each in its own process (CPU threads shared)."
     ),
@@ -79,7 +93,7 @@ def evaluate_command(
     import json
     import sys
 
-    from bertkit.config.suite import parse_rates
+    from bertkit.config.suite import parse_names, parse_rates, parse_seeds
     from bertkit.errors import BertkitError
     from bertkit.pipelines.evaluate.run import EvaluateOptions, evaluate
 
@@ -89,8 +103,12 @@ def evaluate_command(
     if devices is not None and not gpus:
         raise BertkitError("--devices takes GPU numbers separated by commas, e.g. 0,1")
     trackers = tuple(tracker_names(report_to))
-    rates = tuple(parse_rates(lrs)) if lrs is not None else ()
-    options = EvaluateOptions(probe, len(gpus) or jobs, gpus, resume, overwrite, quiet, trackers, rates)
+    options = EvaluateOptions(
+        probe, len(gpus) or jobs, gpus, resume, overwrite, quiet, trackers,
+        lrs=tuple(parse_rates(lrs)) if lrs is not None else (),
+        seeds=tuple(parse_seeds(seeds)) if seeds is not None else (),
+        tasks=tuple(parse_names(tasks)) if tasks is not None else (),
+    )  # fmt: skip
     report = evaluate([*model, *(models or [])], suite, output, data, options)
     if json_out:
         slim = {key: report[key] for key in ("models", "protocol", "cells", "suite", "mode", "seconds", "files")}

@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from bertkit.cli.common import JSON_HELP, OVERWRITE_HELP, QUIET_HELP, emit, guarded
+from bertkit.cli.common import JSON_HELP, OVERWRITE_HELP, QUIET_HELP, check_seed, emit, guarded
 
 app = typer.Typer(
     help="Train, apply and inspect WordPiece, byte-level BPE and SentencePiece tokenizers.", no_args_is_help=True
@@ -73,6 +73,7 @@ def train_command(
     from bertkit.progress import Tracker
     from bertkit.tokenizers.train import TrainOptions, train_tokenizer
 
+    check_seed(seed)
     paths = expand_inputs(input)
     # Compressed and columnar inputs hold more text than their size on disk: show a rate, not a percentage.
     total = input_size(paths) if all(is_plain_text(p) for p in paths) else None

@@ -150,6 +150,9 @@ class OptimConfig(StrictModel):
     grad_clip: float = Field(1.0, ge=0, description="max global grad norm; 0 disables clipping")
 
 
+# Seeds run from 0 (numpy's generators take no negative seed) to below 2^63 (torch's, with each process's rank added).
+SEED_LIMIT = 2**63
+
 WARMUP_STEPS_OR_FRACTION = (
     "schedule.warmup_steps and schedule.warmup_fraction are mutually exclusive (both say how long to warm up); "
     "keep one, e.g. --set schedule.warmup_steps=0 --set schedule.warmup_fraction=0.1"
@@ -243,7 +246,7 @@ class TrainConfig(StrictModel):
     # time, so the first updates come sooner. Needs grad_accum > 1; 0 keeps batch_size from the first step.
     batch_ramp: float = Field(0.0, ge=0.0, le=1.0, description="share of the run the batch ramps up over")
     # Random seed of the run (each process adds its rank).
-    seed: int = 0
+    seed: int = Field(0, ge=0, lt=SEED_LIMIT)
     # Optimizer steps between two rows of metrics.jsonl (and progress lines).
     log_every: int = Field(10, gt=0)
     eval_every: int = Field(0, ge=0, description="0 evaluates only at the end")

@@ -15,7 +15,14 @@ from typing import Any
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from bertkit.config.recipe import format_validation_error, read_yaml_mapping, resolve_yaml, shipped_names
-from bertkit.config.schema import LOWER_IS_BETTER, TASK_METRICS, StrictModel, TaskConfig, task_field_applies
+from bertkit.config.schema import (
+    LOWER_IS_BETTER,
+    SEED_LIMIT,
+    TASK_METRICS,
+    StrictModel,
+    TaskConfig,
+    task_field_applies,
+)
 from bertkit.errors import BertkitError
 
 SUITE_DIR = Path(__file__).resolve().parent.parent / "suites"
@@ -212,6 +219,30 @@ class Suite(StrictModel):
             tasks.append(task.model_copy(update={"lrs": None, "probe": pinned}))
         return self.model_copy(update={"lrs": list(lrs), "tasks": tasks})
 
+    def with_seeds(self, seeds: list[int]) -> Suite:
+        """This suite with `seeds` as every task's seeds (`bertkit evaluate --seeds`), a task's own notwithstanding."""
+        tasks = [task.model_copy(update={"seeds": None}) for task in self.tasks]
+        return self.model_copy(update={"seeds": list(seeds), "tasks": tasks})
+
+    def with_tasks(self, names: list[str]) -> Suite:
+        """This suite cut to the tasks `names` (`bertkit evaluate --tasks`), in the suite's order; a one-line
+        BertkitError for a name the suite lacks, or a task whose warm start is left out."""
+        given = ",".join(names)
+        if not names or "" in names or len(set(names)) != len(names):
+            raise BertkitError(f"--tasks '{given}': give task names of the suite, each once, separated by commas")
+        known = [task.name for task in self.tasks]
+        for name in names:
+            if name not in known:
+                raise BertkitError(f"--tasks: suite '{self.name}' has no task '{name}'; its tasks: {', '.join(known)}")
+        tasks = [task for task in self.tasks if task.name in names]
+        for task in tasks:
+            if task.warm_start is not None and task.warm_start not in names:
+                raise BertkitError(
+                    f"--tasks: task '{task.name}' warm-starts from '{task.warm_start}'; add {task.warm_start} to "
+                    "--tasks (it runs first)"
+                )
+        return self.model_copy(update={"tasks": tasks})
+
     def task(self, name: str) -> SuiteTask:
         return next(task for task in self.tasks if task.name == name)
 
@@ -255,9 +286,34 @@ def check_rate_option(lrs: list[float] | tuple[float, ...], text: str | None = N
         ) from None
 
 
+def parse_seeds(text: str) -> list[int]:
+    """`--seeds 0,1,2,3,4`: the seeds, checked as a suite's `seeds:` is; a one-line BertkitError otherwise."""
+    try:
+        seeds = [int(item) for item in text.split(",")]
+    except ValueError:
+        seeds = []
+    return check_seed_option(seeds, text)
+
+
+def check_seed_option(seeds: list[int] | tuple[int, ...], text: str | None = None) -> list[int]:
+    """The seeds of `--seeds` (`text` as written on the command line), or a one-line BertkitError."""
+    try:
+        return _check_seeds(list(seeds))
+    except ValueError:
+        given = text if text is not None else ",".join(map(str, seeds))
+        raise BertkitError(
+            f"--seeds '{given}': give whole-number seeds from 0 to 2^63-1, each once, separated by commas (e.g. 0,1,2)"
+        ) from None
+
+
+def parse_names(text: str) -> list[str]:
+    """`--tasks sentiment,ner`: the names as written (blanks around a comma dropped); checked by `Suite.with_tasks`."""
+    return [item.strip() for item in text.split(",")]
+
+
 def _check_seeds(seeds: list[int]) -> list[int]:
-    if not seeds or len(set(seeds)) != len(seeds):
-        raise ValueError("give at least one seed, each once (e.g. [0, 1, 2])")
+    if not seeds or len(set(seeds)) != len(seeds) or not all(0 <= seed < SEED_LIMIT for seed in seeds):
+        raise ValueError("give at least one seed, each once, from 0 to 2^63-1 (e.g. [0, 1, 2])")
     return seeds
 
 

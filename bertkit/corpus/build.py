@@ -93,6 +93,7 @@ class BuildOptions:
             (0.0 <= self.short_seq_prob <= 1.0, "--short-seq-prob must be between 0 and 1"),
             (self.invalid_utf8 in INVALID_UTF8, "--invalid-utf8 must be error or replace"),
             (self.long_sentences in LONG_SENTENCES, "--long-sentences must be split or error"),
+            (self.seed >= 0, f"--seed must be 0 or more, not {self.seed}"),
         ]
         for ok, message in checks:
             if not ok:

@@ -1,6 +1,6 @@
 """The offline `local` suite as the benches use it (test_evaluate_bench.py, ttq.py, variants.py): the bench's sizes,
-a smoke cut, the task files written once under a bench's work folder, and the shipped suite as a file with tasks
-left out."""
+a smoke cut, the task files written once under a bench's work folder, and which of the shipped suite's tasks a bench
+runs (`bertkit evaluate --tasks`)."""
 
 from __future__ import annotations
 
@@ -37,20 +37,13 @@ def suite_data(work: Path, smoke: bool, qa: tuple[int, int] | None = None) -> Pa
     return data
 
 
-def suite_file(data: Path, smoke: bool, leave_out: tuple[str, ...] = (), only: tuple[str, ...] = ()) -> str:
-    """The shipped `local` suite as a file beside its data: one seed with --smoke, without the tasks `leave_out`, or
-    with the tasks `only`."""
-    import yaml
+# The seeds of a smoke run (`bertkit evaluate --seeds`); a full run keeps the suite's three.
+SMOKE_SEEDS = (0,)
 
-    from bertkit.config.suite import resolve_suite_path
 
-    raw = yaml.safe_load(resolve_suite_path("local").read_text("utf-8"))
-    raw["tasks"] = [task for task in raw["tasks"] if task["name"] not in leave_out]
-    if only:
-        raw["tasks"] = [task for task in raw["tasks"] if task["name"] in only]
-    if smoke:
-        raw["seeds"] = [0]
-    cut = "".join("-no-" + t for t in leave_out) + "".join("-only-" + t for t in only)
-    path = data / f"suite{'-smoke' if smoke else ''}{cut}.yaml"
-    path.write_text(yaml.safe_dump(raw, sort_keys=False), "utf-8")
-    return str(path)
+def suite_tasks(leave_out: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The shipped `local` suite's tasks, as bertkit reads them, without `leave_out`: a bench's `--tasks`."""
+    from bertkit.config.suite import load_suite
+
+    suite, _ = load_suite("local")
+    return tuple(task.name for task in suite.tasks if task.name not in leave_out)

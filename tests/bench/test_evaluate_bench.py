@@ -12,7 +12,8 @@ What must hold: the real model wins every task and the average by more than the 
 deviation of the two), in full fine-tuning and with the probe.
 
 The rate grid: all-MiniLM-L6-v2 fine-tuned at the suite's own rates and over `--lrs 5e-5,1e-4,3e-4` on sentiment,
-STS-B and NER (BERTKIT_GRID_TASKS; QNLI and QA are left out to keep both evaluations near 50 minutes). What must
+STS-B and NER (`--tasks`, from BERTKIT_GRID_TASKS; QNLI and QA are left out to keep both evaluations near 50
+minutes). What must
 hold: each cell the two evaluations share (a suite rate, a seed) gives the same metrics in both, and each task's
 reported rate is the grid's best by the mean over seeds; the table shows what the grid changes.
 """
@@ -26,7 +27,7 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import run_json
-from suite_bench import SUITE_SIZES, suite_file
+from suite_bench import SUITE_SIZES
 
 # Where the reports are kept after the run (the benchmarks page quotes them).
 KEEP = Path(os.environ.get("BERTKIT_BENCH_OUT", "runs/bench-evaluate"))
@@ -105,9 +106,11 @@ def _cells(out: Path) -> dict[tuple[str, float, int], dict]:
 
 @pytest.mark.bench
 def test_rate_grid_against_the_suites_rates(local_data, minilm_dir, tmp_path, capsys):
-    tasks = tuple(os.environ.get("BERTKIT_GRID_TASKS", "sentiment,stsb,ner").split(","))
-    suite = suite_file(local_data, False, only=tasks)
-    common = ["evaluate", "--model", str(minilm_dir), "--suite", suite, "--data", str(local_data), "--jobs", "2"]
+    from bertkit.config.suite import parse_names
+
+    tasks = tuple(parse_names(os.environ.get("BERTKIT_GRID_TASKS", "sentiment,stsb,ner")))
+    common = ["evaluate", "--model", str(minilm_dir), "--suite", "local", "--data", str(local_data), "--tasks",
+              ",".join(tasks), "--jobs", "2"]  # fmt: skip
     own = run_json(*common, "--output", str(tmp_path / "suite-rates"))
     grid = run_json(*common, "--lrs", GRID, "--output", str(tmp_path / "grid"))
     KEEP.mkdir(parents=True, exist_ok=True)
@@ -115,6 +118,7 @@ def test_rate_grid_against_the_suites_rates(local_data, minilm_dir, tmp_path, ca
         shutil.copy(tmp_path / out / "report.json", KEEP / f"{name}-report.json")
     assert own["cells"]["failed"] == 0 and grid["cells"]["failed"] == 0
     assert own["protocol"]["rates_from"] == "suite" and grid["protocol"]["rates_from"] == "--lrs"
+    assert sorted(own["protocol"]["tasks"]) == sorted(grid["protocol"]["tasks"]) == sorted(tasks)
     shared = _cells(tmp_path / "suite-rates")
     assert shared and shared.items() <= _cells(tmp_path / "grid").items()  # the same fine-tuning, to the digit
     a, b = own["models"][str(minilm_dir)], grid["models"][str(minilm_dir)]

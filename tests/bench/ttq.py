@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from suite_bench import suite_data, suite_file
+from suite_bench import SMOKE_SEEDS, suite_data, suite_tasks
 
 SHIFTS = ("squaddev_v1.1", "new_wiki_v1.0", "nyt_v1.0", "reddit_v1.0", "amazon_reviews_v1.0")
 MEMBER = "bigbench-1.0.0/bigbench/benchmark_tasks/squad_shifts/{}.json"
@@ -267,14 +267,17 @@ def untrained(corpus: Path, output: Path, recipe: str, extra: dict[str, object] 
     return Path(summary["model_dir"])
 
 
-def evaluate_suite(models: list[str], suite: str, data: Path, output: Path, probe: bool, jobs: int = 2,
-                   lrs: tuple[float, ...] = ()) -> dict:  # fmt: skip
-    """`bertkit evaluate` of `models` on a suite file, `jobs` cells at a time (two by default, one core each), over
-    the rate grid `lrs` in place of the suite's (empty: the suite's own): its --json report."""
+def evaluate_suite(models: list[str], tasks: tuple[str, ...], data: Path, output: Path, probe: bool, smoke: bool,
+                   jobs: int = 2, lrs: tuple[float, ...] = ()) -> dict:  # fmt: skip
+    """`bertkit evaluate` of `models` on the `tasks` of the shipped `local` suite (its files in `data`), `jobs` cells
+    at a time (two by default, one core each), on one seed with `smoke`, over the rate grid `lrs` in place of the
+    suite's (empty: the suite's own): its --json report."""
     named = [arg for model in models for arg in ("--model", model)]
     rates = ["--lrs", ",".join(f"{lr!r}" for lr in lrs)] if lrs else []
-    return bertkit("evaluate", *named, "--suite", suite, "--data", data, "--output", output, "--jobs", str(jobs),
-                   "--overwrite", *(["--probe"] if probe else []), *rates)  # fmt: skip
+    seeds = ["--seeds", ",".join(map(str, SMOKE_SEEDS))] if smoke else []
+    return bertkit("evaluate", *named, "--suite", "local", "--data", data, "--tasks", ",".join(tasks), "--output",
+                   output, "--jobs", str(jobs), "--overwrite", *(["--probe"] if probe else []), *rates,
+                   *seeds)  # fmt: skip
 
 
 # The downstream suite: `bertkit evaluate` on the shipped `local` suite (its real sets, rates, epochs and 3 seeds), in
@@ -289,11 +292,10 @@ def downstream(work: Path, models: dict[str, Path], modes: list[str], smoke: boo
     """Each model's suite scores, per mode: {mode: {name: {"average": {mean, std, ...}, "tasks": {task: score}}}},
     with the evaluation's cells and minutes."""
     data = suite_data(work, smoke)
-    suite = suite_file(data, smoke, SQUAD_TASKS)
     result: dict = {}
     for mode in modes:
-        report = evaluate_suite([str(p) for p in models.values()], suite, data, work / f"evaluate-{mode}",
-                                mode == "probe")  # fmt: skip
+        report = evaluate_suite([str(p) for p in models.values()], suite_tasks(SQUAD_TASKS), data,
+                                work / f"evaluate-{mode}", mode == "probe", smoke)  # fmt: skip
         result[mode] = {
             name: {
                 "average": report["models"][str(path)]["average"],

@@ -88,7 +88,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from suite_bench import suite_data, suite_file  # noqa: E402
+from suite_bench import suite_data, suite_tasks  # noqa: E402
 from ttq import (  # noqa: E402
     HELD_OUT_EVERY,
     SHAPE,
@@ -342,9 +342,9 @@ def evaluate(work: Path, models: dict[str, str], mode: str, data: Path, smoke: b
     for group, names in groups.items():
         if not names:
             continue
-        suite = suite_file(data, smoke, () if group == "all" else ("qa",))
-        report = evaluate_suite([models[n] for n in names], suite, data, work / f"evaluate-{mode}-{group}",
-                                mode == "probe", jobs, lrs if mode == "full" else ())  # fmt: skip
+        run_tasks = suite_tasks(() if group == "all" else ("qa",))
+        report = evaluate_suite([models[n] for n in names], run_tasks, data, work / f"evaluate-{mode}-{group}",
+                                mode == "probe", smoke, jobs, lrs if mode == "full" else ())  # fmt: skip
         for n in names:
             tasks = report["models"][models[n]]["tasks"]
             scores[n] = {
@@ -361,8 +361,8 @@ def qa_scores(work: Path, models: dict[str, str], data: Path, smoke: bool, jobs:
     rate), for the models that serve QA: each model's F1 and exact match over the seeds at the rate picked on dev,
     and their mean (the suite's QA score)."""
     names = [n for n in models if n not in NO_QA]
-    report = evaluate_suite([models[n] for n in names], suite_file(data, smoke, only=("qa",)), data,
-                            work / f"evaluate-{data.name}", False, jobs, lrs)  # fmt: skip
+    report = evaluate_suite([models[n] for n in names], ("qa",), data, work / f"evaluate-{data.name}", False, smoke,
+                            jobs, lrs)  # fmt: skip
     scores = {}
     for n in names:
         row = report["models"][models[n]]["tasks"]["qa"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -212,6 +213,43 @@ def test_rates_option_replaces_every_tasks_grid_and_is_part_of_the_plan(tmp_path
     assert again["models"] == result["models"]
 
 
+def test_seeds_and_tasks_options_run_part_of_the_suite_on_other_seeds(tmp_path, suite_dir, pretrained_run):
+    common = ["evaluate", "--model", str(pretrained_run), "--suite", str(suite_dir / "tiny.yaml"), "--probe",
+              "--output", str(tmp_path / "part")]  # fmt: skip
+    result = run_json(*common, "--tasks", "sts", "--seeds", "5,3")
+    cells = _cell_results(tmp_path / "part")
+    # sts alone, on seeds 5 and 3 in place of the suite's 0 and 1, at the suite's probe rate
+    assert sorted(name.split("/", 1)[1] for name in cells) == ["sts/lr0.003-seed3", "sts/lr0.003-seed5"]
+    protocol = result["protocol"]
+    assert list(protocol["tasks"]) == ["sts"] and protocol["tasks"]["sts"]["seeds"] == [5, 3]
+    assert protocol["seeds_from"] == "--seeds" and protocol["tasks_from"] == "--tasks"
+    assert protocol["suite_tasks"] == ["sentiment", "sts"]
+    entry = result["models"][str(pretrained_run)]
+    assert list(entry["tasks"]) == ["sts"] and entry["average"]["seeds"] == [5, 3]
+    score = entry["tasks"]["sts"]["score"]
+    assert entry["average"]["mean"] == score["mean"] and entry["average"]["per_seed"] == score["per_seed"]
+    report = (tmp_path / "part" / "report.md").read_text()
+    assert "seeds 5, 3" in report and "every task's seeds are those of --seeds" in report
+    assert "left out by --tasks, so out of the average too: sentiment" in report
+    plan = json.loads((tmp_path / "part" / "plan.json").read_text())
+    assert plan["seeds"] == [5, 3] and plan["tasks"] == ["sts"] and plan["lrs"] is None
+    assert "was started with --seeds 5,3;" in run_error(*common, "--resume", "last", "--tasks", "sts")
+    assert "was started with --tasks sts;" in run_error(*common, "--resume", "last", "--seeds", "5,3")
+    again = run_json(*common, "--resume", "last", "--tasks", "sts", "--seeds", "5,3")
+    assert again["cells"] == {"total": 2, "done": 2, "failed": 0, "resumed": 2, "ran": 0}
+    assert again["models"] == result["models"]
+
+
+def test_naming_every_task_is_the_whole_suite(tmp_path, evaluated, suite_dir, pretrained_run):
+    # every task of the suite, in any order: the suite as it is, so an evaluation started without --tasks resumes
+    shutil.copytree(evaluated[0], tmp_path / "whole")
+    again = run_json("evaluate", "--model", str(pretrained_run), "--suite", str(suite_dir / "tiny.yaml"), "--output",
+                     str(tmp_path / "whole"), "--resume", "last", "--tasks", "sts,sentiment")  # fmt: skip
+    assert again["cells"]["ran"] == 0 and again["cells"]["resumed"] == again["cells"]["total"] == 8
+    assert again["protocol"]["tasks_from"] == "suite" and again["models"] == evaluated[1]["models"]
+    assert "left out by --tasks" not in (tmp_path / "whole" / "report.md").read_text()
+
+
 def test_bad_input_is_one_line_and_leaves_nothing(tmp_path, suite_dir, pretrained_run):
     def fails(suite: dict | None, expected: str, *extra: str) -> None:
         path = _write_suite(suite_dir, suite) if suite is not None else suite_dir / "tiny.yaml"
@@ -232,6 +270,9 @@ def test_bad_input_is_one_line_and_leaves_nothing(tmp_path, suite_dir, pretraine
     fails(None, "is shipped with bertkit: --data DIR", "--suite", "local")
     for rates in ("nan", "1e-4,1e-4", "fast"):
         fails(None, f"--lrs '{rates}': give finite learning rates above 0, each once", "--lrs", rates)
+    for seeds in ("-1", "0,0", "0.5"):
+        fails(None, f"--seeds '{seeds}': give whole-number seeds from 0 to 2^63-1, each once", "--seeds", seeds)
+    fails(None, "--tasks: suite 'tiny' has no task 'mnli'; its tasks: sentiment, sts", "--tasks", "sts,mnli")
 
 
 def _glue_line(*fields: str) -> str:

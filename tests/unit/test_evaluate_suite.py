@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bertkit.config.suite import load_suite, parse_rates, suite_names, validate_suite
+from bertkit.config.suite import load_suite, parse_names, parse_rates, parse_seeds, suite_names, validate_suite
 from bertkit.errors import BertkitError
 from bertkit.pipelines.evaluate.aggregate import summarize_model, summarize_task
 from bertkit.pipelines.evaluate.run import model_keys
@@ -47,6 +47,8 @@ def test_shipped_suites_validate():
         ({"lrs": [float("inf")]}, "each a finite number above 0"),
         ({"lrs": [1e-4, 1e-4]}, "give each learning rate once"),
         ({"seeds": [1, 1]}, "each once"),
+        ({"seeds": [0, -1]}, "from 0 to 2^63-1"),
+        ({"seeds": [2**63]}, "from 0 to 2^63-1"),
         ({"name": "a/b"}, "names a directory"),
         ({"kind": "token-classification", "extra_eval": {"x": "y"}}, "extra_eval applies to"),
     ],
@@ -144,14 +146,89 @@ def test_resume_checks_the_rates_and_reads_a_plan_from_before_the_option(tmp_pat
     from bertkit.pipelines.evaluate.run import PLAN, EvaluateOptions, _prepare_output
 
     plan = {"suite": {"name": "s"}, "models": {"m": "m0-m"}, "mode": "full", "data": "d"}
-    write_json_atomic(tmp_path / PLAN, plan)  # as evaluations wrote it before --lrs: no "lrs" key
-    _prepare_output(tmp_path, {**plan, "lrs": None}, EvaluateOptions(resume="last"))
+    write_json_atomic(tmp_path / PLAN, plan)  # as evaluations wrote it before the options: no "lrs" key...
+    now = {**plan, "lrs": None, "seeds": None, "tasks": None}
+    _prepare_output(tmp_path, now, EvaluateOptions(resume="last"))
     with pytest.raises(BertkitError, match=r"was started with the suite's rates \(no --lrs\)"):
-        _prepare_output(tmp_path, {**plan, "lrs": [1e-3]}, EvaluateOptions(resume="last"))
-    write_json_atomic(tmp_path / PLAN, {**plan, "lrs": [1e-3, 1e-2]})
+        _prepare_output(tmp_path, {**now, "lrs": [1e-3]}, EvaluateOptions(resume="last"))
+    write_json_atomic(tmp_path / PLAN, {**now, "lrs": [1e-3, 1e-2]})
     with pytest.raises(BertkitError, match="was started with --lrs 0.001,0.01; resume with the same"):
-        _prepare_output(tmp_path, {**plan, "lrs": None}, EvaluateOptions(resume="last"))
-    _prepare_output(tmp_path, {**plan, "lrs": [1e-3, 1e-2]}, EvaluateOptions(resume="last"))
+        _prepare_output(tmp_path, now, EvaluateOptions(resume="last"))
+    _prepare_output(tmp_path, {**now, "lrs": [1e-3, 1e-2]}, EvaluateOptions(resume="last"))
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "expected"),
+    [
+        ({}, {"seeds": [0, 1, 2, 3, 4]}, r"the suite's seeds \(no --seeds\)"),
+        ({"seeds": [0, 1, 2, 3, 4]}, {"seeds": [0, 1, 2]}, "--seeds 0,1,2,3,4;"),
+        ({}, {"tasks": ["sst2"]}, r"all the suite's tasks \(no --tasks\)"),
+        ({"tasks": ["sst2", "rte"]}, {}, "--tasks sst2,rte;"),
+    ],
+)
+def test_resume_checks_the_seeds_and_the_tasks(tmp_path, before, after, expected):
+    from bertkit.fsutil import write_json_atomic
+    from bertkit.pipelines.evaluate.run import PLAN, EvaluateOptions, _prepare_output
+
+    plan = {"suite": {"name": "s"}, "models": {"m": "m0-m"}, "mode": "full", "data": "d", "lrs": None,
+            "seeds": None, "tasks": None}  # fmt: skip
+    write_json_atomic(tmp_path / PLAN, {**plan, **before})
+    with pytest.raises(BertkitError, match=f"was started with {expected}"):
+        _prepare_output(tmp_path, {**plan, **after}, EvaluateOptions(resume="last"))
+    _prepare_output(tmp_path, {**plan, **before}, EvaluateOptions(resume="last"))
+
+
+def _three_tasks(**third) -> dict:
+    tasks = [{"name": name, "kind": "classification", "train": "t", "eval": "d"} for name in ("mnli", "sst2", "rte")]
+    tasks[2].update(third)
+    return {"name": "s", "seeds": [0, 1, 2], "tasks": tasks}
+
+
+def test_seeds_option_replaces_every_tasks_seeds():
+    suite = validate_suite(_three_tasks(seeds=[7]), "s")
+    assert [suite.grid(t, False)[1] for t in suite.tasks] == [[0, 1, 2], [0, 1, 2], [7]]
+    five = suite.with_seeds([0, 1, 2, 3, 4])
+    for probe in (False, True):
+        assert [five.grid(t, probe)[1] for t in five.tasks] == [[0, 1, 2, 3, 4]] * 3
+    assert [five.grid(t, True)[0] for t in five.tasks] == [suite.grid(t, True)[0] for t in suite.tasks]
+
+
+@pytest.mark.parametrize("text", ["", " ", "a", "1.5", "-1", "1,1", "0,,1", "0,", "1e3", str(2**63)])
+def test_bad_seeds_option_is_one_line(text):
+    with pytest.raises(BertkitError) as err:
+        parse_seeds(text)
+    message = str(err.value)
+    assert message.startswith(f"--seeds '{text}': give whole-number seeds from 0 to 2^63-1, each once")
+    assert "\n" not in message
+
+
+def test_seeds_option_parses_a_comma_list():
+    assert parse_seeds("3, 1,4") == [3, 1, 4]
+
+
+def test_tasks_option_cuts_the_suite_in_its_own_order():
+    suite = validate_suite(_three_tasks(warm_start="mnli"), "s")
+    cut = suite.with_tasks(parse_names("rte, mnli"))
+    assert [t.name for t in cut.tasks] == ["mnli", "rte"] and cut.task("rte").warm_start == "mnli"
+    assert [t.name for t in suite.with_tasks(["sst2"]).tasks] == ["sst2"]
+    assert [t.name for t in suite.tasks] == ["mnli", "sst2", "rte"]  # the suite itself is left as it was
+
+
+@pytest.mark.parametrize(
+    ("names", "expected"),
+    [
+        (["qqp"], "--tasks: suite 's' has no task 'qqp'; its tasks: mnli, sst2, rte"),
+        ([""], "--tasks '': give task names of the suite, each once, separated by commas"),
+        (["sst2", ""], "--tasks 'sst2,': give task names of the suite, each once"),
+        (["rte"], "--tasks: task 'rte' warm-starts from 'mnli'; add mnli to --tasks"),
+        (["sst2", "sst2"], "--tasks 'sst2,sst2': give task names of the suite, each once"),
+    ],
+)
+def test_bad_tasks_option_is_one_line(names, expected):
+    suite = validate_suite(_three_tasks(warm_start="mnli"), "s")
+    with pytest.raises(BertkitError) as err:
+        suite.with_tasks(names)
+    assert str(err.value).startswith(expected) and "\n" not in str(err.value)
 
 
 def _done(**metrics):

@@ -146,6 +146,29 @@ def test_finetune_with_an_unknown_task_is_one_error_line(tmp_path: Path) -> None
     assert "--task 'ner' is not a task" in error and not (tmp_path / "r").exists()
 
 
+def test_a_negative_seed_is_refused_before_any_random_state_is_drawn() -> None:
+    # numpy's generators (every loader's shuffle) take no negative seed: refused at the recipe, in one line
+    with pytest.raises(BertkitError) as err:
+        load_recipe("finetune-tiny", ["train.seed=-1"], kind="finetune")
+    assert "train.seed" in str(err.value) and "\n" not in str(err.value)
+    assert load_recipe("finetune-tiny", ["train.seed=0"], kind="finetune").train.seed == 0
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["build-corpus", "-i", "{d}/in.txt", "-t", "{d}/tok", "-o", "{d}/out"],
+        ["tokenize", "train", "-i", "{d}/in.txt", "-o", "{d}/out"],
+        ["augment", "-m", "{d}/m", "-i", "{d}/in.csv", "-o", "{d}/out"],
+        ["compress", "-t", "{d}/m", "--train", "{d}/in.csv", "--eval", "{d}/in.csv", "-o", "{d}/out"],
+    ],
+)
+def test_a_negative_seed_option_is_one_error_line_before_any_input_is_read(tmp_path: Path, command: list[str]) -> None:
+    args = [arg.format(d=tmp_path) for arg in command]
+    assert run_error(*args, "--seed", "-1") == "error: --seed must be 0 or more, not -1"
+    assert not (tmp_path / "out").exists()
+
+
 def test_each_family_has_its_own_configuration_class() -> None:
     """The model section is a discriminated union on family: every shipped recipe's model is its family's class,
     a key of another family is one line naming the family that takes it, and a typo still gets a did-you-mean."""

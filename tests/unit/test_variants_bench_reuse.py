@@ -240,7 +240,7 @@ def test_the_full_rate_grid_reaches_every_task_and_leaves_the_probe_alone(
     # their own 1e-4), and the probe keeps the suite's 2e-3.
     import sys
 
-    from bertkit.config.suite import load_suite, parse_rates
+    from bertkit.config.suite import load_suite, parse_names, parse_rates
 
     calls: list[list[str]] = []
 
@@ -258,9 +258,13 @@ def test_the_full_rate_grid_reaches_every_task_and_leaves_the_probe_alone(
     modes = ["probe" if "--probe" in call else "full" for call in calls]
     assert modes == ["full", "full", "probe", "probe", "full"]  # BERT with QA, XLNet without, each mode; then QA
     own, _ = load_suite("local")
-    for call, mode in zip(calls, modes, strict=True):
-        suite, _ = load_suite(call[call.index("--suite") + 1])
-        assert suite.lrs == own.lrs and all(task.lrs == own.task(task.name).lrs for task in suite.tasks)  # as shipped
+    every = [task.name for task in own.tasks]
+    tasks = [parse_names(call[call.index("--tasks") + 1]) for call in calls]
+    # the shipped suite cut by bertkit's own --tasks: all of it for BERT, all but QA for XLNet, then QA alone
+    assert tasks == [every, every[:-1], every, every[:-1], ["qa"]] and every[-1] == "qa"
+    for call, mode, names in zip(calls, modes, tasks, strict=True):
+        assert call[call.index("--suite") + 1] == "local" and "--seeds" not in call  # the suite's three seeds
+        suite = own.with_tasks(names)
         if mode == "probe":
             assert "--lrs" not in call
             continue
@@ -275,3 +279,7 @@ def test_the_full_rate_grid_reaches_every_task_and_leaves_the_probe_alone(
     calls.clear()
     variants.evaluate(tmp_path, models, "full", tmp_path, False, 1, ())
     assert calls and all("--lrs" not in call for call in calls)
+    # A smoke run keeps one seed of the suite's three, through --seeds.
+    calls.clear()
+    variants.evaluate(tmp_path, models, "probe", tmp_path, True, 1, ())
+    assert calls and all(call[call.index("--seeds") + 1] == "0" for call in calls)

@@ -68,6 +68,12 @@ def markdown(report: dict[str, Any], suite: Suite, tasks: list[SuiteTask]) -> st
         )
     if protocol.get("rates_from") == "--lrs":
         lines.append("- every task's rates are those of --lrs, in place of the suite's")
+    if protocol.get("seeds_from") == "--seeds":
+        lines.append("- every task's seeds are those of --seeds, in place of the suite's")
+    run = {*protocol["tasks"], *protocol["skipped_tasks"]}
+    left_out = [name for name in protocol.get("suite_tasks", []) if name not in run]
+    if left_out:
+        lines.append(f"- left out by --tasks, so out of the average too: {', '.join(left_out)}")
     if protocol["skipped_tasks"]:
         lines.append(f"- skipped in this mode: {', '.join(protocol['skipped_tasks'])} (question answering fine-tunes)")
     cells = report["cells"]
@@ -175,9 +181,11 @@ def plot_suite_curve(evaluation: Path, output: Path, overwrite: bool = False) ->
             ax.plot(xs, [p[3]["tasks"][task]["score"]["mean"] for p in points], marker=".", alpha=0.7, label=task)
         ax.set_xlabel(label)
         ax.grid(alpha=0.3)
-    axes[0].set_ylabel(f"{report['suite']} score, points ({report['mode']})")
+    cut = report["protocol"].get("tasks_from") == "--tasks"  # an average over part of the suite says so
+    name = f"{report['suite']} ({', '.join(tasks)})" if cut else report["suite"]
+    axes[0].set_ylabel(f"{name} score, points ({report['mode']})")
     axes[0].legend(fontsize=8)
-    fig.suptitle(f"{report['suite']} ({report['mode']}) along pretraining: mean ± std over seeds")
+    fig.suptitle(f"{name} ({report['mode']}) along pretraining: mean ± std over seeds")
     save_figure(fig, output)
     return {
         "output": str(output),

@@ -2,10 +2,10 @@
 then the table (aggregate.py) and the report files (report.py).
 
 Order matters, as in every bertkit command: the suite, every model and every task file are read and checked
-before the output directory is created, so bad input leaves nothing. The plan (suite, models, mode, data, and the
-rates of `--lrs`) is written first; `--resume` accepts only the same plan and runs only the cells without a result.
-Tasks run in waves: a task that warm-starts from another runs once that task's cells are all done, from the weights
-of its best cell.
+before the output directory is created, so bad input leaves nothing. The plan (suite, models, mode, data, and what
+`--lrs`, `--seeds` and `--tasks` changed) is written first; `--resume` accepts only the same plan and runs only the
+cells without a result. Tasks run in waves: a task that warm-starts from another runs once that task's cells are all
+done, from the weights of its best cell.
 """
 
 from __future__ import annotations
@@ -24,7 +24,15 @@ from pydantic import ValidationError
 
 from bertkit.config.recipe import default_recipe, load_recipe
 from bertkit.config.schema import StrictModel
-from bertkit.config.suite import SUITE_DIR, Suite, SuiteTask, check_rate_option, load_suite, lower_is_better
+from bertkit.config.suite import (
+    SUITE_DIR,
+    Suite,
+    SuiteTask,
+    check_rate_option,
+    check_seed_option,
+    load_suite,
+    lower_is_better,
+)
 from bertkit.config.track import TRACKERS, TrackConfig
 from bertkit.errors import BertkitError
 from bertkit.fsutil import check_output_dir, read_json, write_json_atomic
@@ -49,6 +57,8 @@ class EvaluateOptions:
     quiet: bool = False
     report_to: tuple[str, ...] = ()  # trackers: one parent run with the table; cells run here nest under it
     lrs: tuple[float, ...] = ()  # every task's rate grid in this mode, in place of the suite's; (): the suite's
+    seeds: tuple[int, ...] = ()  # every task's seeds, in place of the suite's; (): the suite's
+    tasks: tuple[str, ...] = ()  # the suite's tasks to run (in the suite's order); (): all of them
 
 
 class EvaluationRecord(StrictModel):
@@ -207,11 +217,24 @@ def _waves(tasks: list[SuiteTask]) -> list[list[SuiteTask]]:
     return [[t for t in tasks if depth[t.name] == d] for d in range(max(depth.values()) + 1)]
 
 
+# What a command-line option changed, in the plan beside the suite as its file has it (None: the option not given).
+OPTION_KEYS = {"lrs": "--lrs", "seeds": "--seeds", "tasks": "--tasks"}
+# How a resume's error names an evaluation started without the option.
+WITHOUT_OPTION = {"lrs": "the suite's rates", "seeds": "the suite's seeds", "tasks": "all the suite's tasks"}
+
+
 def _plan_record(suite: Suite, models: dict[str, str], probe: bool, data_dir: Path,
-                 lrs: tuple[float, ...]) -> dict[str, Any]:  # fmt: skip
-    """The suite as its file says, and `--lrs` beside it (None without), so that a resume names what differs."""
+                 options: EvaluateOptions) -> dict[str, Any]:  # fmt: skip
+    """The suite as its file says, and the options beside it, so that a resume names what differs."""
     return {"suite": suite.model_dump(mode="json"), "models": models, "mode": "probe" if probe else "full",
-            "data": str(data_dir), "lrs": list(lrs) or None}  # fmt: skip
+            "data": str(data_dir), **{key: list(getattr(options, key)) or None for key in OPTION_KEYS}}  # fmt: skip
+
+
+def _option_text(key: str, value: list[Any] | None) -> str:
+    """How an evaluation was started, as its resume error says it: "--lrs 0.0001,0.0003", "all the suite's tasks"."""
+    if not value:
+        return f"{WITHOUT_OPTION[key]} (no {OPTION_KEYS[key]})"
+    return f"{OPTION_KEYS[key]} {','.join(f'{v:g}' if key == 'lrs' else str(v) for v in value)}"
 
 
 def _prepare_output(output: Path, plan: dict[str, Any], options: EvaluateOptions) -> None:
@@ -221,15 +244,14 @@ def _prepare_output(output: Path, plan: dict[str, Any], options: EvaluateOptions
         if not (output / PLAN).is_file():
             raise BertkitError(f"--resume: {output} holds no evaluation to resume ({PLAN} is missing); drop --resume")
         before = read_json(output / PLAN, "evaluation plan")
-        for key in ("suite", "models", "mode", "data", "lrs"):
-            if before.get(key) != plan[key]:  # a plan written without --lrs has none
+        for key in ("suite", "models", "mode", "data", *OPTION_KEYS):
+            if before.get(key) != plan[key]:  # a plan written before an option existed has none of it
                 name = f"another {'--data' if key == 'data' else key}"
-                if key == "lrs":
-                    was = before.get("lrs")
-                    name = f"--lrs {','.join(f'{lr:g}' for lr in was)}" if was else "the suite's rates (no --lrs)"
+                if key in OPTION_KEYS:
+                    name = _option_text(key, before.get(key))
                 raise BertkitError(
-                    f"--resume: {output} was started with {name}; resume with the same suite, models, mode, "
-                    "--data and --lrs, or choose another --output (or --overwrite to start again)"
+                    f"--resume: {output} was started with {name}; resume with the same suite, models, mode, --data, "
+                    "--lrs, --seeds and --tasks, or choose another --output (or --overwrite to start again)"
                 )
         (output / REPORT_JSON).unlink(missing_ok=True)  # the report is written anew from every cell at the end
         return
@@ -301,7 +323,15 @@ def evaluate(
     if options.lrs:
         check_rate_option(options.lrs)
     suite_as_given, suite_path = load_suite(suite_spec)
-    suite = suite_as_given.with_rates(list(options.lrs), options.probe) if options.lrs else suite_as_given
+    suite = suite_as_given
+    if options.tasks:  # in the suite's order, so that a resume naming them in another order matches the plan
+        suite = suite.with_tasks(list(options.tasks))
+        whole = len(suite.tasks) == len(suite_as_given.tasks)  # every task named: the suite as it is
+        options = replace(options, tasks=() if whole else tuple(task.name for task in suite.tasks))
+    if options.seeds:
+        suite = suite.with_seeds(list(check_seed_option(options.seeds)))
+    if options.lrs:
+        suite = suite.with_rates(list(options.lrs), options.probe)
     if data is None:
         if suite_path.parent.resolve() == SUITE_DIR:
             raise BertkitError(
@@ -326,6 +356,9 @@ def evaluate(
             skipped.append(task.name)
     tasks = [t for t in suite.tasks if t.name not in skipped]
     if not tasks:
+        if options.tasks:
+            raise BertkitError(f"--tasks {','.join(options.tasks)}: --probe runs none of them (question answering "
+                               "fine-tunes)")  # fmt: skip
         raise BertkitError(f"suite '{suite.name}' has no task that --probe can run (question answering fine-tunes)")
     for spec, model_dir in model_dirs.items():
         _check_model(spec, model_dir, suite, tasks)
@@ -340,9 +373,10 @@ def evaluate(
         raise BertkitError(f"--report-to takes {', '.join(TRACKERS)}, not {', '.join(options.report_to)}") from None
     tracking.require(tracking.trackers_asked(record))
     # Everything is valid: only now does the output appear.
-    _prepare_output(output, _plan_record(suite_as_given, keys, options.probe, data, options.lrs), options)
+    _prepare_output(output, _plan_record(suite_as_given, keys, options.probe, data, options), options)
     with tracking.parent_run(output, record, "evaluate") as parent:
-        report = _run_cells(suite, tasks, cells, keys, output, options, skipped)
+        every_task = [task.name for task in suite_as_given.tasks]
+        report = _run_cells(suite, tasks, cells, keys, output, options, skipped, every_task)
         if parent is not None:
             row = {"step": 0}
             for spec, key in keys.items():
@@ -355,7 +389,8 @@ def evaluate(
 
 
 def _run_cells(suite: Suite, tasks: list[SuiteTask], cells: dict[str, list[CellSpec]], keys: dict[str, str],
-               output: Path, options: EvaluateOptions, skipped: list[str]) -> dict[str, Any]:  # fmt: skip
+               output: Path, options: EvaluateOptions, skipped: list[str],
+               every_task: list[str]) -> dict[str, Any]:  # fmt: skip
     """Every cell (those with a result already, on --resume, are read), then the report."""
     total = sum(len(c) for c in cells.values())
     results: dict[str, dict[str, dict[tuple[float, int], dict[str, Any]]]] = {k: {} for k in keys.values()}
@@ -398,6 +433,9 @@ def _run_cells(suite: Suite, tasks: list[SuiteTask], cells: dict[str, list[CellS
             "mode": "frozen encoder, linear head (probe)" if options.probe else "full fine-tuning",
             "skipped_tasks": skipped,
             "rates_from": "--lrs" if options.lrs else "suite",  # every task's grid is --lrs, or as the suite has it
+            "seeds_from": "--seeds" if options.seeds else "suite",
+            "tasks_from": "--tasks" if options.tasks else "suite",
+            "suite_tasks": every_task,  # all of the suite's tasks, of which --tasks runs a part
             "tasks": {t.name: _task_protocol(suite, t, options.probe) for t in tasks},
         },
         "cells": {"total": total, **counts},
