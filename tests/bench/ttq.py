@@ -271,13 +271,19 @@ def evaluate_suite(models: list[str], tasks: tuple[str, ...], data: Path, output
                    jobs: int = 2, lrs: tuple[float, ...] = ()) -> dict:  # fmt: skip
     """`bertkit evaluate` of `models` on the `tasks` of the shipped `local` suite (its files in `data`), `jobs` cells
     at a time (two by default, one core each), on one seed with `smoke`, over the rate grid `lrs` in place of the
-    suite's (empty: the suite's own): its --json report."""
+    suite's (empty: the suite's own): its --json report. An evaluation cut off in `output` goes on from its finished
+    cells (`--resume auto`) when it was started with the same plan and weights; otherwise it starts again."""
     named = [arg for model in models for arg in ("--model", model)]
     rates = ["--lrs", ",".join(f"{lr!r}" for lr in lrs)] if lrs else []
     seeds = ["--seeds", ",".join(map(str, SMOKE_SEEDS))] if smoke else []
-    return bertkit("evaluate", *named, "--suite", "local", "--data", data, "--tasks", ",".join(tasks), "--output",
-                   output, "--jobs", str(jobs), "--overwrite", *(["--probe"] if probe else []), *rates,
-                   *seeds)  # fmt: skip
+    args = [*named, "--suite", "local", "--data", data, "--tasks", ",".join(tasks), "--output", output, "--jobs",
+            str(jobs), *(["--probe"] if probe else []), *rates, *seeds]  # fmt: skip
+    try:
+        return bertkit("evaluate", *args, "--resume", "auto")
+    except RuntimeError as err:
+        if "--overwrite" not in str(err):  # not bertkit refusing the output there (another plan, new weights)
+            raise
+    return bertkit("evaluate", *args, "--overwrite")
 
 
 # The downstream suite: `bertkit evaluate` on the shipped `local` suite (its real sets, rates, epochs and 3 seeds), in

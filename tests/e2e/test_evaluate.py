@@ -250,6 +250,25 @@ def test_naming_every_task_is_the_whole_suite(tmp_path, evaluated, suite_dir, pr
     assert "left out by --tasks" not in (tmp_path / "whole" / "report.md").read_text()
 
 
+def test_a_model_trained_again_in_place_is_not_resumed(tmp_path, suite_dir, pretrained_run):
+    from safetensors.torch import load_file, save_file
+
+    model = tmp_path / "model"
+    shutil.copytree(pretrained_run / "model", model)
+    common = ["evaluate", "--model", str(model), "--suite", str(suite_dir / "tiny.yaml"), "--probe", "--tasks", "sts",
+              "--seeds", "0", "--output", str(tmp_path / "eval")]  # fmt: skip
+    first = run_json(*common)
+    [fingerprint] = json.loads((tmp_path / "eval" / "plan.json").read_text())["weights"].values()
+    assert len(fingerprint) == 16
+    assert run_json(*common, "--resume", "last")["cells"]["ran"] == 0  # the same weights: resumed
+    weights = model / "model.safetensors"
+    save_file({name: tensor * 0.5 for name, tensor in load_file(weights).items()}, weights)  # "trained again"
+    error = run_error(*common, "--resume", "last")
+    assert f"the weights of --model {model} changed since" in error and "--overwrite" in error
+    again = run_json(*common, "--overwrite")  # starting again scores the new weights
+    assert again["cells"]["ran"] == 1 and again["models"] != first["models"]
+
+
 def test_bad_input_is_one_line_and_leaves_nothing(tmp_path, suite_dir, pretrained_run):
     def fails(suite: dict | None, expected: str, *extra: str) -> None:
         path = _write_suite(suite_dir, suite) if suite is not None else suite_dir / "tiny.yaml"

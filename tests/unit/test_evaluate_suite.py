@@ -178,6 +178,45 @@ def test_resume_checks_the_seeds_and_the_tasks(tmp_path, before, after, expected
     _prepare_output(tmp_path, {**plan, **before}, EvaluateOptions(resume="last"))
 
 
+def test_resume_refuses_a_model_whose_weights_changed(tmp_path):
+    from bertkit.fsutil import write_json_atomic
+    from bertkit.pipelines.evaluate.run import PLAN, EvaluateOptions, _prepare_output
+
+    plan = {"suite": {"name": "s"}, "models": {"runs/a": "m0-a", "runs/b": "m1-b"}, "mode": "full", "data": "d",
+            "lrs": None, "seeds": None, "tasks": None}  # fmt: skip
+    write_json_atomic(tmp_path / PLAN, plan)  # as written before fingerprints: resumes whatever the weights
+    _prepare_output(tmp_path, {**plan, "weights": {"m0-a": "1", "m1-b": "2"}}, EvaluateOptions(resume="last"))
+    write_json_atomic(tmp_path / PLAN, {**plan, "weights": {"m0-a": "1", "m1-b": "2"}})
+    with pytest.raises(BertkitError, match=r"the weights of --model runs/b changed since .* \(trained again\?\)"):
+        _prepare_output(tmp_path, {**plan, "weights": {"m0-a": "1", "m1-b": "3"}}, EvaluateOptions(resume="last"))
+    _prepare_output(tmp_path, {**plan, "weights": {"m0-a": "1", "m1-b": "2"}}, EvaluateOptions(resume="last"))
+
+
+def test_weights_fingerprint_follows_the_weights_files_only(tmp_path):
+    import os
+
+    from bertkit.pipelines.evaluate.run import weights_fingerprint
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"x" * 64)
+    (model / "config.json").write_text("{}")
+    first = weights_fingerprint(model)
+    (model / "config.json").write_text('{"a": 1}')  # not the weights
+    assert weights_fingerprint(model) == first
+    stat = (model / "model.safetensors").stat()
+    os.utime(model / "model.safetensors", ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))  # written again
+    assert weights_fingerprint(model) != first
+    # the hub cache links a snapshot's files to blobs: the fingerprint is the blob's
+    blob, snapshot = tmp_path / "blob", tmp_path / "snapshot"
+    blob.write_bytes(b"y" * 64)
+    snapshot.mkdir()
+    (snapshot / "model.safetensors").symlink_to(blob)
+    linked = weights_fingerprint(snapshot)
+    blob.write_bytes(b"y" * 65)
+    assert weights_fingerprint(snapshot) != linked
+
+
 def _three_tasks(**third) -> dict:
     tasks = [{"name": name, "kind": "classification", "train": "t", "eval": "d"} for name in ("mnli", "sst2", "rte")]
     tasks[2].update(third)

@@ -283,3 +283,39 @@ def test_the_full_rate_grid_reaches_every_task_and_leaves_the_probe_alone(
     calls.clear()
     variants.evaluate(tmp_path, models, "probe", tmp_path, True, 1, ())
     assert calls and all(call[call.index("--seeds") + 1] == "0" for call in calls)
+
+
+def test_an_evaluation_goes_on_from_its_cells_and_starts_again_only_when_bertkit_refuses(
+    variants, tmp_path: Path, monkeypatch
+) -> None:
+    # The bench asks `bertkit evaluate --resume auto` first, so a long evaluation cut off goes on from its finished
+    # cells; only bertkit's refusal of that output (another plan, or weights trained again) starts it again.
+    import sys
+
+    ttq = sys.modules["ttq"]
+    calls: list[list[str]] = []
+    outcomes: list = []
+
+    def evaluate_command(*args):
+        calls.append([str(arg) for arg in args])
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    monkeypatch.setattr(ttq, "bertkit", evaluate_command)
+    out = tmp_path / "evaluate"
+
+    def run() -> dict:
+        return ttq.evaluate_suite(["m"], ("stsb",), tmp_path, out, False, False)
+
+    outcomes[:] = [{"report": 1}]
+    assert run() == {"report": 1} and calls[-1][-2:] == ["--resume", "auto"] and "--overwrite" not in calls[-1]
+    refused = RuntimeError(f"bertkit evaluate failed: error: --resume: {out} was started with --seeds 0; resume with "
+                           "the same ..., or choose another --output (or --overwrite to start again)")  # fmt: skip
+    outcomes[:] = [refused, {"report": 2}]
+    assert run() == {"report": 2} and calls[-1][-1] == "--overwrite" and calls[-1][:-1] == calls[-2][:-2]
+    outcomes[:] = [RuntimeError("bertkit evaluate failed: error: a worker process died (out of memory?)")]
+    with pytest.raises(RuntimeError, match="worker process died"):
+        run()
+    assert len(calls) == 4  # a failure of the cells themselves is not answered by starting again

@@ -223,11 +223,23 @@ OPTION_KEYS = {"lrs": "--lrs", "seeds": "--seeds", "tasks": "--tasks"}
 WITHOUT_OPTION = {"lrs": "the suite's rates", "seeds": "the suite's seeds", "tasks": "all the suite's tasks"}
 
 
-def _plan_record(suite: Suite, models: dict[str, str], probe: bool, data_dir: Path,
-                 options: EvaluateOptions) -> dict[str, Any]:  # fmt: skip
-    """The suite as its file says, and the options beside it, so that a resume names what differs."""
+def weights_fingerprint(model_dir: Path) -> str:
+    """Which weights a model directory holds: its safetensors files' names, sizes and modification times, hashed.
+    A model trained again (or replaced) in the same place gets another, so a resume cannot mix its cells."""
+    import hashlib
+
+    files = sorted(model_dir.glob("*.safetensors"))
+    stamp = [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files]  # stat follows the hub cache's links
+    return hashlib.sha256(json.dumps(stamp).encode()).hexdigest()[:16]
+
+
+def _plan_record(suite: Suite, models: dict[str, str], probe: bool, data_dir: Path, options: EvaluateOptions,
+                 weights: dict[str, str]) -> dict[str, Any]:  # fmt: skip
+    """The suite as its file says, the options beside it, so that a resume names what differs, and each model's
+    weights fingerprint (by its cell directory name)."""
     return {"suite": suite.model_dump(mode="json"), "models": models, "mode": "probe" if probe else "full",
-            "data": str(data_dir), **{key: list(getattr(options, key)) or None for key in OPTION_KEYS}}  # fmt: skip
+            "data": str(data_dir), **{key: list(getattr(options, key)) or None for key in OPTION_KEYS},
+            "weights": weights}  # fmt: skip
 
 
 def _option_text(key: str, value: list[Any] | None) -> str:
@@ -252,6 +264,13 @@ def _prepare_output(output: Path, plan: dict[str, Any], options: EvaluateOptions
                 raise BertkitError(
                     f"--resume: {output} was started with {name}; resume with the same suite, models, mode, --data, "
                     "--lrs, --seeds and --tasks, or choose another --output (or --overwrite to start again)"
+                )
+        for key, fingerprint in (before.get("weights") or {}).items():  # a plan from before fingerprints has none
+            if plan["weights"].get(key, fingerprint) != fingerprint:
+                spec = next(spec for spec, name in plan["models"].items() if name == key)
+                raise BertkitError(
+                    f"--resume: the weights of --model {spec} changed since {output} was started (trained again?); "
+                    "its finished cells scored the old ones: start again with --overwrite, or choose another --output"
                 )
         (output / REPORT_JSON).unlink(missing_ok=True)  # the report is written anew from every cell at the end
         return
@@ -373,7 +392,8 @@ def evaluate(
         raise BertkitError(f"--report-to takes {', '.join(TRACKERS)}, not {', '.join(options.report_to)}") from None
     tracking.require(tracking.trackers_asked(record))
     # Everything is valid: only now does the output appear.
-    _prepare_output(output, _plan_record(suite_as_given, keys, options.probe, data, options), options)
+    weights = {keys[spec]: weights_fingerprint(model_dir) for spec, model_dir in model_dirs.items()}
+    _prepare_output(output, _plan_record(suite_as_given, keys, options.probe, data, options, weights), options)
     with tracking.parent_run(output, record, "evaluate") as parent:
         every_task = [task.name for task in suite_as_given.tasks]
         report = _run_cells(suite, tasks, cells, keys, output, options, skipped, every_task)
