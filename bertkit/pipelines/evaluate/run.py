@@ -224,13 +224,18 @@ WITHOUT_OPTION = {"lrs": "the suite's rates", "seeds": "the suite's seeds", "tas
 
 
 def weights_fingerprint(model_dir: Path) -> str:
-    """Which weights a model directory holds: its safetensors files' names, sizes and modification times, hashed.
-    A model trained again (or replaced) in the same place gets another, so a resume cannot mix its cells."""
+    """Which weights a model directory holds: a SHA-256 over its safetensors files (names and bytes; the hub cache's
+    links are followed). Weights trained again to other values in the same place get another, so a resume cannot mix
+    their cells; the same weights written again (a deterministic run repeated) keep theirs."""
     import hashlib
 
-    files = sorted(model_dir.glob("*.safetensors"))
-    stamp = [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files]  # stat follows the hub cache's links
-    return hashlib.sha256(json.dumps(stamp).encode()).hexdigest()[:16]
+    digest = hashlib.sha256()
+    for path in sorted(model_dir.glob("*.safetensors")):
+        digest.update(path.name.encode() + b"\0")
+        with open(path, "rb") as handle:
+            while chunk := handle.read(1 << 22):
+                digest.update(chunk)
+    return digest.hexdigest()[:16]
 
 
 def _plan_record(suite: Suite, models: dict[str, str], probe: bool, data_dir: Path, options: EvaluateOptions,
