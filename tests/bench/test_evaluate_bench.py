@@ -13,9 +13,8 @@ deviation of the two), in full fine-tuning and with the probe.
 
 The rate grid: all-MiniLM-L6-v2 fine-tuned at the suite's own rates and over `--lrs 5e-5,1e-4,3e-4` on sentiment,
 STS-B and NER (`--tasks`, from BERTKIT_GRID_TASKS; QNLI and QA are left out to keep both evaluations near 50
-minutes). What must
-hold: each cell the two evaluations share (a suite rate, a seed) gives the same metrics in both, and each task's
-reported rate is the grid's best by the mean over seeds; the table shows what the grid changes.
+minutes). What must hold: each cell the two evaluations share (a suite rate, a seed) gives the same metrics in both,
+and each task's reported rate is the grid's best by the mean over seeds; the table shows what the grid changes.
 """
 
 from __future__ import annotations

@@ -270,8 +270,9 @@ def _prepare_output(output: Path, plan: dict[str, Any], options: EvaluateOptions
                     f"--resume: {output} was started with {name}; resume with the same suite, models, mode, --data, "
                     "--lrs, --seeds and --tasks, or choose another --output (or --overwrite to start again)"
                 )
-        for key, fingerprint in (before.get("weights") or {}).items():  # a plan from before fingerprints has none
-            if plan["weights"].get(key, fingerprint) != fingerprint:
+        # The models matched above, so both plans fingerprint the same keys; a plan from before fingerprints has none.
+        for key, fingerprint in (before.get("weights") or {}).items():
+            if plan["weights"][key] != fingerprint:
                 spec = next(spec for spec, name in plan["models"].items() if name == key)
                 raise BertkitError(
                     f"--resume: the weights of --model {spec} changed since {output} was started (trained again?); "
