@@ -70,9 +70,13 @@ quickstart: install $(VENV)/.installed-onnx
 # pip installed there, and the tests' child processes (torchrun, the deepspeed launcher) inherit PATH.
 RUN := PATH="$(abspath $(BIN)):$$PATH"
 
+# The default suite runs in one worker process per core, at most TEST_WORKERS (pytest-xdist), each test module
+# on one worker so that its fixtures are built once; tests/conftest.py gives each worker its share of the cores.
+TEST_WORKERS := 8
+
 test: install-test
 	$(BIN)/ruff check bertkit tests docs
-	$(RUN) $(BIN)/python -m pytest -q
+	$(RUN) $(BIN)/python -m pytest -q -n auto --maxprocesses $(TEST_WORKERS) --dist loadscope
 
 # The time-to-quality bench runs transformers' Trainer as the baseline, which needs accelerate.
 $(VENV)/.installed-bench: $(VENV)/.installed-test

@@ -17,6 +17,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
 # batch splits, process counts), so it trains in fp32 on every CPU unless this is set otherwise. Subprocesses
 # (torchrun, the CLI) inherit it. tests/unit/test_engine_cpu.py tests the choice itself.
 os.environ.setdefault("BERTKIT_CPU_BF16", "0")
+# `make test` runs the suite in several worker processes (pytest-xdist) that share the machine's cores. Each worker,
+# and every process a test starts (the CLI, torchrun, the DeepSpeed launcher), computes on its share of the cores:
+# tiny models on more threads than the cores free to them run many times slower.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    _share = len(os.sched_getaffinity(0)) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _share)))
 
 
 @pytest.fixture(scope="module")
