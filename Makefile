@@ -72,11 +72,13 @@ RUN := PATH="$(abspath $(BIN)):$$PATH"
 
 # The default suite runs in one worker process per core, at most TEST_WORKERS (pytest-xdist), each test module
 # on one worker so that its fixtures are built once; tests/conftest.py gives each worker its share of the cores.
+# Modules go out in the order pytest collects them (the long end-to-end ones first, the many short unit ones
+# last), so the workers finish together; xdist's own order (most tests first) leaves a long module to the end.
 TEST_WORKERS := 8
 
 test: install-test
 	$(BIN)/ruff check bertkit tests docs
-	$(RUN) $(BIN)/python -m pytest -q -n auto --maxprocesses $(TEST_WORKERS) --dist loadscope
+	$(RUN) $(BIN)/python -m pytest -q -n auto --maxprocesses $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
 # The time-to-quality bench runs transformers' Trainer as the baseline, which needs accelerate.
 $(VENV)/.installed-bench: $(VENV)/.installed-test
