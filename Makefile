@@ -70,7 +70,7 @@ quickstart: install $(VENV)/.installed-onnx
 # pip installed there, and the tests' child processes (torchrun, the deepspeed launcher) inherit PATH.
 RUN := PATH="$(abspath $(BIN)):$$PATH"
 
-# The default suite runs in one worker process per core, at most TEST_WORKERS (pytest-xdist), each test module
+# The default suite runs in one worker process per physical core, at most TEST_WORKERS (pytest-xdist), each test module
 # on one worker so that its fixtures are built once; tests/conftest.py gives each worker its share of the cores.
 # Modules go out in the order pytest collects them (the long end-to-end ones first, the many short unit ones
 # last), so the workers finish together; xdist's own order (most tests first) leaves a long module to the end.

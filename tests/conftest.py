@@ -21,7 +21,8 @@ os.environ.setdefault("BERTKIT_CPU_BF16", "0")
 # and every process a test starts (the CLI, torchrun, the DeepSpeed launcher), computes on its share of the cores:
 # tiny models on more threads than the cores free to them run many times slower.
 if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
-    _share = len(os.sched_getaffinity(0)) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    _cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    _share = _cores // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _share)))
 
 
