@@ -75,3 +75,10 @@ def save_safetensors_atomic(path: Path, tensors: dict[str, Any]) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def hash_file_into(digest: Any, path: Path) -> None:
+    """Feed a file's bytes to a hashlib digest, a block at a time (files of any size in bounded memory)."""
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from bertkit.errors import BertkitError
-from bertkit.fsutil import read_json, write_json_atomic
+from bertkit.fsutil import hash_file_into, read_json, write_json_atomic
 
 MANIFEST = "manifest.json"
 TOKENS = "tokens.bin"
@@ -49,9 +49,7 @@ def token_dtype(vocab_size: int) -> np.dtype:
 
 def sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
+    hash_file_into(digest, path)
     return digest.hexdigest()
 
 

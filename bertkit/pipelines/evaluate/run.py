@@ -35,7 +35,7 @@ from bertkit.config.suite import (
 )
 from bertkit.config.track import TRACKERS, TrackConfig
 from bertkit.errors import BertkitError
-from bertkit.fsutil import check_output_dir, read_json, write_json_atomic
+from bertkit.fsutil import check_output_dir, hash_file_into, read_json, write_json_atomic
 from bertkit.pipelines.evaluate.aggregate import PROTOCOL, summarize_model, summarize_task
 from bertkit.pipelines.evaluate.cells import CellSpec, cell_name, init_worker, read_result, run_cell
 from bertkit.progress import Tracker
@@ -232,9 +232,7 @@ def weights_fingerprint(model_dir: Path) -> str:
     digest = hashlib.sha256()
     for path in sorted(model_dir.glob("*.safetensors")):
         digest.update(path.name.encode() + b"\0")
-        with open(path, "rb") as handle:
-            while chunk := handle.read(1 << 22):
-                digest.update(chunk)
+        hash_file_into(digest, path)
     return digest.hexdigest()[:16]
 
 
