@@ -60,8 +60,13 @@ $(VENV)/.installed-onnx: $(VENV)/.installed
 	$(PIP) install "$(TORCH)" -e ".[onnx]"
 	touch $@
 
+# DeepSpeed compiles its CPU comm op on first use: built here, into the venv, so that no test pays the compile.
+$(VENV)/.built-deepspeed-ops: $(VENV)/.installed-test
+	$(RUN) $(BIN)/python tests/deepspeed_ops.py
+	touch $@
+
 install: $(VENV)/.installed
-install-test: $(VENV)/.installed-test $(STSB) $(WNUT) $(TREEBANKS) $(SQUAD)
+install-test: $(VENV)/.installed-test $(VENV)/.built-deepspeed-ops $(STSB) $(WNUT) $(TREEBANKS) $(SQUAD)
 
 quickstart: install $(VENV)/.installed-onnx
 	$(BIN)/bertkit quickstart --output runs/quickstart --overwrite

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
+from deepspeed_ops import use_venv_extensions
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
 # engine.precision=auto picks bf16 on a CPU with AMX or AVX512-BF16; the suite compares runs exactly (resume,
@@ -24,6 +25,8 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     _cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     _share = _cores // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _share)))
+# DeepSpeed's CPU comm op is compiled into the venv by `make install-test`, not by the first DeepSpeed test.
+use_venv_extensions()
 
 
 @pytest.fixture(scope="module")
