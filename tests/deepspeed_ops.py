@@ -19,8 +19,10 @@ def extensions_dir() -> Path:
 
 
 def use_venv_extensions() -> None:
-    """Point this process, and every process it starts, at the venv's build (unless the caller chose another)."""
-    os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(extensions_dir()))
+    """Point this process, and every process it starts, at the venv's build (unless the caller chose another).
+    Outside a venv, DeepSpeed's own default stays: sys.prefix may not be writable there."""
+    if sys.prefix != sys.base_prefix:
+        os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(extensions_dir()))
 
 
 def build() -> int:
@@ -38,7 +40,8 @@ def build() -> int:
         print(f"error: DeepSpeed could not build its CPU comm op ({error}); its tests need a C++ compiler and ninja",
               file=sys.stderr)  # fmt: skip
         return 1
-    print(f"DeepSpeed's CPU comm op is built in {os.environ['TORCH_EXTENSIONS_DIR']}")
+    where = os.environ.get("TORCH_EXTENSIONS_DIR", "DeepSpeed's default cache (~/.cache/torch_extensions)")
+    print(f"DeepSpeed's CPU comm op is built in {where}")
     return 0
 
 

@@ -25,14 +25,16 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from bertkit.config.model import ModelConfig
 from bertkit.config.recipe import DistillRecipe
-from bertkit.config.schema import PhaseConfig, parse_budget
+from bertkit.config.schema import DistillMethod, PhaseConfig, parse_budget
 from bertkit.corpus.loader import SampledBatches
 from bertkit.distill.cache import TeacherLogitsCache, compute_teacher_logits, teacher_fingerprint
 from bertkit.distill.layer_map import check_windowed_attention, resolve_layer_map
@@ -99,26 +101,26 @@ def _remaining_budget(budget: str | None, spent: dict[str, float]) -> tuple[str 
     return {"seconds": f"{left:.3f}s", "tokens": f"{int(left)}tok", "flops": f"{left:.6e}flop"}[kind], False
 
 
-def distill_task(
-    recipe: DistillRecipe,
-    teacher_spec: str,
-    student_dir: Path,
-    train_file: Path,
-    eval_file: Path | None,
-    output: Path,
-    overwrite: bool = False,
-    resume: bool | str | None = False,
-    quiet: bool = False,
-) -> dict[str, Any]:
-    started = time.perf_counter()
-    join_job(
-        recipe,
-        {"output": output, "teacher": teacher_spec, "student": student_dir, "train": train_file, "eval": eval_file,
-         "overwrite": overwrite, "resume": resume},
-        {"teacher": Path(teacher_spec), "student": student_dir, "training file": train_file,
-         "evaluation file": eval_file},
-    )  # fmt: skip
-    teacher = Teacher.load(teacher_spec)
+@dataclass
+class TaskPlan:
+    """What the task stage runs, decided and checked before anything is written."""
+
+    method: DistillMethod
+    temperature: float  # of the soft targets
+    student_path: Path
+    student_cfg: ModelConfig
+    student_weights: dict[str, torch.Tensor]
+    setup: TaskSetup
+    steps: dict[str, int]  # each phase's optimizer steps; 0: the phase does not run
+    intermediate_weights: dict[str, float]
+    layer_map: list[int]
+    skipped: str | None  # why the intermediate phase does not run, when a rule (not the user) skips it
+
+
+def plan_task(
+    recipe: DistillRecipe, teacher: Teacher, student_dir: Path, train_file: Path, eval_file: Path | None
+) -> TaskPlan:
+    """The teacher, the student and the phases' lengths checked against each other, one error line each."""
     unlabelled = teacher.architecture == "sequence-classification" and not teacher.labels
     if teacher.architecture not in DISTILLED_ARCHITECTURES or unlabelled:
         what = f" (a {teacher.huggingface} checkpoint)" if teacher.huggingface else ""
@@ -157,8 +159,6 @@ def distill_task(
     if steps["intermediate"] and copied_map is not None and not cfg.intermediate_for_copies:
         steps["intermediate"] = 0
         skipped = "the student is a copy of the teacher's layers (distill.intermediate_for_copies=false)"
-        if not quiet and is_main():
-            stderr_console.print(f"[bold]distill task[/bold] no intermediate phase: {skipped}")
     if steps["prediction"] == 0 or cfg.alpha_prediction + cfg.alpha_gold == 0:
         raise BertkitError(
             "the prediction phase trains the student's classifier: give it steps (distill.prediction.epochs > 0) "
@@ -179,126 +179,196 @@ def distill_task(
     )
     if steps["intermediate"]:
         check_windowed_attention(student_cfg, teacher.config, {"attention": cfg.alpha_attention}, layer_map)
-    recipe = recipe.model_copy(update={"model": student_cfg})  # recipe.yaml records the student's shape
-    resumed = prepare_run_dir(output, recipe, overwrite, resume, resumable=_resumable)
+    temperature = cfg.resolved_temperature(method)
+    return TaskPlan(method, temperature, student_path, student_cfg, student_weights, setup, steps,
+                    intermediate_weights, layer_map, skipped)  # fmt: skip
 
-    micro = batch_size // recipe.train.grad_accum
-    device = resolve_device(recipe.engine)
-    temperature = cfg.resolved_temperature(method)  # type: ignore[arg-type]
-    encoder_state = encoder_weights(student_weights)
-    projections = load_projections(student_path)
-    phases: list[dict[str, Any]] = []
-    spent = {"seconds": 0.0, "tokens": 0.0, "flops": 0.0}
-    stopped = None
 
-    def run_phase(name: str, model: nn.Module, objective: Any, source: Any, phase: PhaseConfig,
-                  evaluate: Any) -> TrainResult | None:  # fmt: skip
-        """One phase in output/NAME; None when the budget was used up before it."""
-        nonlocal stopped
-        budget, used_up = _remaining_budget(recipe.train.budget, spent)
+@dataclass
+class PhaseRunner:
+    """Runs the phases one after the other in output/PHASE, each the one training loop, on one shared budget."""
+
+    recipe: DistillRecipe
+    output: Path
+    plan: TaskPlan
+    device: torch.device
+    resumed: bool
+    quiet: bool
+    phases: list[dict[str, Any]] = field(default_factory=list)  # each finished phase's summary
+    spent: dict[str, float] = field(default_factory=lambda: {"seconds": 0.0, "tokens": 0.0, "flops": 0.0})
+    stopped: str | None = None  # "budget" once a phase used up what was left of it
+
+    def run(self, name: str, model: nn.Module, objective: Any, source: Any, phase: PhaseConfig,
+            evaluate: Any) -> TrainResult | None:  # fmt: skip
+        """One phase; None when the budget was used up before it."""
+        budget, used_up = _remaining_budget(self.recipe.train.budget, self.spent)
         if used_up:
-            stopped = "budget"
+            self.stopped = "budget"
             return None
-        n = steps[name]
-        eval_every = recipe.train.eval_every if evaluate else 0
+        n = self.plan.steps[name]
+        eval_every = self.recipe.train.eval_every if evaluate else 0
         # The budget is shared by the phases, each on its own step schedule: here it only stops a phase (laid over
         # what is left of it, the first phase's schedule would stretch over the whole budget).
-        train_cfg = recipe.train.model_copy(
+        train_cfg = self.recipe.train.model_copy(
             update={"steps": n, "epochs": None, "budget": budget, "eval_every": eval_every, "budget_schedule": False}
         )
-        optim = recipe.optim.model_copy(update={"lr": phase.lr})
+        optim = self.recipe.optim.model_copy(update={"lr": phase.lr})
         result = train(
-            model, objective, source, output / name, train_cfg, optim, phase.schedule(n), recipe.engine, evaluate,
-            resume=resumed, quiet=quiet, description=f"distill task: {name} ({method})",
+            model, objective, source, self.output / name, train_cfg, optim, phase.schedule(n), self.recipe.engine,
+            evaluate, resume=self.resumed, quiet=self.quiet, description=f"distill task: {name} ({self.plan.method})",
         )  # fmt: skip
-        spent["seconds"] += result.train_seconds  # the loop's training clock, as its budget counts
-        spent["tokens"] += result.tokens
-        spent["flops"] += result.flops
+        # seconds: the loop's training clock, as its budget counts
+        self.add_spent({"seconds": result.train_seconds, "tokens": result.tokens, "flops": result.flops})
         if result.stopped == "budget":
-            stopped = "budget"
+            self.stopped = "budget"
         return result
 
-    # -- phase 1: the intermediate layers ---------------------------------------------------------------
-    if steps["intermediate"]:
-        phase_dir = output / "intermediate"
-        done = _read_done(phase_dir) if resumed else None
-        if done is not None:
-            state = _load_intermediate(phase_dir)
-            encoder_state = {k.removeprefix("encoder."): v for k, v in state.items() if k.startswith("encoder.")}
-            projections = {k: v for k, v in state.items() if not k.startswith("encoder.")}
-            phases.append({**done, "done_before": True})
-            spent["seconds"] += done.get("train_seconds", done["seconds"])
-            spent["tokens"] += done["tokens"]
-            spent["flops"] += done.get("flops", 0.0)
-        else:
-            torch.manual_seed(recipe.train.seed)
-            student = DistillStudent(student_cfg, teacher_hidden_size=teacher.config.hidden_size)
-            load_state(student.encoder, encoder_state, str(student_path))
-            carried = student.carry_projections(projections)
-            objective = DistillationObjective("tinybert", teacher, intermediate_weights, temperature, layer_map)
-            source = setup.data.batches(micro, recipe.train.seed)
-            result = run_phase("intermediate", student, objective, source, cfg.intermediate, None)
-            if result is not None:
-                done = _phase_summary("intermediate", result, cfg.intermediate, objective.terms)
-                done["projections_carried"] = carried
-                done["layer_map"] = layer_map
-                phases.append(done)
-                if stopped is None and is_main():
-                    state = {f"encoder.{k}": v for k, v in student.encoder.state_dict().items()}
-                    state.update(student.projection_state())
-                    _save_intermediate(phase_dir, state, done)
-                encoder_state = student.encoder.state_dict()
-                projections = student.projection_state()
+    @property
+    def micro(self) -> int:
+        """Sequences per micro-step."""
+        return self.recipe.train.batch_size // self.recipe.train.grad_accum
 
-    # -- phase 2: the prediction layer ------------------------------------------------------------------
-    cache_info: dict[str, Any] = {"enabled": cfg.cache_teacher}
-    if stopped is None:
-        torch.manual_seed(recipe.train.seed)
-        student = setup.data.student()
-        load_state(student.encoder, encoder_state, str(student_path))
-        # The fine-tuned model whose outputs are the targets: the teacher itself for a sequence classifier,
-        # its tagger's or QA head on its encoder otherwise.
-        target_model = teacher if setup.architecture == "sequence-classification" else teacher.task_head()
-        source: Any = setup.data.batches(micro, recipe.train.seed)
-        prediction_teacher: nn.Module | None = target_model
-        if cfg.cache_teacher:
-            logits, cache_info = _teacher_logits(target_model, setup, source, cfg.cache_dir or output, micro,
-                                                 device, quiet)  # fmt: skip
-            source, prediction_teacher = WithTeacherLogits(source, logits), None
-        objective = PredictionObjective(prediction_teacher, cfg.alpha_prediction, cfg.alpha_gold, temperature,
-                                        t_squared=method == "distilbert", kind=setup.kind)  # fmt: skip
-        evaluate = None
-        if setup.data.evaluate is not None:
-            evaluate = lambda m: setup.data.evaluate(m, device)  # noqa: E731
-        result = run_phase("prediction", student, objective, source, cfg.prediction, evaluate)
-        if result is not None:
-            phases.append(_phase_summary("prediction", result, cfg.prediction, objective.terms))
-            phases[-1]["eval"] = result.eval
-            if is_main():  # a run stopped by its budget also leaves the model it has so far, as pretrain does
-                save_model_dir(output / "model", student.cpu(), student_cfg, setup.architecture, teacher.tokenizer,
-                               {**setup.meta, "distilled_from": teacher.source, "method": method})  # fmt: skip
+    def add_spent(self, spent: dict[str, float]) -> None:
+        """Add a phase's seconds, tokens and FLOPs to what the shared budget has spent."""
+        for kind, value in spent.items():
+            self.spent[kind] += value
+
+
+def distill_task(
+    recipe: DistillRecipe,
+    teacher_spec: str,
+    student_dir: Path,
+    train_file: Path,
+    eval_file: Path | None,
+    output: Path,
+    overwrite: bool = False,
+    resume: bool | str | None = False,
+    quiet: bool = False,
+) -> dict[str, Any]:
+    started = time.perf_counter()
+    join_job(
+        recipe,
+        {"output": output, "teacher": teacher_spec, "student": student_dir, "train": train_file, "eval": eval_file,
+         "overwrite": overwrite, "resume": resume},
+        {"teacher": Path(teacher_spec), "student": student_dir, "training file": train_file,
+         "evaluation file": eval_file},
+    )  # fmt: skip
+    teacher = Teacher.load(teacher_spec)
+    plan = plan_task(recipe, teacher, student_dir, train_file, eval_file)
+    if plan.skipped and not quiet and is_main():
+        stderr_console.print(f"[bold]distill task[/bold] no intermediate phase: {plan.skipped}")
+    recipe = recipe.model_copy(update={"model": plan.student_cfg})  # recipe.yaml records the student's shape
+    resumed = prepare_run_dir(output, recipe, overwrite, resume, resumable=_resumable)
+    runner = PhaseRunner(recipe, output, plan, resolve_device(recipe.engine), resumed, quiet)
+    encoder_state = encoder_weights(plan.student_weights)
+    projections = load_projections(plan.student_path)
+    if plan.steps["intermediate"]:
+        encoder_state, projections = _intermediate_phase(runner, teacher, encoder_state, projections)
+    cache_info: dict[str, Any] = {"enabled": recipe.distill.cache_teacher}  # what a run stopped before it reports
+    if runner.stopped is None:
+        cache_info = _prediction_phase(runner, teacher, encoder_state)
     if is_main():
-        _join_metrics(output, [p["phase"] for p in phases])
+        _join_metrics(output, [p["phase"] for p in runner.phases])
+    summary = _summary(runner, teacher, cache_info, time.perf_counter() - started)
+    write_summary(output, summary)
+    return summary
+
+
+def _intermediate_phase(
+    runner: PhaseRunner, teacher: Teacher, encoder_state: dict[str, torch.Tensor],
+    projections: dict[str, torch.Tensor],
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:  # fmt: skip
+    """Phase 1, the intermediate layers (or its saved result when a resumed run had finished it): the student's
+    encoder and W_e/W_h for the prediction phase."""
+    recipe, plan = runner.recipe, runner.plan
+    phase_dir = runner.output / "intermediate"
+    done = _read_done(phase_dir) if runner.resumed else None
+    if done is not None:
+        state = _load_intermediate(phase_dir)
+        runner.phases.append({**done, "done_before": True})
+        runner.add_spent({"seconds": done.get("train_seconds", done["seconds"]), "tokens": done["tokens"],
+                      "flops": done.get("flops", 0.0)})  # fmt: skip
+        encoder = {k.removeprefix("encoder."): v for k, v in state.items() if k.startswith("encoder.")}
+        return encoder, {k: v for k, v in state.items() if not k.startswith("encoder.")}
+    torch.manual_seed(recipe.train.seed)
+    student = DistillStudent(plan.student_cfg, teacher_hidden_size=teacher.config.hidden_size)
+    load_state(student.encoder, encoder_state, str(plan.student_path))
+    carried = student.carry_projections(projections)
+    objective = DistillationObjective("tinybert", teacher, plan.intermediate_weights, plan.temperature,
+                                      plan.layer_map)  # fmt: skip
+    source = plan.setup.data.batches(runner.micro, recipe.train.seed)
+    result = runner.run("intermediate", student, objective, source, recipe.distill.intermediate, None)
+    if result is None:
+        return encoder_state, projections
+    done = _phase_summary("intermediate", result, recipe.distill.intermediate, objective.terms)
+    done["projections_carried"] = carried
+    done["layer_map"] = plan.layer_map
+    runner.phases.append(done)
+    if runner.stopped is None and is_main():
+        state = {f"encoder.{k}": v for k, v in student.encoder.state_dict().items()}
+        state.update(student.projection_state())
+        _save_intermediate(phase_dir, state, done)
+    return student.encoder.state_dict(), student.projection_state()
+
+
+def _prediction_phase(runner: PhaseRunner, teacher: Teacher, encoder_state: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """Phase 2, the prediction layer, on the teacher's soft targets (cached); saves the student. Returns what
+    the teacher-logits cache did."""
+    recipe, plan, setup, cfg = runner.recipe, runner.plan, runner.plan.setup, runner.recipe.distill
+    micro, device = runner.micro, runner.device
+    torch.manual_seed(recipe.train.seed)
+    student = setup.data.student()
+    load_state(student.encoder, encoder_state, str(plan.student_path))
+    # The fine-tuned model whose outputs are the targets: the teacher itself for a sequence classifier,
+    # its tagger's or QA head on its encoder otherwise.
+    target_model = teacher if setup.architecture == "sequence-classification" else teacher.task_head()
+    source: Any = setup.data.batches(micro, recipe.train.seed)
+    prediction_teacher: nn.Module | None = target_model
+    cache_info: dict[str, Any] = {"enabled": False}
+    if cfg.cache_teacher:
+        logits, cache_info = _teacher_logits(target_model, setup, source, cfg.cache_dir or runner.output, micro,
+                                             device, runner.quiet)  # fmt: skip
+        source, prediction_teacher = WithTeacherLogits(source, logits), None
+    objective = PredictionObjective(prediction_teacher, cfg.alpha_prediction, cfg.alpha_gold, plan.temperature,
+                                    t_squared=plan.method == "distilbert", kind=setup.kind)  # fmt: skip
+    evaluate = None
+    if setup.data.evaluate is not None:
+        evaluate = lambda m: setup.data.evaluate(m, device)  # noqa: E731
+    result = runner.run("prediction", student, objective, source, cfg.prediction, evaluate)
+    if result is not None:
+        runner.phases.append(_phase_summary("prediction", result, cfg.prediction, objective.terms))
+        runner.phases[-1]["eval"] = result.eval
+        if is_main():  # a run stopped by its budget also leaves the model it has so far, as pretrain does
+            save_model_dir(runner.output / "model", student.cpu(), plan.student_cfg, setup.architecture,
+                           teacher.tokenizer, {**setup.meta, "distilled_from": teacher.source,
+                                               "method": plan.method})  # fmt: skip
+    return cache_info
+
+
+def _summary(runner: PhaseRunner, teacher: Teacher, cache_info: dict[str, Any], seconds: float) -> dict[str, Any]:
+    """summary.json: the plan, each phase's figures, what the phases spent together, the data's counts."""
+    plan, phases, output = runner.plan, runner.phases, runner.output
     last = phases[-1] if phases else {}
-    summary = {
+    return {
         "run_dir": str(output),
         "model_dir": str(output / "model") if (output / "model").exists() else None,
         "stage": "task",
-        "method": method,
+        "method": plan.method,
         "teacher": teacher.source,
-        "student": str(student_path),
-        "task": setup.kind.name,
-        "labels": setup.data.labels,
-        "layer_map": layer_map if steps["intermediate"] else None,
+        "student": str(plan.student_path),
+        "task": plan.setup.kind.name,
+        "labels": plan.setup.data.labels,
+        "layer_map": plan.layer_map if plan.steps["intermediate"] else None,
         "phases": phases,
-        "intermediate_skipped": skipped,
+        "intermediate_skipped": plan.skipped,
         "teacher_cache": cache_info,
-        "train_examples": setup.data.train_count,
-        "eval_examples": setup.data.eval_count,
+        "train_examples": plan.setup.data.train_count,
+        "eval_examples": plan.setup.data.eval_count,
         "steps": sum(p["steps"] for p in phases),
-        "flops": float(f"{spent['flops']:.4g}"),
-        "tokens": int(spent["tokens"]),  # what a token budget (--budget 5Mtok) counts, as the general stage reports
-        "seconds": round(time.perf_counter() - started, 1),
+        "flops": float(f"{runner.spent['flops']:.4g}"),
+        # what a token budget (--budget 5Mtok) counts, as the general stage reports
+        "tokens": int(runner.spent["tokens"]),
+        "seconds": round(seconds, 1),
         "loss_first": phases[0]["loss_first"] if phases else None,
         "loss_last": last.get("loss_last"),
         **{
@@ -309,11 +379,9 @@ def distill_task(
         },  # fmt: skip
         "eval": last.get("eval", {}),
         "resumed_from": _resumed_from(phases),
-        "stopped": stopped,
-        **setup.data.summary,
+        "stopped": runner.stopped,
+        **plan.setup.data.summary,
     }
-    write_summary(output, summary)
-    return summary
 
 
 def _teacher_logits(model: nn.Module, setup: TaskSetup, batches: Any, cache_dir: Path, batch: int,
