@@ -7,7 +7,7 @@ The recipe's model section picks the family (bertkit/models) and its objective s
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,13 +31,13 @@ from bertkit.corpus.permutation import PermutationSpec
 from bertkit.corpus.remote import with_local_corpora
 from bertkit.corpus.shards import Corpus
 from bertkit.engine.dist import is_main
-from bertkit.engine.loop import train
+from bertkit.engine.loop import TrainResult, train
 from bertkit.errors import BertkitError
 from bertkit.modelio.modeldir import save_model_dir
 from bertkit.models.pretraining import build_pretraining_model
 from bertkit.objectives import build_objective
 from bertkit.objectives.base import Objective
-from bertkit.pipelines.init_from import load_init_checkpoint
+from bertkit.pipelines.init_from import InitCheckpoint, load_init_checkpoint
 from bertkit.pipelines.rundir import join_job, prepare_run_dir, write_summary
 from bertkit.tokenizers.base import Tokenizer, load_tokenizer
 
@@ -257,30 +257,26 @@ def mlm_masking_spec(masking: MaskingConfig, tokenizer: Tokenizer) -> MaskingSpe
     )
 
 
-def pretrain(
-    recipe: PretrainRecipe,
-    output: Path,
-    init_from: str | Path | None = None,
-    overwrite: bool = False,
-    resume: bool | str | None = False,
-    quiet: bool = False,
-    model_keys: set[str] | frozenset[str] = frozenset(),
-) -> dict[str, Any]:
-    """Pretrain as `recipe` says into `output`. With `init_from`, the checkpoint gives the model; of the recipe's
-    model section only its family and the keys named in `model_keys` (the command line's `--set model.KEY`) count,
-    and those must agree with the checkpoint (bertkit/pipelines/init_from.py)."""
-    if recipe.data.train is None:
-        raise BertkitError("no training corpus: pass --corpus DIR (or --set data.train=DIR)")
-    if recipe.init_from_required and init_from is None:
-        raise BertkitError(
-            f"recipe '{recipe.name}' continues the pretraining of a checkpoint; pass --init-from MODEL (a bertkit run "
-            "or model directory, a Hugging Face checkpoint directory or a hub name)"
-        )
-    join_job(
-        recipe,
-        {"output": output, "init_from": init_from, "overwrite": overwrite, "resume": resume},
-        {"corpus": recipe.data.train, "eval corpus": recipe.data.eval, "--init-from model": init_from},
-    )
+@dataclass
+class PretrainPlan:
+    """What a pretraining run reads and builds, checked against each other before anything is written."""
+
+    # Its corpora made local (an s3:// corpus -> its verified node-local cache); its model section the recipe's sized
+    # to the tokenizer, or the --init-from checkpoint's: what recipe.yaml records.
+    recipe: PretrainRecipe
+    corpus: Corpus
+    tokenizer: Tokenizer
+    init: InitCheckpoint | None
+    longest: int  # the corpus's longest sequence
+    eval_corpus: Corpus  # the training corpus itself when the held-out sequences come out of it
+    train_idx: np.ndarray
+    eval_idx: np.ndarray
+
+
+def plan_pretraining(
+    recipe: PretrainRecipe, init_from: str | Path | None, model_keys: set[str] | frozenset[str]
+) -> PretrainPlan:
+    """The corpus, its tokenizer, the model's shape and the held-out split, checked: one error line each."""
     recipe = with_local_corpora(recipe)  # an s3:// corpus -> its verified node-local cache (corpus/remote.py)
     corpus = Corpus(recipe.data.train)
     check_corpus_fits(recipe.objective, corpus.manifest, recipe.data.train)
@@ -345,6 +341,35 @@ def pretrain(
             "or pass an evaluation corpus with --set data.eval=DIR"
         )
     recipe = recipe.model_copy(update={"model": model_cfg})
+    return PretrainPlan(recipe, corpus, tokenizer, init, longest, eval_corpus, train_idx, eval_idx)
+
+
+def pretrain(
+    recipe: PretrainRecipe,
+    output: Path,
+    init_from: str | Path | None = None,
+    overwrite: bool = False,
+    resume: bool | str | None = False,
+    quiet: bool = False,
+    model_keys: set[str] | frozenset[str] = frozenset(),
+) -> dict[str, Any]:
+    """Pretrain as `recipe` says into `output`. With `init_from`, the checkpoint gives the model; of the recipe's
+    model section only its family and the keys named in `model_keys` (the command line's `--set model.KEY`) count,
+    and those must agree with the checkpoint (bertkit/pipelines/init_from.py)."""
+    if recipe.data.train is None:
+        raise BertkitError("no training corpus: pass --corpus DIR (or --set data.train=DIR)")
+    if recipe.init_from_required and init_from is None:
+        raise BertkitError(
+            f"recipe '{recipe.name}' continues the pretraining of a checkpoint; pass --init-from MODEL (a bertkit run "
+            "or model directory, a Hugging Face checkpoint directory or a hub name)"
+        )
+    join_job(
+        recipe,
+        {"output": output, "init_from": init_from, "overwrite": overwrite, "resume": resume},
+        {"corpus": recipe.data.train, "eval corpus": recipe.data.eval, "--init-from model": init_from},
+    )
+    plan = plan_pretraining(recipe, init_from, model_keys)
+    recipe, tokenizer, init, model_cfg = plan.recipe, plan.tokenizer, plan.init, plan.recipe.model
     resumed = prepare_run_dir(output, recipe, overwrite, resume)
 
     torch.manual_seed(recipe.train.seed)  # reproducible initial weights (and the same on every rank)
@@ -364,8 +389,8 @@ def pretrain(
     spec = _masking_spec(recipe, tokenizer)
     seed = recipe.train.seed
     micro = recipe.train.batch_size // recipe.train.grad_accum
-    pad_to = pad_width(model_cfg, longest)
-    loader = make_batches(corpus, train_idx, micro, spec, tokenizer.pad_id, seed, pad_to=pad_to)
+    pad_to = pad_width(model_cfg, plan.longest)
+    loader = make_batches(plan.corpus, plan.train_idx, micro, spec, tokenizer.pad_id, seed, pad_to=pad_to)
     source = CheckedBatches(loader, objective)
     from bertkit.engine.device import resolve_device
 
@@ -373,8 +398,8 @@ def pretrain(
     evaluate = (
         # eval_batches counts training batches (train.batch_size sequences), walked in micro-batches for memory.
         _evaluator(
-            eval_corpus,
-            eval_idx,
+            plan.eval_corpus,
+            plan.eval_idx,
             spec,
             tokenizer.pad_id,
             micro,
@@ -383,7 +408,7 @@ def pretrain(
             objective,
             pad_to,
         )
-        if len(eval_idx)
+        if len(plan.eval_idx)
         else None
     )
     result = train(
@@ -412,12 +437,21 @@ def pretrain(
             tokenizer,
             {"recipe": recipe.name, "steps": result.steps, "objective": recipe.objective.model_dump(mode="json")},
         )
+    summary = _summary(plan, output, model, result, init_from, init_report)
+    write_summary(output, summary)
+    return summary
+
+
+def _summary(plan: PretrainPlan, output: Path, model: nn.Module, result: TrainResult, init_from: str | Path | None,
+             init_report: dict[str, Any] | None) -> dict[str, Any]:  # fmt: skip
+    """summary.json: what was trained, on what, for how long, and how it ended."""
+    recipe, train_idx, eval_idx = plan.recipe, plan.train_idx, plan.eval_idx
     first, last = result.first_last("loss")
     summary = {
         "run_dir": str(output),
-        "model_dir": str(model_dir),
+        "model_dir": str(output / "model"),
         "recipe": recipe.name,
-        "family": model_cfg.family,
+        "family": recipe.model.family,
         "objectives": recipe.objective.active,
         "parameters": sum(p.numel() for p in model.encoder.parameters()),
         "steps": result.steps,
@@ -439,5 +473,4 @@ def pretrain(
         # Where the held-out sequences come from: a corpus of their own, or held out of the training corpus.
         "eval_set": str(recipe.data.eval) if recipe.data.eval is not None else f"held out: {recipe.data.eval_fraction}",
     }
-    write_summary(output, summary)
     return summary
