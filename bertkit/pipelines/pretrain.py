@@ -447,7 +447,7 @@ def _summary(plan: PretrainPlan, output: Path, model: nn.Module, result: TrainRe
     """summary.json: what was trained, on what, for how long, and how it ended."""
     recipe, train_idx, eval_idx = plan.recipe, plan.train_idx, plan.eval_idx
     first, last = result.first_last("loss")
-    summary = {
+    return {
         "run_dir": str(output),
         "model_dir": str(output / "model"),
         "recipe": recipe.name,
@@ -473,4 +473,3 @@ def _summary(plan: PretrainPlan, output: Path, model: nn.Module, result: TrainRe
         # Where the held-out sequences come from: a corpus of their own, or held out of the training corpus.
         "eval_set": str(recipe.data.eval) if recipe.data.eval is not None else f"held out: {recipe.data.eval_fraction}",
     }
-    return summary

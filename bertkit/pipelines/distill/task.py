@@ -27,7 +27,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import torch
 from torch import nn
@@ -142,7 +142,7 @@ def plan_task(
             "continues a student distilled from this teacher's tokenizer"
         )
     method = recipe.distill.method or meta.get("method") or "tinybert"
-    if method not in ("distilbert", "tinybert", "minilm"):
+    if method not in get_args(DistillMethod):
         raise BertkitError(f"{student_path} names an unknown distillation method '{method}'; pass --method")
     cfg = recipe.distill
     setup = prepare_task(teacher, recipe, student_cfg, train_file, eval_file)
@@ -287,7 +287,7 @@ def _intermediate_phase(
         state = _load_intermediate(phase_dir)
         runner.phases.append({**done, "done_before": True})
         runner.add_spent({"seconds": done.get("train_seconds", done["seconds"]), "tokens": done["tokens"],
-                      "flops": done.get("flops", 0.0)})  # fmt: skip
+                          "flops": done.get("flops", 0.0)})  # fmt: skip
         encoder = {k.removeprefix("encoder."): v for k, v in state.items() if k.startswith("encoder.")}
         return encoder, {k: v for k, v in state.items() if not k.startswith("encoder.")}
     torch.manual_seed(recipe.train.seed)
