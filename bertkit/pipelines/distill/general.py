@@ -7,6 +7,7 @@ data. Both are the one training loop with `DistillationObjective` (bertkit/disti
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from bertkit.distill.layer_map import check_windowed_attention, distilbert_init_
 from bertkit.distill.objective import GENERAL_TERMS, DistillationObjective, term_weights
 from bertkit.distill.student import DistillStudent, check_compatible, init_from_teacher, save_projections
 from bertkit.distill.teacher import Teacher
+from bertkit.engine.device import resolve_device
 from bertkit.engine.dist import is_main
 from bertkit.engine.loop import TrainResult, train
 from bertkit.errors import BertkitError
@@ -136,27 +138,20 @@ def summarize(result: TrainResult, terms: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
-def distill_general(
-    recipe: DistillRecipe,
-    teacher_spec: str,
-    output: Path,
-    student_name: str,
-    vocab_set: bool = False,
-    overwrite: bool = False,
-    resume: bool | str | None = False,
-    quiet: bool = False,
-) -> dict[str, Any]:
-    if recipe.data.train is None:
-        raise BertkitError("no training corpus: pass --corpus DIR (built with the teacher's tokenizer)")
-    join_job(
-        recipe,
-        {"output": output, "teacher": teacher_spec, "student": student_name, "vocab_set": vocab_set,
-         "overwrite": overwrite, "resume": resume},
-        {"corpus": recipe.data.train, "teacher": Path(teacher_spec)},
-    )  # fmt: skip
-    recipe = with_local_corpora(recipe)  # an s3:// corpus -> its verified node-local cache (corpus/remote.py)
-    teacher = Teacher.load(teacher_spec)
-    teacher_parameters = sum(p.numel() for p in teacher.encoder.parameters())  # before an engine shards it
+@dataclass
+class GeneralPlan:
+    """What the general stage distils, checked against the teacher before anything is written."""
+
+    recipe: DistillRecipe  # its model section the student's shape, with the teacher's vocabulary and positions
+    corpus: Corpus
+    method: DistillMethod
+    init: str  # "random" or "teacher-layers"
+    copied_layers: list[int] | None  # the teacher layers a "teacher-layers" student starts from
+    layer_map: list[int] | None  # TinyBERT's: the teacher layer each student layer imitates
+
+
+def plan_general(recipe: DistillRecipe, teacher: Teacher, student_name: str, vocab_set: bool) -> GeneralPlan:
+    """The corpus, the method and the student's shape checked against the teacher: one error line each."""
     corpus = Corpus(recipe.data.train)
     if load_tokenizer(recipe.data.train / TOKENIZER_SUBDIR).fingerprint() != teacher.tokenizer.fingerprint():
         raise BertkitError(
@@ -205,31 +200,65 @@ def distill_general(
     if init == "teacher-layers":
         # DistilBERT's student is the teacher minus layers: its position table is the teacher's, copied.
         student_cfg = student_cfg.model_copy(update={"max_position_embeddings": teacher.config.max_position_embeddings})
-    recipe = recipe.model_copy(update={"model": student_cfg})
+    return GeneralPlan(recipe.model_copy(update={"model": student_cfg}), corpus, method, init, copied_layers, layer_map)
 
-    torch.manual_seed(recipe.train.seed)  # reproducible initial weights (and the same on every rank)
-    weights = term_weights(recipe.distill, GENERAL_TERMS[method])
-    check_windowed_attention(student_cfg, teacher.config, weights, layer_map)
+
+def build_student(plan: GeneralPlan, teacher: Teacher, weights: dict[str, float]) -> DistillStudent:
+    """The student at the recipe's seed (the same initial weights on every rank), its heads and projections as the
+    method and the term weights need them, copied from the teacher's layers under --init teacher-layers, and what
+    the loss cannot reach frozen."""
+    student_cfg, method = plan.recipe.model, plan.method
+    torch.manual_seed(plan.recipe.train.seed)
+    check_windowed_attention(student_cfg, teacher.config, weights, plan.layer_map)
     student = DistillStudent(
         student_cfg,
         teacher_hidden_size=teacher.config.hidden_size if method == "tinybert" else None,
         mlm_head=method == "distilbert" and (weights.get("ce", 0) > 0 or weights.get("mlm", 0) > 0),
     )
-    if copied_layers is not None:  # before the run directory exists: a shape that does not fit leaves nothing
-        init_from_teacher(student, teacher.state_dict(), teacher.config, copied_layers)
+    if plan.copied_layers is not None:
+        init_from_teacher(student, teacher.state_dict(), teacher.config, plan.copied_layers)
     freeze_unreached(student, method)
-    resumed = prepare_run_dir(output, recipe, overwrite, resume)
-    objective = DistillationObjective(method, teacher, weights, recipe.distill.resolved_temperature(method), layer_map)
-    spec = mlm_masking_spec(recipe.data.masking, teacher.tokenizer)
-    seed = recipe.train.seed
-    train_idx, eval_idx = split_indices(len(corpus), recipe.data.eval_fraction, seed)
-    micro = recipe.train.batch_size // recipe.train.grad_accum
-    source = CheckedBatches(MLMBatches(corpus, train_idx, micro, spec, teacher.tokenizer.pad_id, seed), objective)
-    from bertkit.engine.device import resolve_device
+    return student
 
-    device = resolve_device(recipe.engine)
-    held_out = eval_idx[: recipe.train.eval_batches * recipe.train.batch_size]
+
+def distill_general(
+    recipe: DistillRecipe,
+    teacher_spec: str,
+    output: Path,
+    student_name: str,
+    vocab_set: bool = False,
+    overwrite: bool = False,
+    resume: bool | str | None = False,
+    quiet: bool = False,
+) -> dict[str, Any]:
+    """The general stage: the student distilled from the teacher on a pretraining corpus, saved to OUTPUT/model;
+    returns the summary written to summary.json."""
+    if recipe.data.train is None:
+        raise BertkitError("no training corpus: pass --corpus DIR (built with the teacher's tokenizer)")
+    join_job(
+        recipe,
+        {"output": output, "teacher": teacher_spec, "student": student_name, "vocab_set": vocab_set,
+         "overwrite": overwrite, "resume": resume},
+        {"corpus": recipe.data.train, "teacher": Path(teacher_spec)},
+    )  # fmt: skip
+    recipe = with_local_corpora(recipe)  # an s3:// corpus -> its verified node-local cache (corpus/remote.py)
+    teacher = Teacher.load(teacher_spec)
+    teacher_parameters = sum(p.numel() for p in teacher.encoder.parameters())  # before an engine shards it
+    plan = plan_general(recipe, teacher, student_name, vocab_set)
+    recipe, method, corpus = plan.recipe, plan.method, plan.corpus
+    weights = term_weights(recipe.distill, GENERAL_TERMS[method])
+    student = build_student(plan, teacher, weights)  # before the run directory exists: a misfit leaves nothing
+    resumed = prepare_run_dir(output, recipe, overwrite, resume)
+    objective = DistillationObjective(
+        method, teacher, weights, recipe.distill.resolved_temperature(method), plan.layer_map
+    )
+    spec = mlm_masking_spec(recipe.data.masking, teacher.tokenizer)
     pad_id = teacher.tokenizer.pad_id
+    train_idx, eval_idx = split_indices(len(corpus), recipe.data.eval_fraction, recipe.train.seed)
+    micro = recipe.train.batch_size // recipe.train.grad_accum
+    source = CheckedBatches(MLMBatches(corpus, train_idx, micro, spec, pad_id, recipe.train.seed), objective)
+    held_out = eval_idx[: recipe.train.eval_batches * recipe.train.batch_size]
+    device = resolve_device(recipe.engine)
     evaluate = _evaluator(objective, corpus, held_out, spec, pad_id, micro, device) if len(held_out) else None
     result = train(student, objective, source, output, recipe.train, recipe.optim, recipe.schedule, recipe.engine,
                    evaluate, resume=resumed, quiet=quiet, description=f"distill ({method})")  # fmt: skip
@@ -238,21 +267,32 @@ def distill_general(
         kept = student.kept_module().cpu()
         heads = {"mlm": 1.0} if student.mlm_head is not None else {}
         meta = {"recipe": recipe.name, "steps": result.steps, "objective": heads, "distilled_from": teacher.source,
-                "method": method, "copied_layers": copied_layers}  # fmt: skip
-        save_model_dir(model_dir, kept, student_cfg, "pretraining", teacher.tokenizer, meta)
+                "method": method, "copied_layers": plan.copied_layers}  # fmt: skip
+        save_model_dir(model_dir, kept, recipe.model, "pretraining", teacher.tokenizer, meta)
         save_projections(output, student)  # W_e / W_h stay in the run, for the task stage, never in model/
-    summary = {
+    summary = _summary(plan, output, teacher, teacher_parameters, student, objective, result) | {
+        "train_sequences": len(train_idx),
+        "eval_sequences": len(held_out),
+    }
+    write_summary(output, summary)
+    return summary
+
+
+def _summary(plan: GeneralPlan, output: Path, teacher: Teacher, teacher_parameters: int, student: DistillStudent,
+             objective: DistillationObjective, result: TrainResult) -> dict[str, Any]:  # fmt: skip
+    """summary.json: who taught whom, how, for how long, and how it ended."""
+    return {
         "run_dir": str(output),
-        "model_dir": str(model_dir),
-        "recipe": recipe.name,
+        "model_dir": str(output / "model"),
+        "recipe": plan.recipe.name,
         "stage": "general",
-        "method": method,
-        "init": init,
+        "method": plan.method,
+        "init": plan.init,
         "teacher": teacher.source,
         "teacher_parameters": teacher_parameters,
         "student_parameters": sum(p.numel() for p in student.encoder.parameters()),
-        "layer_map": layer_map,
-        "copied_layers": copied_layers,
+        "layer_map": plan.layer_map,
+        "copied_layers": plan.copied_layers,
         "terms": list(objective.terms),
         "steps": result.steps,
         "tokens": result.tokens,
@@ -264,8 +304,4 @@ def distill_general(
         "skipped_steps": result.skipped_steps,
         "resumed_from": result.resumed_from,
         "stopped": result.stopped,
-        "train_sequences": len(train_idx),
-        "eval_sequences": len(held_out),
     }
-    write_summary(output, summary)
-    return summary
