@@ -72,6 +72,10 @@ local suite's own rate, 5e-5 (1e-4 for NER and QA), is BERT-base's and in the 75
 leaves some of these 4-layer encoders at the majority class. `--lrs ''` keeps the suite's own rates, a third of the
 cells.
 
+`--downstream probe` or `--downstream full` scores the suite in that mode alone (the default, `both`, runs the probe
+first), and `none` in neither, leaving `--qa`'s split alone to fine-tune: `full` gives the fine-tuned figures without
+the probe's cells before them.
+
 `--set VARIANT:KEY=VALUE` sets a recipe field for one variant over the shared settings (for ELECTRA, its
 generator-ablation runs too, each keeping its own width), e.g. `--set electra:optim.lr=1e-3`; a finished run in
 --work is reused only for the same budget, the same settings and the same corpus options."""
@@ -110,6 +114,8 @@ DEFAULT_BUDGET = "4e14flop"
 # majority class on its 800-example sets, in 75 steps; the top of the grid that BERT's small models are fine-tuned
 # over lets each model find its rate (docs/benchmarks.md).
 FULL_LRS = "5e-5,1e-4,3e-4"
+# --downstream: which modes score the suite, the probe first (the cheaper; its figures land before full fine-tuning's).
+DOWNSTREAM_MODES = {"none": (), "probe": ("probe",), "full": ("full",), "both": ("probe", "full")}
 SHARED_OPTIMISER = {
     "optim.lr": 1e-3, "optim.betas": "[0.9,0.98]", "optim.eps": 1e-6, "optim.weight_decay": 0.01,
     "schedule.warmup_steps": 0, "schedule.warmup_fraction": 0.06, "schedule.decay": "linear",
@@ -481,7 +487,8 @@ def main() -> None:
     parser.add_argument("--budget", default=DEFAULT_BUDGET, help="training FLOPs for each variant (or a time)")
     parser.add_argument("--variants", default=",".join(VARIANTS), help="which, comma-separated")
     parser.add_argument("--generator", default="", help="ELECTRA generator widths to compare, e.g. 0.25,0.5,1.0")
-    parser.add_argument("--downstream", choices=["none", "probe", "both"], default="both")
+    parser.add_argument("--downstream", choices=list(DOWNSTREAM_MODES), default="both",
+                        help="score the suite with the probe, full fine-tuning, both (default) or none")
     parser.add_argument("--qa", default="", metavar="TRAIN,DEV",
                         help="also fine-tune on a larger QA split: TRAIN and DEV SQuAD questions, e.g. 2000,1000")
     parser.add_argument("--smoke", action="store_true", help="a suite of 40/20 examples a task and one seed")
@@ -571,7 +578,8 @@ def main() -> None:
     (args.work / "report.json").write_text(json.dumps(report, indent=1), "utf-8")
     plateau(args.work, paths, runs)
     (args.work / "report.json").write_text(json.dumps(report, indent=1), "utf-8")
-    if args.downstream != "none" or qa_sizes:
+    modes = DOWNSTREAM_MODES[args.downstream]
+    if modes or qa_sizes:
         # RoBERTa's encoder (BERT's layer, no segments) at the same shape and batch with its initial weights.
         models = {run["name"]: run["model_dir"] for run in runs}
         for seed in seeds:  # the floor at each pretraining seed's initial weights
@@ -579,9 +587,9 @@ def main() -> None:
             models[floor] = str(untrained(paths["corpus-roberta"], args.work / "runs" / floor, "roberta-base",
                                           {**BATCH, "train.seed": seed}))  # fmt: skip
         NO_QA.update(n for n in models if n.startswith("xlnet"))
-    if args.downstream != "none":
+    if modes:
         data = suite_data(args.work, args.smoke)
-        for mode in ["probe"] + (["full"] if args.downstream == "both" else []):
+        for mode in modes:
             scores = evaluate(args.work, models, mode, data, args.smoke, args.jobs, lrs)
             average = common_average(scores)
             report["downstream"][mode] = {"scores": scores, "average": average,

@@ -182,6 +182,26 @@ def test_averages_over_pretraining_runs(variants) -> None:
     assert "| untrained-seed1 |" in table and "| untrained | 2 | 29.00 ± 0.14 (0.30) |" in table
 
 
+def test_full_fine_tuning_alone(variants) -> None:
+    """`--downstream full` scores the suite in full fine-tuning without the probe before it (on a GPU lent for
+    minutes, the probe's cells are time the fine-tuned figures need): the report's tables then have the full
+    average alone, the untrained encoder's rows and the pooled runs included."""
+    assert variants.DOWNSTREAM_MODES == {"none": (), "probe": ("probe",), "full": ("full",),
+                                         "both": ("probe", "full")}  # fmt: skip
+    runs = [{"name": "roberta", "run_of": "roberta"}, {"name": "roberta-seed1", "run_of": "roberta"}]
+    average = {"roberta": {"mean": 34.54, "std": 0.53}, "roberta-seed1": {"mean": 33.9, "std": 0.8},
+               "untrained": {"mean": 28.21, "std": 0.74}, "untrained-seed1": {"mean": 28.0, "std": 0.5}}  # fmt: skip
+    pooled = variants.over_pretraining(runs, average, [0, 1])
+    report = {"budget": "4e14flop", "lrs": [5e-5, 1e-4, 3e-4], "runs": [dict(r, steps=1, tokens=1) for r in runs],
+              "downstream": {"full": {"average": average, "pretraining": pooled}}}  # fmt: skip
+    lines = variants.markdown(report).splitlines()
+    assert "probe" not in "\n".join(lines)
+    header = next(line for line in lines if line.startswith("| variant | steps"))
+    assert header.endswith("| full average |")
+    assert next(line for line in lines if line.startswith("| untrained-seed1 |")).endswith("| 28.00 ± 0.50 |")
+    assert "| variant | runs | full average |" in lines and "| roberta | 2 | 34.22 ± 0.45 (0.80) |" in lines
+
+
 def test_qa_f1_over_pretraining_runs(variants) -> None:
     """With --qa and several pretraining seeds, each variant's QA F1 is pooled over its runs as the suite average
     is: the mean and sample standard deviation of the runs' F1, the largest seed spread of one run beside them."""
