@@ -114,7 +114,7 @@ DEFAULT_BUDGET = "4e14flop"
 # majority class on its 800-example sets, in 75 steps; the top of the grid that BERT's small models are fine-tuned
 # over lets each model find its rate (docs/benchmarks.md).
 FULL_LRS = "5e-5,1e-4,3e-4"
-# --downstream: which modes score the suite, the probe first (the cheaper; its figures land before full fine-tuning's).
+# --downstream: which modes score the suite, the probe first (the cheaper: its figures reach report.json first).
 DOWNSTREAM_MODES = {"none": (), "probe": ("probe",), "full": ("full",), "both": ("probe", "full")}
 SHARED_OPTIMISER = {
     "optim.lr": 1e-3, "optim.betas": "[0.9,0.98]", "optim.eps": 1e-6, "optim.weight_decay": 0.01,
@@ -594,6 +594,7 @@ def main() -> None:
             average = common_average(scores)
             report["downstream"][mode] = {"scores": scores, "average": average,
                                           "pretraining": over_pretraining(runs, average, seeds)}  # fmt: skip
+            (args.work / "report.json").write_text(json.dumps(report, indent=1), "utf-8")  # each mode as it ends
     if qa_sizes:
         qa_suite = suite_data(args.work, args.smoke, qa_sizes)
         scores = qa_scores(args.work, models, qa_suite, args.smoke, args.jobs, lrs)

@@ -183,11 +183,8 @@ def test_averages_over_pretraining_runs(variants) -> None:
 
 
 def test_full_fine_tuning_alone(variants) -> None:
-    """`--downstream full` scores the suite in full fine-tuning without the probe before it (on a GPU lent for
-    minutes, the probe's cells are time the fine-tuned figures need): the report's tables then have the full
-    average alone, the untrained encoder's rows and the pooled runs included."""
-    assert variants.DOWNSTREAM_MODES == {"none": (), "probe": ("probe",), "full": ("full",),
-                                         "both": ("probe", "full")}  # fmt: skip
+    """A report scored in full fine-tuning alone (`--downstream full`): its tables have the full average alone, the
+    untrained encoder's rows and the pooled runs included."""
     runs = [{"name": "roberta", "run_of": "roberta"}, {"name": "roberta-seed1", "run_of": "roberta"}]
     average = {"roberta": {"mean": 34.54, "std": 0.53}, "roberta-seed1": {"mean": 33.9, "std": 0.8},
                "untrained": {"mean": 28.21, "std": 0.74}, "untrained-seed1": {"mean": 28.0, "std": 0.5}}  # fmt: skip
@@ -200,6 +197,66 @@ def test_full_fine_tuning_alone(variants) -> None:
     assert header.endswith("| full average |")
     assert next(line for line in lines if line.startswith("| untrained-seed1 |")).endswith("| 28.00 ± 0.50 |")
     assert "| variant | runs | full average |" in lines and "| roberta | 2 | 34.22 ± 0.45 (0.80) |" in lines
+
+
+@pytest.mark.parametrize(
+    ("downstream", "qa", "modes"),
+    [
+        ("full", [], ["full"]),
+        ("both", [], ["probe", "full"]),
+        ("probe", [], ["probe"]),
+        ("none", ["--qa", "60,30"], []),
+    ],
+)
+def test_the_bench_scores_the_modes_asked_for_beside_the_floors(
+    variants, tmp_path: Path, monkeypatch, downstream: str, qa: list[str], modes: list[str]
+) -> None:
+    # main() with its pretraining and scoring stood in for: each mode asked for is scored, in order, with the untrained
+    # encoder at each pretraining seed among the models, and report.json holds those modes alone (QA-only: none).
+    import sys
+
+    work = tmp_path / "work"
+    scored: list[tuple[str, list[str]]] = []
+    floors: list[str] = []
+    qa_models: list[list[str]] = []
+
+    def pretrain(paths, work, name, budget, width, threads, own, seed):
+        return {"name": variants.seeded(name, seed), "run_of": name, "model_dir": str(work / "runs" / name)}
+
+    def untrained(corpus, output, recipe, extra):
+        floors.append(output.name)
+        return output
+
+    def evaluate(work, models, mode, data, smoke, jobs, lrs):
+        scored.append((mode, sorted(models)))
+        return {name: {"stsb": {"mean": 10.0, "std": 0.0, "seeds": [0], "per_seed": [10.0], "lr": 5e-5}}
+                for name in models}  # fmt: skip
+
+    def qa_scores(work, models, data, smoke, jobs, lrs):
+        qa_models.append(sorted(models))
+        return {}
+
+    def prepare(work, text, names):
+        work.mkdir(parents=True)
+        return {"corpus-roberta": work / "corpus-roberta"}
+
+    monkeypatch.setattr(variants, "prepare", prepare)
+    monkeypatch.setattr(variants, "pretrain", pretrain)
+    monkeypatch.setattr(variants, "plateau", lambda work, paths, runs: None)
+    monkeypatch.setattr(variants, "untrained", untrained)
+    monkeypatch.setattr(variants, "suite_data", lambda work, smoke, qa=None: work / "suite")
+    monkeypatch.setattr(variants, "evaluate", evaluate)
+    monkeypatch.setattr(variants, "qa_scores", qa_scores)
+    argv = ["variants.py", "--work", str(work), "--variants", "roberta", "--budget", "2e12flop", "--pretrain-seeds",
+            "0,1", "--downstream", downstream, *qa]  # fmt: skip
+    monkeypatch.setattr(sys, "argv", argv)
+    variants.main()
+    everyone = ["roberta", "roberta-seed1", "untrained", "untrained-seed1"]
+    assert scored == [(mode, everyone) for mode in modes]
+    assert floors == ["untrained", "untrained-seed1"]
+    assert qa_models == ([everyone] if qa else [])
+    report = json.loads((work / "report.json").read_text("utf-8"))
+    assert list(report["downstream"]) == modes
 
 
 def test_qa_f1_over_pretraining_runs(variants) -> None:

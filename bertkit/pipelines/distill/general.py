@@ -146,8 +146,9 @@ class GeneralPlan:
     corpus: Corpus
     method: DistillMethod
     init: str  # "random" or "teacher-layers"
-    copied_layers: list[int] | None  # the teacher layers a "teacher-layers" student starts from
-    layer_map: list[int] | None  # TinyBERT's: the teacher layer each student layer imitates
+    copied_layers: list[int] | None  # 0-based indices of the teacher layers a "teacher-layers" student starts from
+    layer_map: list[int] | None  # TinyBERT's: each student layer's teacher layer (1-based; 0: the embeddings)
+    weights: dict[str, float]  # each distillation term's weight
 
 
 def plan_general(recipe: DistillRecipe, teacher: Teacher, student_name: str, vocab_set: bool) -> GeneralPlan:
@@ -200,16 +201,19 @@ def plan_general(recipe: DistillRecipe, teacher: Teacher, student_name: str, voc
     if init == "teacher-layers":
         # DistilBERT's student is the teacher minus layers: its position table is the teacher's, copied.
         student_cfg = student_cfg.model_copy(update={"max_position_embeddings": teacher.config.max_position_embeddings})
-    return GeneralPlan(recipe.model_copy(update={"model": student_cfg}), corpus, method, init, copied_layers, layer_map)
+    weights = term_weights(recipe.distill, GENERAL_TERMS[method])
+    check_windowed_attention(student_cfg, teacher.config, weights, layer_map)
+    return GeneralPlan(
+        recipe.model_copy(update={"model": student_cfg}), corpus, method, init, copied_layers, layer_map, weights
+    )
 
 
-def build_student(plan: GeneralPlan, teacher: Teacher, weights: dict[str, float]) -> DistillStudent:
+def build_student(plan: GeneralPlan, teacher: Teacher) -> DistillStudent:
     """The student at the recipe's seed (the same initial weights on every rank), its heads and projections as the
     method and the term weights need them, copied from the teacher's layers under --init teacher-layers, and what
     the loss cannot reach frozen."""
-    student_cfg, method = plan.recipe.model, plan.method
+    student_cfg, method, weights = plan.recipe.model, plan.method, plan.weights
     torch.manual_seed(plan.recipe.train.seed)
-    check_windowed_attention(student_cfg, teacher.config, weights, plan.layer_map)
     student = DistillStudent(
         student_cfg,
         teacher_hidden_size=teacher.config.hidden_size if method == "tinybert" else None,
@@ -246,11 +250,10 @@ def distill_general(
     teacher_parameters = sum(p.numel() for p in teacher.encoder.parameters())  # before an engine shards it
     plan = plan_general(recipe, teacher, student_name, vocab_set)
     recipe, method, corpus = plan.recipe, plan.method, plan.corpus
-    weights = term_weights(recipe.distill, GENERAL_TERMS[method])
-    student = build_student(plan, teacher, weights)  # before the run directory exists: a misfit leaves nothing
+    student = build_student(plan, teacher)  # before the run directory exists: a misfit leaves nothing
     resumed = prepare_run_dir(output, recipe, overwrite, resume)
     objective = DistillationObjective(
-        method, teacher, weights, recipe.distill.resolved_temperature(method), plan.layer_map
+        method, teacher, plan.weights, recipe.distill.resolved_temperature(method), plan.layer_map
     )
     spec = mlm_masking_spec(recipe.data.masking, teacher.tokenizer)
     pad_id = teacher.tokenizer.pad_id
@@ -270,17 +273,24 @@ def distill_general(
                 "method": method, "copied_layers": plan.copied_layers}  # fmt: skip
         save_model_dir(model_dir, kept, recipe.model, "pretraining", teacher.tokenizer, meta)
         save_projections(output, student)  # W_e / W_h stay in the run, for the task stage, never in model/
-    summary = _summary(plan, output, teacher, teacher_parameters, student, objective, result) | {
-        "train_sequences": len(train_idx),
-        "eval_sequences": len(held_out),
-    }
+    summary = _summary(plan, output, teacher, teacher_parameters, student, objective, result, len(train_idx),
+                       len(held_out))  # fmt: skip
     write_summary(output, summary)
     return summary
 
 
-def _summary(plan: GeneralPlan, output: Path, teacher: Teacher, teacher_parameters: int, student: DistillStudent,
-             objective: DistillationObjective, result: TrainResult) -> dict[str, Any]:  # fmt: skip
-    """summary.json: who taught whom, how, for how long, and how it ended."""
+def _summary(
+    plan: GeneralPlan,
+    output: Path,
+    teacher: Teacher,
+    teacher_parameters: int,
+    student: DistillStudent,
+    objective: DistillationObjective,
+    result: TrainResult,
+    train_sequences: int,
+    eval_sequences: int,
+) -> dict[str, Any]:
+    """summary.json: who taught whom, how, on how many sequences, and how it ended."""
     return {
         "run_dir": str(output),
         "model_dir": str(output / "model"),
@@ -304,4 +314,6 @@ def _summary(plan: GeneralPlan, output: Path, teacher: Teacher, teacher_paramete
         "skipped_steps": result.skipped_steps,
         "resumed_from": result.resumed_from,
         "stopped": result.stopped,
+        "train_sequences": train_sequences,
+        "eval_sequences": eval_sequences,
     }
