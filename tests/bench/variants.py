@@ -547,6 +547,7 @@ def main() -> None:
             parser.error(f"--qa: none of {names} serves extractive QA")
     from bertkit.config.suite import parse_rates
     from bertkit.errors import BertkitError
+    from bertkit.fsutil import write_json_atomic
 
     try:  # the rates as `bertkit evaluate --lrs` checks them; '' keeps the suite's own
         lrs = tuple(parse_rates(args.lrs)) if args.lrs.strip() else ()
@@ -575,9 +576,9 @@ def main() -> None:
         ))
     report: dict = {"budget": args.budget, "lrs": list(lrs), "runs": runs, "downstream": {}}
     # The pretraining figures first, so a failure in the scoring loses nothing of the hours before it.
-    (args.work / "report.json").write_text(json.dumps(report, indent=1), "utf-8")
+    write_json_atomic(args.work / "report.json", report)
     plateau(args.work, paths, runs)
-    (args.work / "report.json").write_text(json.dumps(report, indent=1), "utf-8")
+    write_json_atomic(args.work / "report.json", report)
     modes = DOWNSTREAM_MODES[args.downstream]
     if modes or qa_sizes:
         # RoBERTa's encoder (BERT's layer, no segments) at the same shape and batch with its initial weights.
@@ -594,7 +595,7 @@ def main() -> None:
             average = common_average(scores)
             report["downstream"][mode] = {"scores": scores, "average": average,
                                           "pretraining": over_pretraining(runs, average, seeds)}  # fmt: skip
-            (args.work / "report.json").write_text(json.dumps(report, indent=1), "utf-8")  # each mode as it ends
+            write_json_atomic(args.work / "report.json", report)  # each mode as it ends
     if qa_sizes:
         qa_suite = suite_data(args.work, args.smoke, qa_sizes)
         scores = qa_scores(args.work, models, qa_suite, args.smoke, args.jobs, lrs)
@@ -602,7 +603,7 @@ def main() -> None:
         report["qa"] = {"train": qa_sizes[0], "dev": qa_sizes[1], "scores": scores,
                         "pretraining": over_pretraining(runs, f1, seeds)}  # fmt: skip
     report["wall_minutes"] = round((time.time() - started) / 60, 1)
-    (args.work / "report.json").write_text(json.dumps(report, indent=1), "utf-8")
+    write_json_atomic(args.work / "report.json", report)
     (args.work / "report.md").write_text(markdown(report), "utf-8")
     print(markdown(report))
     print(json.dumps(report))
