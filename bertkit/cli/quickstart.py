@@ -28,11 +28,13 @@ def quickstart_command(
     bundled real text, then a summary table."""
     import json
 
-    from bertkit.pipelines.quickstart import quickstart, sample_data
-
     if data_only:
+        from bertkit.pipelines.quickstart_data import sample_data
+
         emit(sample_data(output, overwrite), json_out, "sample data written")
         return
+    from bertkit.pipelines.quickstart import quickstart
+
     result = quickstart(output, overwrite, quiet, pretrain_steps, finetune_steps)
     if json_out:
         print(json.dumps(result, default=str))

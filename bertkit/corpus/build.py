@@ -31,7 +31,7 @@ from bertkit.errors import BertkitError
 from bertkit.fsutil import atomic_output_dir, read_json
 from bertkit.inputs.remote import is_url
 from bertkit.inputs.sources import ReadStats, expand_inputs, iter_documents
-from bertkit.modelio.modeldir import tokenizer_source
+from bertkit.modelio.layout import tokenizer_source
 from bertkit.tokenizers.base import Tokenizer, load_tokenizer
 
 TOKENIZER_SUBDIR = "tokenizer"

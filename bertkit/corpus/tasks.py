@@ -45,7 +45,7 @@ from bertkit.corpus.shards import _Stream, sha256_file, token_dtype
 from bertkit.errors import BertkitError
 from bertkit.fsutil import atomic_output_dir, read_json, write_json_atomic
 from bertkit.inputs.sources import ReadStats, expand_inputs, iter_documents
-from bertkit.modelio.modeldir import tokenizer_source
+from bertkit.modelio.layout import tokenizer_source
 from bertkit.tokenizers.base import Tokenizer, load_tokenizer
 
 PARTS_VERSION = 1

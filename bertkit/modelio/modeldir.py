@@ -18,11 +18,10 @@ from torch import nn
 from bertkit.config.model import ModelConfig, saved_model_config
 from bertkit.errors import BertkitError
 from bertkit.fsutil import atomic_output_dir, read_json
+from bertkit.modelio.layout import MODEL_META
 from bertkit.modelio.weights import WEIGHTS, read_weights, save_weights
-from bertkit.tokenizers.base import BERTKIT_TOKENIZER_FILE, Tokenizer, load_tokenizer
-from bertkit.tokenizers.spm import SPM_MODEL_NAMES
+from bertkit.tokenizers.base import Tokenizer, load_tokenizer
 
-MODEL_META = "bertkit_model.json"
 FORMAT_VERSION = 1
 # `bertkit export --to onnx` writes MODEL_META too (so an export names its task, labels and tokenizer like a
 # model directory does), with "format": "onnx": a graph for inference, with no weights that training can load.
@@ -65,33 +64,6 @@ def resolve_model_path(spec: str | Path, hub: bool = False) -> Path:
             return find_model_dir(path)  # one clear error for a missing or foreign directory
         return download(ALIASES.get(str(spec), str(spec)))
     return find_model_dir(Path(spec))
-
-
-# Files that make a directory a tokenizer directory (bertkit's, a Hugging Face one, or a bare vocabulary): what
-# load_tokenizer reads.
-TOKENIZER_FILES = (BERTKIT_TOKENIZER_FILE, "tokenizer.json", "vocab.txt", "vocab.json", *SPM_MODEL_NAMES)
-
-
-def tokenizer_source(spec: str | Path) -> Path:
-    """The directory whose tokenizer a `--tokenizer` argument names: a tokenizer directory (or its s3:// URL), a
-    bertkit run or model directory (its `model/`), a Hugging Face checkpoint directory, or a hub name (its tokenizer
-    files, through the hub cache). A missing path that reads as a path (absolute, ./, ../, ~, or more than two
-    parts) is one error; a missing ORG/NAME or NAME is looked up on the hub."""
-    from bertkit.inputs.remote import is_url, local_tokenizer
-    from bertkit.modelio.hub import looks_like_path
-
-    if is_url(spec):
-        return local_tokenizer(spec)  # an s3:// tokenizer directory, fetched to the cache
-    path = Path(spec).expanduser()
-    if path.is_dir():
-        if any((path / name).is_file() for name in TOKENIZER_FILES):
-            return path
-        if (path / "model" / MODEL_META).is_file():
-            return path / "model"
-        return path  # load_tokenizer names what is missing
-    if path.exists() or looks_like_path(str(spec)) or len(Path(str(spec)).parts) > 2:
-        raise BertkitError(f"tokenizer directory not found: {spec}")
-    return resolve_model_path(spec, hub=True)  # a hub name (or alias): its snapshot in the hub cache
 
 
 def find_model_dir(path: Path) -> Path:

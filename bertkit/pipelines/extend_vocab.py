@@ -13,7 +13,7 @@ from typing import Any
 from bertkit.errors import BertkitError
 from bertkit.fsutil import atomic_output_dir, check_output_dir
 from bertkit.inputs.sources import ReadStats, expand_inputs, input_size, iter_lines
-from bertkit.modelio.modeldir import tokenizer_source
+from bertkit.modelio.layout import tokenizer_source
 from bertkit.progress import Tracker
 from bertkit.tokenizers.base import load_tokenizer
 from bertkit.tokenizers.extend import (

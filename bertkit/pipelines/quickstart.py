@@ -11,12 +11,13 @@ from bertkit.config.recipe import load_distill_recipe, load_recipe
 from bertkit.corpus.build import BuildOptions, build_corpus
 from bertkit.data.samples import write_sample_data
 from bertkit.export.onnx import export_onnx
-from bertkit.fsutil import atomic_output_dir, check_output_dir
+from bertkit.fsutil import check_output_dir
 from bertkit.pipelines.compress import CompressOptions, compress
 from bertkit.pipelines.distill.general import distill_general
 from bertkit.pipelines.finetune.run import finetune
 from bertkit.pipelines.predict.speed import speed_table
 from bertkit.pipelines.pretrain import pretrain
+from bertkit.pipelines.quickstart_data import split_reviews
 from bertkit.progress import stderr_console
 from bertkit.tokenizers.train import train_tokenizer
 
@@ -104,19 +105,6 @@ def quickstart(
     }
 
 
-HELD_OUT_REVIEWS, COMPRESS_REVIEWS = 1000, 2000
-
-
-def sample_data(output: Path, overwrite: bool = False) -> dict[str, str]:
-    """Only the quickstart's data, under OUTPUT/data: pretraining text and the review splits, for a user who runs
-    each command by hand (the getting-started guide). Built beside the output and renamed, like every output."""
-    with atomic_output_dir(output, overwrite=overwrite) as tmp:
-        data = write_sample_data(tmp / "data")
-        splits = split_reviews(data["sentiment"], tmp / "data")
-    final = {"pretrain": data["pretrain"], "sentiment": data["sentiment"], **splits}
-    return {name: str(output / path.relative_to(tmp)) for name, path in final.items()}
-
-
 def serve_int8(student: Path, teacher: Path, held_out_file: Path, output: Path, say: Any) -> dict[str, Any]:
     """The last stage: the compressed student exported to ONNX int8 (gated on the held-out reviews), timed against
     the fine-tuned model it was distilled from (the teacher, in PyTorch), one thread each: the speed-up of the
@@ -139,20 +127,3 @@ def serve_int8(student: Path, teacher: Path, held_out_file: Path, output: Path, 
     speedup = {size: round(student_row["sentences_per_s"][size] / teacher_row["sentences_per_s"][size], 1)
                for size in student_row["sentences_per_s"]}  # fmt: skip
     return {**exported, "timing": timed, "speedup": speedup}
-
-
-def split_reviews(sentiment: Path, folder: Path) -> dict[str, Path]:
-    """The reviews (already shuffled) as sentiment-train.csv and the last HELD_OUT_REVIEWS as sentiment-eval.csv,
-    which neither the teacher nor the compressed student trains on; compress-train.csv is the first
-    COMPRESS_REVIEWS of the training reviews."""
-    with open(sentiment, encoding="utf-8", newline="") as handle:
-        rows = list(csv.DictReader(handle))
-    parts = {"train": rows[:-HELD_OUT_REVIEWS], "eval": rows[-HELD_OUT_REVIEWS:], "compress": rows[:COMPRESS_REVIEWS]}
-    paths = {}
-    for name, part in parts.items():
-        paths[name] = folder / ("compress-train.csv" if name == "compress" else f"sentiment-{name}.csv")
-        with open(paths[name], "w", encoding="utf-8", newline="") as handle:
-            writer = csv.DictWriter(handle, ["text", "label"])
-            writer.writeheader()
-            writer.writerows(part)
-    return paths

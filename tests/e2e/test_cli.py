@@ -23,6 +23,33 @@ def test_help_does_not_import_torch() -> None:
         assert command in out.stdout
 
 
+# `python -m bertkit ARGS` in a fresh interpreter that then says whether torch was imported.
+RUN_THEN_CHECK_TORCH = """import runpy, sys
+sys.argv = ["bertkit", *sys.argv[1:]]
+try:
+    runpy.run_module("bertkit", run_name="__main__")
+except SystemExit as exit:
+    assert not exit.code, exit.code
+assert "torch" not in sys.modules, "torch imported"
+"""
+
+
+@pytest.mark.parametrize("command", ["build-corpus", "quickstart --data-only"])
+def test_data_commands_do_not_import_torch(tmp_path: Path, text_file: Path, tokenizer_dir: Path, command: str) -> None:
+    """build-corpus never needs torch: not in its main process, nor in its tokenizing workers, which import the
+    same modules (each would pay a second of start-up and some 200 MB for it); nor does the guide's first step."""
+    args = {
+        "build-corpus": ["build-corpus", "-i", str(text_file), "-t", str(tokenizer_dir), "-o", str(tmp_path / "out"),
+                         "--workers", "2"],
+        "quickstart --data-only": ["quickstart", "--data-only", "--output", str(tmp_path / "out")],
+    }[command]  # fmt: skip
+    result = subprocess.run([sys.executable, "-c", RUN_THEN_CHECK_TORCH, *args, "--quiet", "--json"],
+                            capture_output=True, text=True)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["workers"] == 2 if command == "build-corpus" else Path(summary["pretrain"]).is_file()
+
+
 def test_tokenize_train_and_encode(tmp_path: Path, text_file: Path) -> None:
     out = run_json(
         "tokenize", "train", "--input", str(text_file), "--output", str(tmp_path / "tok"), "--vocab-size", "1500"

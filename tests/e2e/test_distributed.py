@@ -18,8 +18,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli_helpers import runner
 from run_helpers import loss_curve
 from safetensors.torch import load_file
+
+from bertkit.cli.app import app, default_resume_value
 
 STEPS = 20
 CHECKPOINT_EVERY = 10  # resume_copy continues runs from here
@@ -42,12 +45,19 @@ def sets(**extra: object) -> list[str]:
 
 
 def bertkit(*args: str, procs: int = 1, check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
-    """`python -m bertkit ARGS --quiet --json`, under torchrun with `procs` processes when procs > 1."""
-    launcher = [sys.executable]
-    if procs > 1:
-        launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={procs}"]
-    command = [*launcher, "-m", "bertkit", *args, "--quiet", "--json"]
-    result = subprocess.run(command, capture_output=True, text=True, env=env)
+    """`bertkit ARGS --quiet --json`: under torchrun with `procs` processes when procs > 1, in a process of its own
+    with `env` or an engine other than the plain loop (a process group of one); otherwise in this one, which saves
+    a process start."""
+    engine = args[args.index("--engine") + 1] if "--engine" in args else "single"
+    if procs == 1 and env is None and engine == "single":
+        ran = runner.invoke(app, default_resume_value([*args, "--quiet", "--json"]))  # as bertkit's main() does
+        result = subprocess.CompletedProcess(args, ran.exit_code, ran.stdout, ran.stderr)
+    else:
+        launcher = [sys.executable]
+        if procs > 1:
+            launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={procs}"]
+        command = [*launcher, "-m", "bertkit", *args, "--quiet", "--json"]
+        result = subprocess.run(command, capture_output=True, text=True, env=env)
     if check:
         assert result.returncode == 0, result.stderr[-3000:]
     return result

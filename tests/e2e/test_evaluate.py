@@ -146,10 +146,7 @@ def test_killed_mid_suite_resumes_to_the_same_table(tmp_path, suite_dir, pretrai
     before = {p: p.stat().st_mtime_ns for p in killed.rglob("result.json")}
     assert 0 < len(before) < 4 and not (killed / "report.json").exists()
 
-    again = _bertkit(*common, "--output", str(killed), "--resume", "--json", "--quiet")
-    stdout, stderr = again.communicate(timeout=600)
-    assert again.returncode == 0, stderr
-    resumed = json.loads(stdout.strip().splitlines()[-1])
+    resumed = run_json(*common, "--output", str(killed), "--resume", "last")  # in this process: a start saved
     assert resumed["cells"]["resumed"] == len(before) and resumed["cells"]["ran"] == 4 - len(before)
     assert {p: p.stat().st_mtime_ns for p in before} == before  # the finished cells did not run again
     assert resumed["models"] == reference["models"]
