@@ -76,6 +76,10 @@ cells.
 first), and `none` in neither, leaving `--qa`'s split alone to fine-tune: `full` gives the fine-tuned figures without
 the probe's cells before them.
 
+`--prepare-only` builds what the other options need (the text split, the tokenizer, each variant's corpora, the suite's
+files and `--qa`'s split) and stops. The work folder then trains on another machine, one without the data or a
+network (a GPU node), run there with the same options: every input is reused as it is.
+
 `--set VARIANT:KEY=VALUE` sets a recipe field for one variant over the shared settings (for ELECTRA, its
 generator-ablation runs too, each keeping its own width), e.g. `--set electra:optim.lr=1e-3`; a finished run in
 --work is reused only for the same budget, the same settings and the same corpus options."""
@@ -169,7 +173,8 @@ def prepare(work: Path, text_file: Path | None, names: list[str]) -> dict[str, P
     marker = work / "text-source.txt"
     if marker.exists() and marker.read_text("utf-8") != source:
         raise SystemExit(f"{work} holds runs on {marker.read_text('utf-8')}, not {source}: use another --work")
-    marker.write_text(source, "utf-8")
+    if not marker.exists():
+        marker.write_text(source, "utf-8")
     paths = {"train": work / "train.txt", "held": work / "held.txt", "tok": work / "tok",
              "held-documents": work / "held.jsonl"}  # fmt: skip
     if not paths["train"].exists():
@@ -506,6 +511,10 @@ def main() -> None:
                              f"{FULL_LRS}; '' for the suite's own rates)")  # fmt: skip
     parser.add_argument("--set", dest="own", action="append", default=[], metavar="VARIANT:KEY=VALUE",
                         help="a recipe field for one variant over the shared settings, e.g. electra:optim.lr=1e-3")
+    parser.add_argument("--prepare-only", action="store_true",
+                        help="build the text, tokenizer, corpora and suite files that these options need, then stop: "
+                             "prepare on one machine (say, a CPU node that has the data) and train on another with "
+                             "the work folder copied over and the same options")  # fmt: skip
     args = parser.parse_args()
     names = [n.strip() for n in args.variants.split(",") if n.strip()]
     unknown = sorted(set(names) - set(VARIANTS))
@@ -563,6 +572,15 @@ def main() -> None:
 
     started = time.time()
     paths = prepare(args.work, args.text, names)
+    modes = DOWNSTREAM_MODES[args.downstream]
+    if args.prepare_only:
+        prepared = {key: str(path) for key, path in paths.items()}
+        if modes:
+            prepared["suite"] = str(suite_data(args.work, args.smoke))
+        if qa_sizes:
+            prepared["qa-suite"] = str(suite_data(args.work, args.smoke, qa_sizes))
+        print(json.dumps({"prepared": prepared}))
+        return
     families = [(name, None) for name in names]
     # The recipe's own generator width is the "electra" run already: the ablation adds the other widths.
     default = load_recipe(VARIANTS["electra"][0]).model.generator.hidden_fraction if "electra" in names else None
@@ -579,7 +597,6 @@ def main() -> None:
     write_json_atomic(args.work / "report.json", report)
     plateau(args.work, paths, runs)
     write_json_atomic(args.work / "report.json", report)
-    modes = DOWNSTREAM_MODES[args.downstream]
     if modes or qa_sizes:
         # RoBERTa's encoder (BERT's layer, no segments) at the same shape and batch with its initial weights.
         models = {run["name"]: run["model_dir"] for run in runs}

@@ -396,3 +396,34 @@ def test_an_evaluation_goes_on_from_its_cells_and_starts_again_only_when_bertkit
     with pytest.raises(RuntimeError, match="worker process died"):
         run()
     assert len(calls) == 4  # a failure of the cells themselves is not answered by starting again
+
+
+def test_prepare_only_builds_every_input_and_trains_nothing(
+    variants, tmp_path: Path, monkeypatch, capsys, text_file: Path
+) -> None:
+    """`--prepare-only` on real text (Python's documentation, the `text_file` fixture's): the text split, the
+    tokenizer, SpanBERT's corpora and RoBERTa's (the untrained floor's), the suite's files and the QA split, and no
+    pretraining run nor report. Run again with the same options, as on the machine that trains, it builds nothing."""
+    import sys
+
+    work = tmp_path / "work"
+    argv = ["variants.py", "--work", str(work), "--text", str(text_file), "--variants", "spanbert", "--budget",
+            "2e12flop", "--downstream", "probe", "--smoke", "--qa", "60,30", "--prepare-only"]  # fmt: skip
+    monkeypatch.setattr(sys, "argv", argv)
+    variants.main()
+    prepared = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["prepared"]
+    expected = {"train", "held", "held-documents", "tok", "corpus-spanbert", "held-spanbert", "corpus-roberta",
+                "held-roberta", "suite", "qa-suite"}  # fmt: skip
+    assert set(prepared) == expected and all(Path(path).exists() for path in prepared.values())
+    assert (Path(prepared["corpus-spanbert"]) / "manifest.json").is_file()
+    assert "qa60-30" in prepared["qa-suite"] and (Path(prepared["suite"]) / "sentiment").is_dir()
+    assert not (work / "runs").exists() and not (work / "report.json").exists()
+
+    def refuse(*args: object) -> None:
+        raise AssertionError(f"built again: bertkit {args[0]}")
+
+    monkeypatch.setattr(variants, "bertkit", refuse)
+    before = {path: path.stat().st_mtime_ns for path in work.rglob("*") if path.is_file()}
+    variants.main()
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["prepared"] == prepared
+    assert {path: path.stat().st_mtime_ns for path in work.rglob("*") if path.is_file()} == before
