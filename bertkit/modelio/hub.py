@@ -1,8 +1,9 @@
 """Hugging Face hub names: a short name (ALIASES) or a repository id, resolved to a snapshot in the hub cache
 (downloaded, or read from the cache offline). Only what bertkit reads is fetched (HUB_FILES): never pickled
-weights, never code. Only bertkit/modelio/modeldir.py calls it (`resolve_model_path(spec, hub=True)` and
-`tokenizer_source`): the model arguments that name a public model (distill's teacher, pretrain's --init-from,
-evaluate's models, build-corpus's and tokenize extend's --tokenizer) accept a hub name."""
+weights, never code. Two callers use it: bertkit/modelio/modeldir.py (`resolve_model_path(spec, hub=True)`) and,
+without torch, bertkit/modelio/layout.py (`tokenizer_source`, for a name that is not a path). So the model
+arguments that name a public model (distill's teacher, pretrain's --init-from, evaluate's models, build-corpus's
+and tokenize extend's --tokenizer) accept a hub name."""
 
 from __future__ import annotations
 

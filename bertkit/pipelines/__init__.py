@@ -8,5 +8,6 @@ embed.py       `bertkit embed`
 augment.py     `bertkit augment`
 compress.py    `bertkit compress`: a fine-tuned classifier to a small one (augment, task distillation, baseline)
 quickstart.py  `bertkit quickstart`: the whole pipeline on real sample text
+quickstart_data.py  `bertkit quickstart --data-only`: its sample data and the reviews' split, without torch
 rundir.py      the run directory every training command shares: recipe, metrics, checkpoints, resume, summary
 """

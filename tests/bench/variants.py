@@ -87,6 +87,7 @@ generator-ablation runs too, each keeping its own width), e.g. `--set electra:op
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 import time
@@ -165,11 +166,23 @@ def texts(text_file: Path | None) -> tuple[list[str], list[str]]:
     return [d for i, d in enumerate(documents) if i % HELD_OUT_EVERY], held
 
 
+def text_identity(text_file: Path | None) -> str:
+    """The text a work folder is prepared from: the default one, or --text's file by its contents."""
+    if text_file is None:
+        return "SQuADShifts paragraphs"
+    digest = hashlib.sha256()
+    with open(text_file, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return f"a text with sha256 {digest.hexdigest()[:16]}"
+
+
 def prepare(work: Path, text_file: Path | None, names: list[str]) -> dict[str, Path]:
     """The training and held-out text, the one tokenizer, and each variant's training and held-out corpora."""
     work.mkdir(parents=True, exist_ok=True)
-    # A work folder is reused (its text, tokenizer, corpora and finished runs), but only for the same text.
-    source = str(text_file.resolve()) if text_file is not None else "SQuADShifts paragraphs"
+    # A work folder is reused (its text, tokenizer, corpora and finished runs), but only for the same text: --text
+    # is known by its contents, not its path, so a folder prepared on one machine (--prepare-only) runs on another.
+    source = text_identity(text_file)
     marker = work / "text-source.txt"
     if marker.exists() and marker.read_text("utf-8") != source:
         raise SystemExit(f"{work} holds runs on {marker.read_text('utf-8')}, not {source}: use another --work")
@@ -520,6 +533,8 @@ def main() -> None:
     unknown = sorted(set(names) - set(VARIANTS))
     if unknown:
         parser.error(f"unknown variants {unknown}; choose from {list(VARIANTS)}")
+    if args.text is not None and not args.text.is_file():
+        parser.error(f"--text {args.text}: no such file")
     from bertkit.config.recipe import load_recipe
     from bertkit.config.schema import parse_budget
 

@@ -28,8 +28,8 @@ RUN_THEN_CHECK_TORCH = """import runpy, sys
 sys.argv = ["bertkit", *sys.argv[1:]]
 try:
     runpy.run_module("bertkit", run_name="__main__")
-except SystemExit as exit:
-    assert not exit.code, exit.code
+except SystemExit as stop:
+    assert not stop.code, stop.code
 assert "torch" not in sys.modules, "torch imported"
 """
 

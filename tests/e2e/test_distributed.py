@@ -14,6 +14,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 
 import pytest
@@ -46,12 +47,15 @@ def sets(**extra: object) -> list[str]:
 
 def bertkit(*args: str, procs: int = 1, check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
     """`bertkit ARGS --quiet --json`: under torchrun with `procs` processes when procs > 1, in a process of its own
-    with `env` or an engine other than the plain loop (a process group of one); otherwise in this one, which saves
-    a process start."""
+    with `env` or an `--engine` other than `single` (a process group of one); otherwise in this one, which saves
+    a process start (a traceback, should the run raise one, is added to its stderr)."""
     engine = args[args.index("--engine") + 1] if "--engine" in args else "single"
     if procs == 1 and env is None and engine == "single":
         ran = runner.invoke(app, default_resume_value([*args, "--quiet", "--json"]))  # as bertkit's main() does
-        result = subprocess.CompletedProcess(args, ran.exit_code, ran.stdout, ran.stderr)
+        stderr = ran.stderr
+        if ran.exc_info is not None and not isinstance(ran.exception, SystemExit):
+            stderr += "".join(traceback.format_exception(*ran.exc_info))
+        result = subprocess.CompletedProcess(args, ran.exit_code, ran.stdout, stderr)
     else:
         launcher = [sys.executable]
         if procs > 1:

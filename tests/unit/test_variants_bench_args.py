@@ -16,6 +16,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "variants.py"
     ("arguments", "message"),
     [
         (["--variants", "bert,gpt2"], "unknown variants ['gpt2']"),
+        (["--text", "no-such-text.txt"], "--text no-such-text.txt: no such file"),
         (["--budget", "lots"], "budget"),
         (["--budget", "30min", "--parallel", "2"], "--parallel needs a FLOP budget"),
         (["--variants", "bert", "--generator", "0.5"], "keep electra in --variants"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -403,7 +404,8 @@ def test_prepare_only_builds_every_input_and_trains_nothing(
 ) -> None:
     """`--prepare-only` on real text (Python's documentation, the `text_file` fixture's): the text split, the
     tokenizer, SpanBERT's corpora and RoBERTa's (the untrained floor's), the suite's files and the QA split, and no
-    pretraining run nor report. Run again with the same options, as on the machine that trains, it builds nothing."""
+    pretraining run nor report. Run again with the same options on a copy of the folder and of the text, as on the
+    machine that trains, it builds nothing; with another text it refuses the folder."""
     import sys
 
     work = tmp_path / "work"
@@ -422,8 +424,18 @@ def test_prepare_only_builds_every_input_and_trains_nothing(
     def refuse(*args: object) -> None:
         raise AssertionError(f"built again: bertkit {args[0]}")
 
+    # On the machine that trains: the folder and the text at other paths, the same options.
+    moved, text_copy = tmp_path / "elsewhere" / "work", tmp_path / "elsewhere" / "text.txt"
+    shutil.copytree(work, moved)
+    shutil.copyfile(text_file, text_copy)
+    argv[argv.index(str(work))], argv[argv.index(str(text_file))] = str(moved), str(text_copy)
     monkeypatch.setattr(variants, "bertkit", refuse)
-    before = {path: path.stat().st_mtime_ns for path in work.rglob("*") if path.is_file()}
+    before = {path: path.stat().st_mtime_ns for path in moved.rglob("*") if path.is_file()}
     variants.main()
-    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["prepared"] == prepared
-    assert {path: path.stat().st_mtime_ns for path in work.rglob("*") if path.is_file()} == before
+    again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["prepared"]
+    assert again == {key: path.replace(str(work), str(moved)) for key, path in prepared.items()}
+    assert {path: path.stat().st_mtime_ns for path in moved.rglob("*") if path.is_file()} == before
+    # Another text is refused in that folder.
+    text_copy.write_text(text_file.read_text("utf-8") + "\n\nOne more document.\n", "utf-8")
+    with pytest.raises(SystemExit, match="holds runs on a text with sha256"):
+        variants.main()
