@@ -65,7 +65,8 @@ def is_offline() -> bool:
     return flag.upper() in _TRUE or bool(constants.HF_HUB_OFFLINE)
 
 
-def download(repo_id: str) -> Path:
+def download(name: str) -> Path:
+    """The snapshot of a hub name (one of ALIASES, or a repository id) in the hub cache, downloaded if needed."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import (
         GatedRepoError,
@@ -76,6 +77,7 @@ def download(repo_id: str) -> Path:
         RevisionNotFoundError,
     )
 
+    repo_id = ALIASES.get(name, name)
     cache, offline = hub_cache(), is_offline()
     local = "pass a local model directory instead (a bertkit model/run directory or a Hugging Face checkpoint)"
     try:

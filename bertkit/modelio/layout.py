@@ -23,7 +23,7 @@ def tokenizer_source(spec: str | Path) -> Path:
     files, through the hub cache). A missing path that reads as a path (absolute, ./, ../, ~, or more than two
     parts) is one error; a missing ORG/NAME or NAME is looked up on the hub."""
     from bertkit.inputs.remote import is_url, local_tokenizer
-    from bertkit.modelio.hub import ALIASES, download, looks_like_path
+    from bertkit.modelio.hub import download, looks_like_path
 
     if is_url(spec):
         return local_tokenizer(spec)  # an s3:// tokenizer directory, fetched to the cache
@@ -36,4 +36,4 @@ def tokenizer_source(spec: str | Path) -> Path:
         return path  # load_tokenizer names what is missing
     if path.exists() or looks_like_path(str(spec)) or len(Path(str(spec)).parts) > 2:
         raise BertkitError(f"tokenizer directory not found: {spec}")
-    return download(ALIASES.get(str(spec), str(spec)))  # a hub name (or alias): its snapshot in the hub cache
+    return download(str(spec))  # a hub name (or alias): its snapshot in the hub cache

@@ -57,12 +57,12 @@ def resolve_model_path(spec: str | Path, hub: bool = False) -> Path:
     its `model/`), else with `hub` a hub name or one of hub.ALIASES, resolved through the hub cache (HF_HOME,
     HF_HUB_OFFLINE). Without `hub` (every model argument but a teacher's) only a directory is a model."""
     if hub:
-        from bertkit.modelio.hub import ALIASES, download, looks_like_path
+        from bertkit.modelio.hub import download, looks_like_path
 
         path = Path(spec).expanduser()
         if path.exists() or looks_like_path(str(spec)):
             return find_model_dir(path)  # one clear error for a missing or foreign directory
-        return download(ALIASES.get(str(spec), str(spec)))
+        return download(str(spec))
     return find_model_dir(Path(spec))
 
 

@@ -170,10 +170,10 @@ def text_identity(text_file: Path | None) -> str:
     """The text a work folder is prepared from: the default one, or --text's file by its contents."""
     if text_file is None:
         return "SQuADShifts paragraphs"
+    from bertkit.fsutil import hash_file_into
+
     digest = hashlib.sha256()
-    with open(text_file, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
+    hash_file_into(digest, text_file)
     return f"a text with sha256 {digest.hexdigest()[:16]}"
 
 
