@@ -22,7 +22,8 @@ from bertkit.config.strict import StrictModel
 
 
 class MaskingConfig(StrictModel):
-    """BERT's corruption: select `prob` of the maskable tokens; 80% [MASK], 10% random, 10% kept."""
+    """Select `prob` of the maskable tokens and corrupt them: BERT's 80% [MASK], 10% random, 10% kept by default;
+    the ELECTRA recipes set ELECTRA's 85% [MASK] and 15% kept, none random."""
 
     # Share of the maskable tokens selected for prediction.
     prob: float = Field(0.15, gt=0.0, lt=1.0)

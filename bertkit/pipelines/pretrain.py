@@ -246,7 +246,7 @@ def _masking_spec(recipe: PretrainRecipe, tokenizer: Tokenizer) -> MaskingSpec |
 
 
 def mlm_masking_spec(masking: MaskingConfig, tokenizer: Tokenizer) -> MaskingSpec:
-    """The loader's dynamic masking (BERT's 80/10/10) for a recipe's `data.masking` and a tokenizer."""
+    """The loader's dynamic masking for a recipe's `data.masking` (BERT's 80/10/10 unless set) and a tokenizer."""
     return MaskingSpec(
         masking.prob,
         masking.mask_fraction,

@@ -7,9 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bertkit.config.recipe import load_recipe
 from bertkit.corpus.build import BuildOptions, build_corpus
 from bertkit.corpus.masking import MaskingSpec, mask_tokens
 from bertkit.corpus.shards import Corpus
+from bertkit.pipelines.pretrain import mlm_masking_spec
 from bertkit.tokenizers.base import load_tokenizer
 
 SPAN_MEAN = 3.7971  # sum n p(n) for p(n) ∝ 0.2·0.8^(n-1), n = 1..10 (SpanBERT: "mean 3.8")
@@ -152,3 +154,16 @@ def test_max_predictions_caps_the_budget(corpora: dict[int, Corpus], tokenizer_d
     for strategy in ("token", "whole-word", "span"):
         spec = spec_for(tokenizer_dir, strategy, max_predictions=5)
         assert max(item.positions.size for _, item in mask_all(corpora[128], spec)) == 5
+
+
+@pytest.mark.parametrize("recipe", ["electra-small", "electra-base", "electra-tiny"])
+def test_electra_recipes_mask_as_electra_does(corpora: dict[int, Corpus], tokenizer_dir: Path, recipe: str) -> None:
+    """ELECTRA's generator input: 15% of the tokens chosen, 85% of those [MASK], the rest left as they are, none
+    replaced at random (google-research/electra, pretrain/pretrain_helpers.py `mask`), through the recipe's own
+    `data.masking` and the pipeline's spec, as `bertkit pretrain --recipe electra-*` masks."""
+    spec = mlm_masking_spec(load_recipe(recipe).data.masking, load_tokenizer(tokenizer_dir))
+    got = rates(corpora[128], spec, epochs=2)
+    assert abs(got["rate"] - 0.15) <= 0.005, got
+    assert abs(got["mask"] - 0.85) <= 0.01, got
+    assert got["random"] == 0.0, got
+    assert abs(got["kept"] - 0.15) <= 0.01, got
