@@ -54,7 +54,8 @@ are BERT's layout), so it is scored on the other tasks, and the table gives each
 model has. `--generator 0.25,0.5,1.0` adds ELECTRA's generator-size ablation at the same compute (the recipe's own
 1/4 is the "electra" run). ELECTRA's row also gives its discriminator's accuracy beside the guess "nothing was
 replaced", and its loss beside the entropy of that guess: a loss below it shows what the discriminator knows of
-its task before its accuracy leaves the guess.
+its task before its accuracy leaves the guess; and on the held-out yardstick, through the transformers exports of
+its generator and discriminator, how well it ranks the replaced tokens above the others (AUC, 0.5 for none).
 
 `--pretrain-seeds 0,1,2` pretrains each variant once a seed (train.seed: initial weights, data order, dynamic masks)
 and scores the untrained encoder at each seed's initial weights; the report then adds each variant's average over
@@ -82,7 +83,7 @@ network (a GPU node), run there with the same options: every input is reused as 
 
 `--set VARIANT:KEY=VALUE` sets a recipe field for one variant over the shared settings (for ELECTRA, its
 generator-ablation runs too, each keeping its own width), e.g. `--set electra:optim.lr=1e-3`; a finished run in
---work is reused only for the same budget, the same settings and the same corpus options."""
+--work is reused only for the same budget, settings, recipe (as its file resolves) and corpus options."""
 
 from __future__ import annotations
 
@@ -245,11 +246,22 @@ def spelled(value: object) -> str:
         return str(value)
 
 
+def recipe_identity(recipe: str) -> str:
+    """The recipe as its file resolves, every field but its description: a run made before the recipe changed (its
+    masking, its rate) is not the recipe's run any more."""
+    from bertkit.config.recipe import load_recipe
+
+    resolved = load_recipe(recipe).model_dump(mode="json", exclude={"description"})
+    return hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def reuse_key(name: str, budget: str, settings: dict[str, object]) -> str:
-    """What a finished run must have been trained with to be reused: the budget, the variant's own settings and its
-    corpus's build options."""
+    """What a finished run must have been trained with to be reused: the budget, the variant's own settings, its
+    recipe as resolved and its corpus's build options."""
     lines = [budget, *(f"{key}={spelled(value)}" for key, value in sorted(settings.items()))]
-    return "\n".join([*lines, "corpus: " + corpus_identity(VARIANTS[name][1])])
+    recipe = VARIANTS[name][0]
+    return "\n".join([*lines, f"recipe: {recipe} {recipe_identity(recipe)}",
+                      "corpus: " + corpus_identity(VARIANTS[name][1])])  # fmt: skip
 
 
 def seeded(tag: str, seed: int) -> str:
@@ -280,7 +292,7 @@ def pretrain(
     family = name if generator is None else f"{name}-gen{generator:g}"
     tag = seeded(family, seed)
     run, started = work / "runs" / tag, time.time()
-    # A finished run is reused only for the same budget, settings of its own and corpus options.
+    # A finished run is reused only for the same budget, settings of its own, recipe and corpus options.
     done, spent = run / "summary.json", run / "bench-budget.txt"
     settings = reuse_key(name, budget, settings_of_its_own)
     if done.exists() and spent.exists() and spent.read_text("utf-8") == settings:
@@ -329,6 +341,82 @@ def plateau(work: Path, paths: dict[str, Path], rows: list[dict]) -> None:
             kept.write_text(json.dumps(split_scores), "utf-8")
         row.update({f"token_masks_{key}": value for key, value in split_scores.items()})
         row["left_plateau"] = split_scores["acc_rest"] >= LEFT_PLATEAU
+
+
+def ranking(scores, replaced) -> dict[str, float]:
+    """How a discriminator's scores (a logit a token) separate the replaced tokens from the others: `auc`, the
+    chance that a replaced token scores above an original one (0.5: no ranking; the Mann-Whitney statistic over
+    the number of pairs, ties counted half), beside `acc` at the threshold training uses (logit 0) and `guess`, the
+    accuracy of "nothing was replaced". The AUC does not depend on the threshold: a discriminator that ranks well
+    but is not yet sure enough to call any token replaced stays at the guess's accuracy."""
+    import torch
+
+    scores, replaced = scores.double().flatten(), replaced.bool().flatten()
+    positives, negatives = int(replaced.sum()), int((~replaced).sum())
+    if not positives or not negatives:
+        raise ValueError("the ranking needs replaced and original tokens")
+    order = scores.argsort()
+    ranks = torch.empty_like(scores)
+    ranks[order] = torch.arange(1, scores.numel() + 1, dtype=torch.float64)
+    for value in scores[order][1:][scores[order][1:] == scores[order][:-1]].unique():  # tied scores: their mean rank
+        tied = scores == value
+        ranks[tied] = ranks[tied].mean()
+    auc = (float(ranks[replaced].sum()) - positives * (positives + 1) / 2) / (positives * negatives)
+    return {"auc": round(auc, 4), "acc": round(float(((scores > 0) == replaced).double().mean()), 4),
+            "guess": round(negatives / scores.numel(), 4)}
+
+
+def held_out_detection(generator_dir: Path, discriminator_dir: Path, evaluation: dict, seed: int = 0,
+                       batch: int = 50) -> dict[str, float]:  # fmt: skip
+    """ELECTRA's two networks on held-out text through their transformers exports (ElectraForMaskedLM,
+    ElectraForPreTraining), corrupted as in training: the generator fills the fixed masks of `evaluation` with a
+    sample from its distribution, a sample equal to the original counting as original, and the discriminator scores
+    every token. The generator's masked-token accuracy (its best guess) and its samples' share of originals, then
+    `ranking` over every real token."""
+    import torch
+    import transformers
+
+    generator = transformers.AutoModelForMaskedLM.from_pretrained(str(generator_dir)).eval()
+    detector = transformers.ElectraForPreTraining.from_pretrained(str(discriminator_dir)).eval()
+    draw = torch.Generator().manual_seed(seed)
+    scores, replaced, best, kept = [], [], [], []
+    with torch.no_grad():
+        for start in range(0, evaluation["input_ids"].shape[0], batch):
+            part = {k: v[start : start + batch] for k, v in evaluation.items()}
+            masked, attention = part["labels"] != -100, part["attention_mask"]
+            logits = generator(input_ids=part["input_ids"], attention_mask=attention).logits[masked]
+            sampled = torch.multinomial(logits.float().softmax(-1), 1, generator=draw).squeeze(-1)
+            original = torch.where(masked, part["labels"], part["input_ids"])
+            corrupted = original.clone()
+            corrupted[masked] = sampled
+            real = attention.bool()
+            scores.append(detector(input_ids=corrupted, attention_mask=attention).logits[real])
+            replaced.append((corrupted != original)[real])
+            best.append(logits.argmax(-1) == part["labels"][masked])
+            kept.append(sampled == part["labels"][masked])
+    found = ranking(torch.cat(scores), torch.cat(replaced))
+    return {"generator_mlm_acc": round(float(torch.cat(best).float().mean()), 4),
+            "generator_sampled_original": round(float(torch.cat(kept).float().mean()), 4),
+            **{f"rtd_{key}": value for key, value in found.items()}}
+
+
+def detection(work: Path, paths: dict[str, Path], rows: list[dict]) -> None:
+    """Each ELECTRA run's held-out replaced-token detection (`held_out_detection`, on the plateau yardstick's masks
+    and documents), added to its row as `heldout_*`; kept beside the model, as the plateau's scores are."""
+    masks = None
+    for row in (row for row in rows if row["variant"] == "electra"):
+        kept = Path(row["model_dir"]).parent / "held-out-detection.json"
+        if kept.exists():
+            found = json.loads(kept.read_text("utf-8"))
+        else:
+            if masks is None:
+                masks = evaluation_set(paths["held-documents"], paths["tok"], paths["train"])
+            exported = {head: work / "hf" / f"{row['name']}-{head}" for head in ("generator", "pretraining")}
+            for head, folder in exported.items():
+                bertkit("export", row["model_dir"], "--to", "hf", "--head", head, "-o", folder, "--overwrite")
+            found = held_out_detection(exported["generator"], exported["pretraining"], masks)
+            kept.write_text(json.dumps(found), "utf-8")
+        row.update({f"heldout_{key}": value for key, value in found.items()})
 
 
 def discriminator(run: Path) -> dict[str, float]:
@@ -452,8 +540,9 @@ def markdown(report: dict) -> str:
              ""]
     modes = [m for m in ("probe", "full") if m in report["downstream"]]
     head = "| variant | steps | tokens | masked acc | token masks: frequent / rest | NSP or SOP acc | "
-    head += "RTD acc (nothing-replaced) | RTD loss (guess's entropy) | " + "".join(f"{m} average | " for m in modes)
-    lines += [head.rstrip(), "|" + "---|" * (8 + len(modes))]
+    head += "RTD acc (nothing-replaced) | RTD loss (guess's entropy) | held-out RTD AUC (acc, guess) | "
+    head += "".join(f"{m} average | " for m in modes)
+    lines += [head.rstrip(), "|" + "---|" * (9 + len(modes))]
     # The floors (the untrained encoder at each pretraining seed) are downstream rows.
     floors = [{"name": n} for n in (report["downstream"][modes[0]]["average"] if modes else {}) if is_floor(n)]
     for row in report["runs"] + floors:
@@ -465,7 +554,9 @@ def markdown(report: dict) -> str:
                  f"{row['token_masks_acc_frequent']:.4f} / {row['token_masks_acc_rest']:.4f}"
                  if "token_masks_acc_rest" in row else "", " ".join(pair),
                  f"{row['rtd_acc']:.4f} ({row['rtd_baseline_acc']:.4f})" if "rtd_acc" in row else "",
-                 f"{row['rtd_loss']:.4f} ({row['rtd_guess_entropy']:.4f})" if "rtd_loss" in row else ""]  # fmt: skip
+                 f"{row['rtd_loss']:.4f} ({row['rtd_guess_entropy']:.4f})" if "rtd_loss" in row else "",
+                 f"{row['heldout_rtd_auc']:.4f} ({row['heldout_rtd_acc']:.4f}, {row['heldout_rtd_guess']:.4f})"
+                 if "heldout_rtd_auc" in row else ""]  # fmt: skip
         for mode in modes:
             average = report["downstream"][mode]["average"].get(name)
             cells.append(f"{average['mean']:.2f} ± {average['std']:.2f}" if average else "")
@@ -611,6 +702,7 @@ def main() -> None:
     # The pretraining figures first, so a failure in the scoring loses nothing of the hours before it.
     write_json_atomic(args.work / "report.json", report)
     plateau(args.work, paths, runs)
+    detection(args.work, paths, runs)
     write_json_atomic(args.work / "report.json", report)
     if modes or qa_sizes:
         # RoBERTa's encoder (BERT's layer, no segments) at the same shape and batch with its initial weights.

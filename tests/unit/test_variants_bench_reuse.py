@@ -45,7 +45,8 @@ def test_a_moved_work_folder_serves_its_finished_runs(variants, tmp_path: Path, 
 
 def test_another_budget_or_setting_trains_again(variants, tmp_path: Path, monkeypatch) -> None:
     work = tmp_path / "work"
-    finished_run(work, "electra", "2e14flop\noptim.lr=0.0005\ncorpus: --format single-segment", old_place=work)
+    recipe = f"recipe: electra-small {variants.recipe_identity('electra-small')}"
+    finished_run(work, "electra", f"2e14flop\noptim.lr=0.0005\n{recipe}\ncorpus: --format single-segment", work)
     calls: list[tuple] = []
 
     def pretrain_run(*args):
@@ -63,7 +64,7 @@ def test_another_budget_or_setting_trains_again(variants, tmp_path: Path, monkey
     assert row["model_dir"] == str(work / "runs" / "electra" / "model")
     assert row["settings"] == {"optim.lr": "1e-3"} and row["own_settings"] == {"optim.lr": "1e-3"}
     assert (work / "runs" / "electra" / "bench-budget.txt").read_text("utf-8") == (
-        "4e14flop\noptim.lr=0.001\ncorpus: --format single-segment"
+        f"4e14flop\noptim.lr=0.001\n{recipe}\ncorpus: --format single-segment"
     )
 
 
@@ -244,6 +245,7 @@ def test_the_bench_scores_the_modes_asked_for_beside_the_floors(
     monkeypatch.setattr(variants, "prepare", prepare)
     monkeypatch.setattr(variants, "pretrain", pretrain)
     monkeypatch.setattr(variants, "plateau", lambda work, paths, runs: None)
+    monkeypatch.setattr(variants, "detection", lambda work, paths, runs: None)
     monkeypatch.setattr(variants, "untrained", untrained)
     monkeypatch.setattr(variants, "suite_data", lambda work, smoke, qa=None: work / "suite")
     monkeypatch.setattr(variants, "evaluate", evaluate)
@@ -439,3 +441,22 @@ def test_prepare_only_builds_every_input_and_trains_nothing(
     text_copy.write_text(text_file.read_text("utf-8") + "\n\nOne more document.\n", "utf-8")
     with pytest.raises(SystemExit, match="holds runs on a text with sha256"):
         variants.main()
+
+
+def test_a_run_made_before_its_recipe_changed_trains_again(variants, tmp_path: Path, monkeypatch) -> None:
+    """A finished ELECTRA run whose key names the recipe as it resolved before (BERT's 80/10/10 masks in place of
+    ELECTRA's 85% [MASK], 15% kept) is not reused; the key names the recipe as it resolves now."""
+    work = tmp_path / "work"
+    current = variants.reuse_key("electra", "4e14flop", variants.VARIANT_SETTINGS["electra"])
+    older = current.replace(variants.recipe_identity("electra-small"), "0123456789abcdef")
+    assert older != current
+    finished_run(work, "electra", older, old_place=work)
+    calls: list[tuple] = []
+    summary = {"model_dir": str(work / "runs" / "electra" / "model"), "steps": 3030, "tokens": 1, "flops": 4e14}
+    monkeypatch.setattr(variants, "bertkit", lambda *args: calls.append(args) or summary)
+    variants.pretrain({"corpus-electra": work / "corpus-electra"}, work, "electra", "4e14flop")
+    assert len(calls) == 1 and calls[0][0] == "pretrain"
+    assert (work / "runs" / "electra" / "bench-budget.txt").read_text("utf-8") == current
+    calls.clear()
+    variants.pretrain({"corpus-electra": work / "corpus-electra"}, work, "electra", "4e14flop")
+    assert calls == []
