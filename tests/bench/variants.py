@@ -246,12 +246,16 @@ def spelled(value: object) -> str:
         return str(value)
 
 
-def recipe_identity(recipe: str) -> str:
-    """The recipe as its file resolves, every field but its description: a run made before the recipe changed (its
+# The parts of a recipe that shape what a run learns; its description, engine, tracking and logging do not.
+TRAINING_SECTIONS = {"model", "data", "objective", "optim", "schedule"}
+
+
+def recipe_identity(recipe: str | Path) -> str:
+    """The recipe as its file resolves, the sections that shape training: a run made before the recipe changed (its
     masking, its rate) is not the recipe's run any more."""
     from bertkit.config.recipe import load_recipe
 
-    resolved = load_recipe(recipe).model_dump(mode="json", exclude={"description"})
+    resolved = load_recipe(str(recipe)).model_dump(mode="json", include=TRAINING_SECTIONS)
     return hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -366,34 +370,43 @@ def ranking(scores, replaced) -> dict[str, float]:
             "guess": round(negatives / scores.numel(), 4)}
 
 
-def held_out_detection(generator_dir: Path, discriminator_dir: Path, evaluation: dict, seed: int = 0,
-                       batch: int = 50) -> dict[str, float]:  # fmt: skip
+def held_out_detection(generator_dir: Path, discriminator_dir: Path, evaluation: dict, masking: dict[str, float],
+                       seed: int = 0, batch: int = 50) -> dict[str, float]:  # fmt: skip
     """ELECTRA's two networks on held-out text through their transformers exports (ElectraForMaskedLM,
-    ElectraForPreTraining), corrupted as in training: the generator fills the fixed masks of `evaluation` with a
-    sample from its distribution, a sample equal to the original counting as original, and the discriminator scores
-    every token. The generator's masked-token accuracy (its best guess) and its samples' share of originals, then
-    `ranking` over every real token."""
+    ElectraForPreTraining), corrupted as in training: the generator sees the positions `evaluation` chose masked
+    with the run's own split (`masking`: its recipe's `data.masking`, `mask_fraction` [MASK], `random_fraction` a
+    random token, the rest as they are), fills every chosen position with a sample from its distribution (a sample
+    equal to the original counts as original), and the discriminator scores every token. The generator's
+    masked-token accuracy (its best guess) and its samples' share of originals, then `ranking` over every real
+    token."""
     import torch
     import transformers
 
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(generator_dir))
     generator = transformers.AutoModelForMaskedLM.from_pretrained(str(generator_dir)).eval()
     detector = transformers.ElectraForPreTraining.from_pretrained(str(discriminator_dir)).eval()
     draw = torch.Generator().manual_seed(seed)
+    chosen = evaluation["labels"] != -100
+    original = torch.where(chosen, evaluation["labels"], evaluation["input_ids"])
+    action = torch.rand(original.shape, generator=draw)
+    to_mask = chosen & (action < masking["mask_fraction"])
+    to_random = chosen & ~to_mask & (action < masking["mask_fraction"] + masking["random_fraction"])
+    random_ids = torch.randint(len(tokenizer.all_special_ids), tokenizer.vocab_size, original.shape, generator=draw)
+    shown = torch.where(to_mask, tokenizer.mask_token_id, torch.where(to_random, random_ids, original))
     scores, replaced, best, kept = [], [], [], []
     with torch.no_grad():
-        for start in range(0, evaluation["input_ids"].shape[0], batch):
-            part = {k: v[start : start + batch] for k, v in evaluation.items()}
-            masked, attention = part["labels"] != -100, part["attention_mask"]
-            logits = generator(input_ids=part["input_ids"], attention_mask=attention).logits[masked]
+        for start in range(0, original.shape[0], batch):
+            rows = slice(start, start + batch)
+            masked, attention = chosen[rows], evaluation["attention_mask"][rows]
+            logits = generator(input_ids=shown[rows], attention_mask=attention).logits[masked]
             sampled = torch.multinomial(logits.float().softmax(-1), 1, generator=draw).squeeze(-1)
-            original = torch.where(masked, part["labels"], part["input_ids"])
-            corrupted = original.clone()
+            corrupted = original[rows].clone()
             corrupted[masked] = sampled
             real = attention.bool()
             scores.append(detector(input_ids=corrupted, attention_mask=attention).logits[real])
-            replaced.append((corrupted != original)[real])
-            best.append(logits.argmax(-1) == part["labels"][masked])
-            kept.append(sampled == part["labels"][masked])
+            replaced.append((corrupted != original[rows])[real])
+            best.append(logits.argmax(-1) == original[rows][masked])
+            kept.append(sampled == original[rows][masked])
     found = ranking(torch.cat(scores), torch.cat(replaced))
     return {"generator_mlm_acc": round(float(torch.cat(best).float().mean()), 4),
             "generator_sampled_original": round(float(torch.cat(kept).float().mean()), 4),
@@ -403,6 +416,8 @@ def held_out_detection(generator_dir: Path, discriminator_dir: Path, evaluation:
 def detection(work: Path, paths: dict[str, Path], rows: list[dict]) -> None:
     """Each ELECTRA run's held-out replaced-token detection (`held_out_detection`, on the plateau yardstick's masks
     and documents), added to its row as `heldout_*`; kept beside the model, as the plateau's scores are."""
+    import yaml
+
     masks = None
     for row in (row for row in rows if row["variant"] == "electra"):
         kept = Path(row["model_dir"]).parent / "held-out-detection.json"
@@ -414,7 +429,9 @@ def detection(work: Path, paths: dict[str, Path], rows: list[dict]) -> None:
             exported = {head: work / "hf" / f"{row['name']}-{head}" for head in ("generator", "pretraining")}
             for head, folder in exported.items():
                 bertkit("export", row["model_dir"], "--to", "hf", "--head", head, "-o", folder, "--overwrite")
-            found = held_out_detection(exported["generator"], exported["pretraining"], masks)
+            # The generator's input masked as it was in training: the run's own recipe, --set overrides included.
+            recipe = yaml.safe_load((Path(row["model_dir"]).parent / "recipe.yaml").read_text("utf-8"))
+            found = held_out_detection(exported["generator"], exported["pretraining"], masks, recipe["data"]["masking"])
             kept.write_text(json.dumps(found), "utf-8")
         row.update({f"heldout_{key}": value for key, value in found.items()})
 

@@ -55,7 +55,8 @@ def test_held_out_detection_through_the_exports(variants, corpus_dir: Path, text
     held = tmp_path / "held.jsonl"
     held.write_text("".join(json.dumps(p) + "\n" for p in paragraphs), "utf-8")
     masks = variants.evaluation_set(held, tmp_path / "generator", text_file)
-    found = variants.held_out_detection(tmp_path / "generator", tmp_path / "pretraining", masks)
+    electra = {"mask_fraction": 0.85, "random_fraction": 0.0}
+    found = variants.held_out_detection(tmp_path / "generator", tmp_path / "pretraining", masks, electra)
     real = int(masks["attention_mask"].sum())
     masked = int((masks["labels"] != -100).sum())
     # Only masked tokens can be replaced, and a sample equal to the original is not.
@@ -64,5 +65,41 @@ def test_held_out_detection_through_the_exports(variants, corpus_dir: Path, text
     assert 0 < replaced <= masked < real
     assert 0.0 <= found["rtd_auc"] <= 1.0 and 0.0 <= found["generator_mlm_acc"] <= 1.0
     # The generator's draws are seeded: the same seed scores the same, another draws other replacements.
-    assert variants.held_out_detection(tmp_path / "generator", tmp_path / "pretraining", masks) == found
-    assert variants.held_out_detection(tmp_path / "generator", tmp_path / "pretraining", masks, seed=1) != found
+    exports = (tmp_path / "generator", tmp_path / "pretraining")
+    assert variants.held_out_detection(*exports, masks, electra) == found
+    assert variants.held_out_detection(*exports, masks, electra, seed=1) != found
+
+
+def test_detection_scores_each_electra_run_once(variants, tmp_path: Path, monkeypatch) -> None:
+    """`detection` exports each ELECTRA run's generator and discriminator, scores them with the generator's input
+    masked as the run's own recipe says, keeps the figures beside the model, and leaves the other variants alone."""
+    work = tmp_path / "work"
+    rows = []
+    runs = (("electra", "electra", 0.85), ("electra-gen0.5", "electra", 0.8), ("bert", "bert", 0.8))
+    for name, variant, split in runs:
+        run = work / "runs" / name
+        (run / "model").mkdir(parents=True)
+        masking = f"{{prob: 0.15, mask_fraction: {split}, random_fraction: 0.0}}"
+        (run / "recipe.yaml").write_text(f"data:\n  masking: {masking}\n", "utf-8")
+        rows.append({"name": name, "variant": variant, "model_dir": str(run / "model")})
+    exports: list[tuple] = []
+    monkeypatch.setattr(variants, "bertkit", lambda *args: exports.append(args))
+    monkeypatch.setattr(variants, "evaluation_set", lambda *args: {"masks": True})
+    scored: list[tuple] = []
+
+    def score(generator, discriminator, masks, masking):
+        scored.append((generator.name, discriminator.name, masking["mask_fraction"]))
+        return {"rtd_auc": 0.6}
+
+    monkeypatch.setattr(variants, "held_out_detection", score)
+    paths = {"held-documents": work / "held.jsonl", "tok": work / "tok", "train": work / "train.txt"}
+    variants.detection(work, paths, rows)
+    assert scored == [("electra-generator", "electra-pretraining", 0.85),
+                      ("electra-gen0.5-generator", "electra-gen0.5-pretraining", 0.8)]  # fmt: skip
+    assert sorted(args[args.index("--head") + 1] for args in exports) == ["generator", "generator", "pretraining",
+                                                                           "pretraining"]  # fmt: skip
+    assert [row.get("heldout_rtd_auc") for row in rows] == [0.6, 0.6, None]
+    # Kept beside the model: a second pass exports and scores nothing.
+    exports.clear(), scored.clear()
+    variants.detection(work, paths, [dict(row) for row in rows])
+    assert exports == [] and scored == []

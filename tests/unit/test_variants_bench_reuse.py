@@ -460,3 +460,23 @@ def test_a_run_made_before_its_recipe_changed_trains_again(variants, tmp_path: P
     calls.clear()
     variants.pretrain({"corpus-electra": work / "corpus-electra"}, work, "electra", "4e14flop")
     assert calls == []
+
+
+def test_the_recipe_identity_follows_what_shapes_training(variants, tmp_path: Path) -> None:
+    """ELECTRA's recipe with BERT's 80/10/10 masks in place of its own split is another recipe; its description, or
+    how often it logs, is not."""
+    import yaml
+
+    from bertkit.config.recipe import resolve_recipe_path
+
+    own = yaml.safe_load(resolve_recipe_path("electra-small").read_text("utf-8"))
+    copies = {}
+    for name, change in {"same": {}, "described": {"description": "another text"},
+                         "logged": {"train": {**own["train"], "log_every": 7}},
+                         "bert-masks": {"data": {"masking": {"prob": 0.15, "mask_fraction": 0.8,
+                                                             "random_fraction": 0.1}}}}.items():  # fmt: skip
+        copies[name] = tmp_path / f"{name}.yaml"
+        copies[name].write_text(yaml.safe_dump({**own, **change}), "utf-8")
+    identity = variants.recipe_identity("electra-small")
+    assert [variants.recipe_identity(copies[n]) for n in ("same", "described", "logged")] == [identity] * 3
+    assert variants.recipe_identity(copies["bert-masks"]) != identity
