@@ -88,10 +88,12 @@ generator-ablation runs too, each keeping its own width), e.g. `--set electra:op
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -323,6 +325,17 @@ def pretrain(
 LEFT_PLATEAU = 0.02
 
 
+def kept_with_run(row: dict, name: str, score: Callable[[], dict]) -> dict:
+    """A run's figures kept beside its model as `name`: a reused run is not exported and scored again (a new run
+    replaces its folder)."""
+    kept = Path(row["model_dir"]).parent / name
+    if kept.exists():
+        return json.loads(kept.read_text("utf-8"))
+    found = score()
+    kept.write_text(json.dumps(found), "utf-8")
+    return found
+
+
 def plateau(work: Path, paths: dict[str, Path], rows: list[dict]) -> None:
     """Each MLM variant's held-out masked accuracy on one yardstick (the time-to-quality bench's: the same 15% token
     masks for every variant, on the held-out documents, scored through its transformers export), overall and apart on
@@ -330,19 +343,15 @@ def plateau(work: Path, paths: dict[str, Path], rows: list[dict]) -> None:
     its row, with `left_plateau`."""
     # Variants with an MLM head, unless --set took their MLM objective away (objective.mlm=0).
     scored = [row for row in rows if VARIANTS[row["variant"]][3] and row.get("eval_mlm_acc") is not None]
-    masks = None
+    masks = functools.cache(lambda: evaluation_set(paths["held-documents"], paths["tok"], paths["train"]))
     for row in scored:
-        # Kept beside the model: a reused run is not exported and scored again (a new run replaces its folder).
-        kept = Path(row["model_dir"]).parent / "token-masks.json"
-        if kept.exists():
-            split_scores = json.loads(kept.read_text("utf-8"))
-        else:
-            if masks is None:
-                masks = evaluation_set(paths["held-documents"], paths["tok"], paths["train"])
-            hf = work / "hf" / row["name"]
+
+        def score(row: dict = row) -> dict:
+            evaluation, hf = masks(), work / "hf" / row["name"]
             bertkit("export", row["model_dir"], "--to", "hf", "--head", "mlm", "-o", hf, "--overwrite")
-            split_scores = score_masked(hf, masks)
-            kept.write_text(json.dumps(split_scores), "utf-8")
+            return score_masked(hf, evaluation)
+
+        split_scores = kept_with_run(row, "token-masks.json", score)
         row.update({f"token_masks_{key}": value for key, value in split_scores.items()})
         row["left_plateau"] = split_scores["acc_rest"] >= LEFT_PLATEAU
 
@@ -418,21 +427,20 @@ def detection(work: Path, paths: dict[str, Path], rows: list[dict]) -> None:
     and documents), added to its row as `heldout_*`; kept beside the model, as the plateau's scores are."""
     import yaml
 
-    masks = None
+    masks = functools.cache(lambda: evaluation_set(paths["held-documents"], paths["tok"], paths["train"]))
     for row in (row for row in rows if row["variant"] == "electra"):
-        kept = Path(row["model_dir"]).parent / "held-out-detection.json"
-        if kept.exists():
-            found = json.loads(kept.read_text("utf-8"))
-        else:
-            if masks is None:
-                masks = evaluation_set(paths["held-documents"], paths["tok"], paths["train"])
+
+        def score(row: dict = row) -> dict:
+            evaluation = masks()
             exported = {head: work / "hf" / f"{row['name']}-{head}" for head in ("generator", "pretraining")}
             for head, folder in exported.items():
                 bertkit("export", row["model_dir"], "--to", "hf", "--head", head, "-o", folder, "--overwrite")
             # The generator's input masked as it was in training: the run's own recipe, --set overrides included.
             recipe = yaml.safe_load((Path(row["model_dir"]).parent / "recipe.yaml").read_text("utf-8"))
-            found = held_out_detection(exported["generator"], exported["pretraining"], masks, recipe["data"]["masking"])
-            kept.write_text(json.dumps(found), "utf-8")
+            masking = recipe["data"]["masking"]
+            return held_out_detection(exported["generator"], exported["pretraining"], evaluation, masking)
+
+        found = kept_with_run(row, "held-out-detection.json", score)
         row.update({f"heldout_{key}": value for key, value in found.items()})
 
 
