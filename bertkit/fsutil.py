@@ -46,11 +46,16 @@ def atomic_output_dir(path: Path, overwrite: bool = False) -> Iterator[Path]:
         os.replace(tmp, path)
 
 
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` via a temporary file and a rename: a reader sees the whole file or none."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON to `path` via a temporary file and a rename."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
 
 
 def read_json(path: Path, what: str) -> Any:

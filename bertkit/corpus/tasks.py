@@ -43,7 +43,7 @@ from bertkit.corpus.build import (
 from bertkit.corpus.sentences import get_splitter
 from bertkit.corpus.shards import _Stream, sha256_file, token_dtype
 from bertkit.errors import BertkitError
-from bertkit.fsutil import atomic_output_dir, read_json, write_json_atomic
+from bertkit.fsutil import atomic_output_dir, read_json, write_json_atomic, write_text_atomic
 from bertkit.inputs.sources import ReadStats, expand_inputs, iter_documents
 from bertkit.modelio.layout import tokenizer_source
 from bertkit.tokenizers.base import Tokenizer, load_tokenizer
@@ -243,7 +243,9 @@ def run_task(
         on_total(sum(plan.inputs[f]["size"] for f in mine))
     started = time.perf_counter()
     with atomic_output_dir(parts / name) as tmp:
-        (tmp / OWNER_FILE).write_text(_owner())
+        # Whole or absent: a task killed while writing it must not leave an owner nobody can read (and so
+        # a temporary directory no relaunch removes).
+        write_text_atomic(tmp / OWNER_FILE, _owner())
         marker = _write_part(
             tmp, [paths[f] for f in mine], mine, tokenizer, tokenizer_dir, options, on_progress, workers
         )

@@ -83,7 +83,9 @@ network (a GPU node), run there with the same options: every input is reused as 
 
 `--set VARIANT:KEY=VALUE` sets a recipe field for one variant over the shared settings (for ELECTRA, its
 generator-ablation runs too, each keeping its own width), e.g. `--set electra:optim.lr=1e-3`; a finished run in
---work is reused only for the same budget, settings, recipe (as its file resolves) and corpus options."""
+--work is reused only for the same budget, settings, recipe (as its file resolves) and corpus options. A run keeps a
+checkpoint every 250 steps: a bench that was stopped, run again with the same options, goes on from each unfinished
+run's last checkpoint (bertkit's resume is exact: the same steps as a run never stopped)."""
 
 from __future__ import annotations
 
@@ -129,6 +131,9 @@ SHARED_OPTIMISER = {
     "schedule.warmup_steps": 0, "schedule.warmup_fraction": 0.06, "schedule.decay": "linear",
 }  # fmt: skip
 BATCH = {"train.batch_size": 64, "train.grad_accum": 1}
+# Steps between a run's checkpoints (the newest kept): an interrupted bench goes on from the last one, losing at most
+# this many steps (some 11 minutes a variant on 2 cores).
+CHECKPOINT_EVERY = 250
 ALBERT_MASKS = ["--mask-strategy", "ngram", "--masking", "static", "--dupe-factor", "40", "--max-predictions", "20"]
 # name: (recipe, corpus options, the feed-forward width, whether it has an MLM head to score)
 VARIANTS: dict[str, tuple[str, list[str], int, bool]] = {
@@ -284,7 +289,8 @@ def pretrain(
     recipe, _, width, scored = VARIANTS[name]
     values: dict[str, object] = {**SHAPE, "model.intermediate_size": width, **BATCH, "engine.threads": threads,
                                  "train.steps": 1_000_000, "train.log_every": 50, "train.eval_every_share": 0.1,
-                                 "train.eval_batches": 8, "train.checkpoint_every": 0, "train.seed": seed}  # fmt: skip
+                                 "train.eval_batches": 8, "train.checkpoint_every": CHECKPOINT_EVERY,
+                                 "train.keep_last": 1, "train.seed": seed}  # fmt: skip
     if name != "crammed-bert":
         values.update(SHARED_OPTIMISER)
     else:  # its batch ramp grows the batch a micro-batch at a time: the recipe's 4 micro-batches of 16
@@ -298,15 +304,22 @@ def pretrain(
     family = name if generator is None else f"{name}-gen{generator:g}"
     tag = seeded(family, seed)
     run, started = work / "runs" / tag, time.time()
-    # A finished run is reused only for the same budget, settings of its own, recipe and corpus options.
-    done, spent = run / "summary.json", run / "bench-budget.txt"
+    # A finished run is reused only for the same budget, settings of its own, recipe and corpus options; an
+    # interrupted one (its key in NAME.started, beside the folder that --overwrite replaces) goes on from its
+    # last checkpoint.
+    done, spent, begun = run / "summary.json", run / "bench-budget.txt", run.parent / f"{tag}.started"
     settings = reuse_key(name, budget, settings_of_its_own)
     if done.exists() and spent.exists() and spent.read_text("utf-8") == settings:
         summary = json.loads(done.read_text("utf-8"))
     else:
-        summary = bertkit("pretrain", "-r", recipe, "-c", paths[f"corpus-{name}"], "-o", run, "--budget", budget,
-                          "--overwrite", *overrides(values))  # fmt: skip
+        command = ["pretrain", "-r", recipe, "-c", paths[f"corpus-{name}"], "-o", run, "--budget", budget]
+        interrupted = begun.exists() and begun.read_text("utf-8") == settings and any(run.glob("checkpoints/*"))
+        if not interrupted:
+            run.parent.mkdir(parents=True, exist_ok=True)
+            begun.write_text(settings, "utf-8")
+        summary = bertkit(*command, *(["--resume", "last"] if interrupted else ["--overwrite"]), *overrides(values))
         spent.write_text(settings, "utf-8")
+        begun.unlink()
     # The model folder inside this run's folder, not the summary's path to it: a work folder can have moved.
     model_dir = run / Path(summary["model_dir"]).name
     return {"name": tag, "variant": name, "run_of": family, "seed": seed, "own_settings": own or {},
