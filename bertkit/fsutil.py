@@ -7,9 +7,11 @@ at the end, so an interrupted run leaves no output that looks complete.
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,12 +27,15 @@ def check_output_dir(path: Path, overwrite: bool) -> None:
 
 
 @contextlib.contextmanager
-def atomic_output_dir(path: Path, overwrite: bool = False) -> Iterator[Path]:
-    """Yield a temporary directory next to `path`; on success rename it to `path`, on failure delete it."""
+def atomic_output_dir(path: Path, overwrite: bool = False, owned: bool = False) -> Iterator[Path]:
+    """Yield a temporary directory next to `path`; on success rename it to `path`, on failure delete it.
+    `owned`: the directory's name carries this process's id and host, so that if the process is killed a later
+    one can tell the directory is dead (`remove_dead_tmp_dirs`)."""
     path = Path(path)
     check_output_dir(path, overwrite)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    owner = f"{os.getpid()}@{socket.gethostname()}@" if owned else ""
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-{owner}", dir=path.parent))
     try:
         yield tmp
     except BaseException:
@@ -44,6 +49,28 @@ def atomic_output_dir(path: Path, overwrite: bool = False) -> Iterator[Path]:
         shutil.rmtree(trash, ignore_errors=True)
     else:
         os.replace(tmp, path)
+
+
+def remove_dead_tmp_dirs(path: Path) -> int:
+    """Delete the temporary directories of `path` (`atomic_output_dir(..., owned=True)`) whose process on this host
+    is gone (killed, power loss); returns how many. The owner is in the directory's name, made with it in one step,
+    so a process killed at any moment leaves a directory a later one can judge. Another host's are left alone (a
+    shared disk): its processes cannot be checked from here."""
+    prefix, removed = f".{Path(path).name}.tmp-", 0
+    for candidate in Path(path).parent.glob(f"{glob.escape(prefix)}*@*@*"):
+        pid, host, _ = candidate.name[len(prefix) :].split("@", 2)
+        if host != socket.gethostname() or not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # still at work
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue  # another user's live process
+        shutil.rmtree(candidate, ignore_errors=True)
+        removed += 1
+    return removed
 
 
 def write_text_atomic(path: Path, text: str) -> None:

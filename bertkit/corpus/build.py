@@ -12,7 +12,6 @@ import hashlib
 import json
 import multiprocessing
 import os
-import shutil
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -28,7 +27,7 @@ from bertkit.corpus.remote import build_to_url
 from bertkit.corpus.sentences import get_splitter
 from bertkit.corpus.shards import MANIFEST, ShardWriter
 from bertkit.errors import BertkitError
-from bertkit.fsutil import atomic_output_dir, read_json
+from bertkit.fsutil import atomic_output_dir, read_json, remove_dead_tmp_dirs
 from bertkit.inputs.remote import is_url
 from bertkit.inputs.sources import ReadStats, expand_inputs, iter_documents
 from bertkit.modelio.layout import tokenizer_source
@@ -39,7 +38,6 @@ TOKENIZER_SUBDIR = "tokenizer"
 # or characters, whichever comes first: it depends on the input only, never on the worker count.
 DOCS_PER_BLOCK = 256
 CHARS_PER_BLOCK = 1 << 20
-PID_FILE = ".build.pid"
 
 
 # What --masking, --invalid-utf8 and --long-sentences take (FORMATS, LAYOUTS and STRATEGIES: pack.py, masking.py).
@@ -224,27 +222,6 @@ def document_blocks(documents: Iterator[list[str]], stats: ReadStats, paths: lis
 
 
 # -- restartability ---------------------------------------------------------------------------------------
-def remove_stale_builds(output: Path) -> int:
-    """Delete temporary directories of builds of `output` whose process is gone (killed, power loss)."""
-    removed = 0
-    for candidate in output.parent.glob(f".{output.name}.tmp-*"):
-        pid_file = candidate / PID_FILE
-        try:
-            pid = int(pid_file.read_text())
-        except (OSError, ValueError):
-            continue  # not ours, or still being set up: leave it
-        try:
-            os.kill(pid, 0)
-            continue  # that build is still running
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            continue
-        shutil.rmtree(candidate, ignore_errors=True)
-        removed += 1
-    return removed
-
-
 def copies_packed_apart(options: BuildOptions) -> bool:
     """Static copies of a pair format are each packed afresh: their own chunk lengths, segment pairs and labels."""
     return options.masking == "static" and options.dupe_factor > 1 and options.format in PAIR_FORMATS
@@ -305,11 +282,10 @@ def build_corpus(
     get_splitter(options.splitter)  # fail now on an unknown or missing splitter, not in a worker
     key = build_key(paths, tokenizer, options)
     check_existing(output, key, overwrite)
-    stale = remove_stale_builds(output)
+    stale = remove_dead_tmp_dirs(output)
     read_stats = ReadStats()
     started = time.perf_counter()
-    with atomic_output_dir(output, overwrite) as tmp:
-        (tmp / PID_FILE).write_text(str(os.getpid()))
+    with atomic_output_dir(output, overwrite, owned=True) as tmp:
         documents = iter_documents(paths, read_stats, options.text_field)
         blocks = document_blocks(documents, read_stats, paths, options.invalid_utf8)
         tokenized = _tokenized_blocks(blocks, tokenizer_dir, options.splitter, workers)
@@ -427,5 +403,4 @@ def write_corpus(
             },
         }
     )
-    (tmp / PID_FILE).unlink(missing_ok=True)  # complete: nothing left to clean up after a crash from here
     return manifest

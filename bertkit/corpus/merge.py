@@ -9,7 +9,6 @@ Each part is read front to back once, through memory maps: memory stays bounded 
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,12 +17,10 @@ from typing import Any
 import numpy as np
 
 from bertkit.corpus.build import (
-    PID_FILE,
     BuildOptions,
     as_documents,
     block_is_full,
     check_existing,
-    remove_stale_builds,
     write_corpus,
 )
 from bertkit.corpus.pack import Document
@@ -42,7 +39,7 @@ from bertkit.corpus.tasks import (
     part_name,
 )
 from bertkit.errors import BertkitError
-from bertkit.fsutil import atomic_output_dir, read_json
+from bertkit.fsutil import atomic_output_dir, read_json, remove_dead_tmp_dirs
 from bertkit.inputs.remote import is_url
 from bertkit.inputs.sources import ReadStats
 from bertkit.tokenizers.base import load_tokenizer
@@ -165,12 +162,11 @@ def merge_parts(
     if tokenizer.fingerprint() != plan.tokenizer_fingerprint:
         raise BertkitError(f"{parts / PLAN_DIR / PLAN_TOKENIZER} is not the tokenizer the tasks used; start again")
     check_existing(output, plan.build_key, overwrite)
-    stale = remove_stale_builds(output)
+    stale = remove_dead_tmp_dirs(output)
     read_stats = ReadStats()
     started = time.perf_counter()
     inputs = [item["path"] for item in plan.inputs]
-    with atomic_output_dir(output, overwrite) as tmp:
-        (tmp / PID_FILE).write_text(str(os.getpid()))
+    with atomic_output_dir(output, overwrite, owned=True) as tmp:
         blocks = _merged_blocks(parts, plan, markers, read_stats)
         manifest = write_corpus(tmp, blocks, tokenizer, options, read_stats, plan.build_key, inputs, on_progress)
     manifest["seconds"] = round(time.perf_counter() - started, 2)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import tempfile
 import time
 from collections import deque
@@ -43,7 +42,7 @@ from bertkit.corpus.build import (
 from bertkit.corpus.sentences import get_splitter
 from bertkit.corpus.shards import _Stream, sha256_file, token_dtype
 from bertkit.errors import BertkitError
-from bertkit.fsutil import atomic_output_dir, read_json, write_json_atomic, write_text_atomic
+from bertkit.fsutil import atomic_output_dir, read_json, remove_dead_tmp_dirs, write_json_atomic
 from bertkit.inputs.sources import ReadStats, expand_inputs, iter_documents
 from bertkit.modelio.layout import tokenizer_source
 from bertkit.tokenizers.base import Tokenizer, load_tokenizer
@@ -57,7 +56,6 @@ PART_MARKER = "part.json"  # written last inside a part: its presence means the 
 IDS, STARTS, SENTENCES, DOCUMENTS = "ids.bin", "starts.bin", "sentences.npy", "documents.npy"
 PART_FILES = (IDS, STARTS, SENTENCES, DOCUMENTS)
 TASK_ENV = "SLURM_ARRAY_TASK_ID"
-OWNER_FILE = ".task.owner"
 
 
 def part_name(index: int, tasks: int) -> str:
@@ -180,33 +178,6 @@ def agree_on_plan(parts: Path, plan: Plan, tokenizer: Tokenizer) -> None:
         raise BertkitError(refusal)
 
 
-def _owner() -> str:
-    return f"{socket.gethostname()} {os.getpid()}"
-
-
-def _remove_stale_parts(parts: Path, name: str) -> int:
-    """Remove temporary directories of this part left by a killed task on this host (a process that is gone).
-    Another host's are left alone: its process cannot be checked from here (merge ignores them)."""
-    removed = 0
-    for candidate in parts.glob(f".{name}.tmp-*"):
-        try:
-            host, pid = (candidate / OWNER_FILE).read_text().split()
-        except (OSError, ValueError):
-            continue
-        if host != socket.gethostname():
-            continue
-        try:
-            os.kill(int(pid), 0)
-            continue
-        except ProcessLookupError:
-            pass
-        except (PermissionError, ValueError):
-            continue
-        shutil.rmtree(candidate, ignore_errors=True)
-        removed += 1
-    return removed
-
-
 def run_task(
     inputs: list[str] | list[Path],
     tokenizer_dir: Path | str,
@@ -238,19 +209,15 @@ def run_task(
     if (parts / name / PART_MARKER).is_file():
         done = read_json(parts / name / PART_MARKER, "part marker")
         return {**summary, "skipped": True, **done["totals"]}
-    stale = _remove_stale_parts(parts, name)
+    stale = remove_dead_tmp_dirs(parts / name)
     if on_total:
         on_total(sum(plan.inputs[f]["size"] for f in mine))
     started = time.perf_counter()
-    with atomic_output_dir(parts / name) as tmp:
-        # Whole or absent: a task killed while writing it must not leave an owner nobody can read (and so
-        # a temporary directory no relaunch removes).
-        write_text_atomic(tmp / OWNER_FILE, _owner())
+    with atomic_output_dir(parts / name, owned=True) as tmp:
         marker = _write_part(
             tmp, [paths[f] for f in mine], mine, tokenizer, tokenizer_dir, options, on_progress, workers
         )
         marker.update(build_key=plan.build_key, task=index, tasks=tasks)
-        (tmp / OWNER_FILE).unlink()
         write_json_atomic(tmp / PART_MARKER, marker)
     summary.update(skipped=False, **marker["totals"], seconds=round(time.perf_counter() - started, 2))
     if stale:

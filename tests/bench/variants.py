@@ -93,6 +93,7 @@ import argparse
 import functools
 import hashlib
 import json
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -131,8 +132,8 @@ SHARED_OPTIMISER = {
     "schedule.warmup_steps": 0, "schedule.warmup_fraction": 0.06, "schedule.decay": "linear",
 }  # fmt: skip
 BATCH = {"train.batch_size": 64, "train.grad_accum": 1}
-# Steps between a run's checkpoints (the newest kept): an interrupted bench goes on from the last one, losing at most
-# this many steps (some 11 minutes a variant on 2 cores).
+# Steps between a run's checkpoints (the two newest kept): an interrupted bench goes on from the last one, losing at
+# most this many steps (some 11 minutes a variant on 2 cores).
 CHECKPOINT_EVERY = 250
 ALBERT_MASKS = ["--mask-strategy", "ngram", "--masking", "static", "--dupe-factor", "40", "--max-predictions", "20"]
 # name: (recipe, corpus options, the feed-forward width, whether it has an MLM head to score)
@@ -280,6 +281,13 @@ def seeded(tag: str, seed: int) -> str:
     return tag if seed == 0 else f"{tag}-seed{seed}"
 
 
+def has_checkpoint(run: Path) -> bool:
+    """A complete checkpoint to resume from (a half-written one, under its temporary name, is not)."""
+    from bertkit.engine.checkpoint import list_checkpoints
+
+    return bool(list_checkpoints(run / "checkpoints"))
+
+
 def pretrain(
     paths: dict[str, Path], work: Path, name: str, budget: str, generator: float | None = None, threads: int = 2,
     own: dict[str, str] | None = None, seed: int = 0,
@@ -290,7 +298,7 @@ def pretrain(
     values: dict[str, object] = {**SHAPE, "model.intermediate_size": width, **BATCH, "engine.threads": threads,
                                  "train.steps": 1_000_000, "train.log_every": 50, "train.eval_every_share": 0.1,
                                  "train.eval_batches": 8, "train.checkpoint_every": CHECKPOINT_EVERY,
-                                 "train.keep_last": 1, "train.seed": seed}  # fmt: skip
+                                 "train.seed": seed}  # fmt: skip
     if name != "crammed-bert":
         values.update(SHARED_OPTIMISER)
     else:  # its batch ramp grows the batch a micro-batch at a time: the recipe's 4 micro-batches of 16
@@ -313,13 +321,17 @@ def pretrain(
         summary = json.loads(done.read_text("utf-8"))
     else:
         command = ["pretrain", "-r", recipe, "-c", paths[f"corpus-{name}"], "-o", run, "--budget", budget]
-        interrupted = begun.exists() and begun.read_text("utf-8") == settings and any(run.glob("checkpoints/*"))
+        interrupted = begun.exists() and begun.read_text("utf-8") == settings and has_checkpoint(run)
         if not interrupted:
+            # What the folder holds goes before the key is written: a kill in between must not leave another
+            # run's checkpoint under this run's key.
+            shutil.rmtree(run, ignore_errors=True)
             run.parent.mkdir(parents=True, exist_ok=True)
             begun.write_text(settings, "utf-8")
         summary = bertkit(*command, *(["--resume", "last"] if interrupted else ["--overwrite"]), *overrides(values))
+        run.mkdir(parents=True, exist_ok=True)
         spent.write_text(settings, "utf-8")
-        begun.unlink()
+        begun.unlink(missing_ok=True)
     # The model folder inside this run's folder, not the summary's path to it: a work folder can have moved.
     model_dir = run / Path(summary["model_dir"]).name
     return {"name": tag, "variant": name, "run_of": family, "seed": seed, "own_settings": own or {},

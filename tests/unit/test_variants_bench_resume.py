@@ -32,12 +32,14 @@ class Recorder:
     """Stands in for the bertkit command: records each call and what the bench had written when it was made."""
 
     def __init__(self, work: Path, fail: bool = False) -> None:
-        self.work, self.fail, self.calls, self.started_at_call = work, fail, [], []
+        self.work, self.fail, self.calls, self.started_at_call, self.folder_at_call = work, fail, [], [], []
 
     def __call__(self, *args):
         self.calls.append(args)
         started = self.work / "runs" / "electra.started"
         self.started_at_call.append(started.read_text("utf-8") if started.exists() else None)
+        folder = self.work / "runs" / "electra"
+        self.folder_at_call.append(sorted(map(str, folder.rglob("*"))) if folder.exists() else None)
         if self.fail:
             raise SystemExit("bertkit pretrain failed")
         return {"model_dir": str(self.work / "runs" / "electra" / "model"), "steps": 3033, "tokens": 1, "flops": 4e14}
@@ -71,21 +73,25 @@ def test_an_interrupted_run_goes_on_from_its_checkpoint(variants, tmp_path: Path
     assert bertkit.calls == []
 
 
-@pytest.mark.parametrize("started", ["other budget", "no key", "no checkpoint"])
+@pytest.mark.parametrize("started", ["other budget", "no key", "no checkpoint", "half-written checkpoint"])
 def test_a_run_interrupted_otherwise_starts_afresh(variants, tmp_path: Path, monkeypatch, started: str) -> None:
-    """Interrupted under another budget, by a bench that wrote no key (an older one), or before its first
-    checkpoint: trained from the start, in place of what the folder holds, under the key it runs with now."""
+    """Interrupted under another budget, by a bench that wrote no key (an older one), before its first checkpoint,
+    or while writing it: trained from the start under the key it runs with now, what the folder held (another
+    run's checkpoint) gone before the key is written."""
     work = tmp_path / "work"
-    interrupted_run(work, key(variants, "2e14flop") if started == "other budget" else key(variants),
-                    checkpoint=started != "no checkpoint")  # fmt: skip
+    run = interrupted_run(work, key(variants, "2e14flop") if started == "other budget" else key(variants),
+                          checkpoint=started not in ("no checkpoint", "half-written checkpoint"))  # fmt: skip
     if started == "no key":
         (work / "runs" / "electra.started").unlink()
+    if started == "half-written checkpoint":  # a checkpoint is written under a temporary name, then renamed
+        (run / "checkpoints" / ".step-250.tmp").mkdir(parents=True)
     bertkit = Recorder(work)
     monkeypatch.setattr(variants, "bertkit", bertkit)
     run_electra(variants, work)
     (call,) = bertkit.calls
     assert "--overwrite" in call and "--resume" not in call
     assert bertkit.started_at_call == [key(variants)]  # the key is down before the run starts
+    assert bertkit.folder_at_call == [None]  # and nothing of the interrupted run is left beside it
     assert not (work / "runs" / "electra.started").exists()
 
 

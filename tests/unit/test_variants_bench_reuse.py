@@ -453,7 +453,14 @@ def test_a_run_made_before_its_recipe_changed_trains_again(variants, tmp_path: P
     finished_run(work, "electra", older, old_place=work)
     calls: list[tuple] = []
     summary = {"model_dir": str(work / "runs" / "electra" / "model"), "steps": 3030, "tokens": 1, "flops": 4e14}
-    monkeypatch.setattr(variants, "bertkit", lambda *args: calls.append(args) or summary)
+
+    def pretrain_run(*args):  # what bertkit pretrain leaves: the run's folder with its summary
+        calls.append(args)
+        (work / "runs" / "electra").mkdir(parents=True, exist_ok=True)
+        (work / "runs" / "electra" / "summary.json").write_text(json.dumps(summary), "utf-8")
+        return summary
+
+    monkeypatch.setattr(variants, "bertkit", pretrain_run)
     variants.pretrain({"corpus-electra": work / "corpus-electra"}, work, "electra", "4e14flop")
     assert len(calls) == 1 and calls[0][0] == "pretrain"
     assert (work / "runs" / "electra" / "bench-budget.txt").read_text("utf-8") == current
