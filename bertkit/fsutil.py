@@ -27,14 +27,14 @@ def check_output_dir(path: Path, overwrite: bool) -> None:
 
 
 @contextlib.contextmanager
-def atomic_output_dir(path: Path, overwrite: bool = False, owned: bool = False) -> Iterator[Path]:
-    """Yield a temporary directory next to `path`; on success rename it to `path`, on failure delete it.
-    `owned`: the directory's name carries this process's id and host, so that if the process is killed a later
-    one can tell the directory is dead (`remove_dead_tmp_dirs`)."""
+def atomic_output_dir(path: Path, overwrite: bool = False) -> Iterator[Path]:
+    """Yield a temporary directory next to `path`; on success rename it to `path`, on failure delete it. Its name
+    carries this process's id and host, so that if the process is killed a later one can tell the directory is
+    dead (`remove_dead_tmp_dirs`)."""
     path = Path(path)
     check_output_dir(path, overwrite)
     path.parent.mkdir(parents=True, exist_ok=True)
-    owner = f"{os.getpid()}@{socket.gethostname()}@" if owned else ""
+    owner = f"{os.getpid()}@{socket.gethostname()}@"
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-{owner}", dir=path.parent))
     try:
         yield tmp
@@ -52,7 +52,7 @@ def atomic_output_dir(path: Path, overwrite: bool = False, owned: bool = False) 
 
 
 def remove_dead_tmp_dirs(path: Path) -> int:
-    """Delete the temporary directories of `path` (`atomic_output_dir(..., owned=True)`) whose process on this host
+    """Delete the temporary directories of `path` (`atomic_output_dir`) whose process on this host
     is gone (killed, power loss); returns how many. The owner is in the directory's name, made with it in one step,
     so a process killed at any moment leaves a directory a later one can judge. Another host's are left alone (a
     shared disk): its processes cannot be checked from here."""
@@ -73,16 +73,11 @@ def remove_dead_tmp_dirs(path: Path) -> int:
     return removed
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write `text` to `path` via a temporary file and a rename: a reader sees the whole file or none."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON to `path` via a temporary file and a rename."""
-    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def read_json(path: Path, what: str) -> Any:

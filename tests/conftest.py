@@ -30,6 +30,17 @@ use_venv_extensions()
 
 
 @pytest.fixture(scope="module")
+def variants():
+    """The variants bench, tests/bench/variants.py, loaded as a module (afresh for each test module: tests replace
+    its functions and constants with monkeypatch)."""
+    script = Path(__file__).resolve().parent / "bench" / "variants.py"
+    spec = importlib.util.spec_from_file_location("variants_bench", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
 def one_thread():
     """Tiny models run fastest on one thread; several threads on a busy 2-core machine are many times slower.
     A module opts in with `pytestmark = pytest.mark.usefixtures("one_thread")`."""

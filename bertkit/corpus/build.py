@@ -285,7 +285,7 @@ def build_corpus(
     stale = remove_dead_tmp_dirs(output)
     read_stats = ReadStats()
     started = time.perf_counter()
-    with atomic_output_dir(output, overwrite, owned=True) as tmp:
+    with atomic_output_dir(output, overwrite) as tmp:
         documents = iter_documents(paths, read_stats, options.text_field)
         blocks = document_blocks(documents, read_stats, paths, options.invalid_utf8)
         tokenized = _tokenized_blocks(blocks, tokenizer_dir, options.splitter, workers)

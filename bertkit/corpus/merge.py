@@ -166,7 +166,7 @@ def merge_parts(
     read_stats = ReadStats()
     started = time.perf_counter()
     inputs = [item["path"] for item in plan.inputs]
-    with atomic_output_dir(output, overwrite, owned=True) as tmp:
+    with atomic_output_dir(output, overwrite) as tmp:
         blocks = _merged_blocks(parts, plan, markers, read_stats)
         manifest = write_corpus(tmp, blocks, tokenizer, options, read_stats, plan.build_key, inputs, on_progress)
     manifest["seconds"] = round(time.perf_counter() - started, 2)

@@ -213,7 +213,7 @@ def run_task(
     if on_total:
         on_total(sum(plan.inputs[f]["size"] for f in mine))
     started = time.perf_counter()
-    with atomic_output_dir(parts / name, owned=True) as tmp:
+    with atomic_output_dir(parts / name) as tmp:
         marker = _write_part(
             tmp, [paths[f] for f in mine], mine, tokenizer, tokenizer_dir, options, on_progress, workers
         )

@@ -11,8 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from bertkit.fsutil import atomic_output_dir, remove_dead_tmp_dirs
 
 
@@ -42,7 +40,7 @@ def test_a_process_killed_inside_an_owned_directory_leaves_it_for_the_next(tmp_p
     script = (
         "import os, signal, sys\n"
         "from bertkit.fsutil import atomic_output_dir\n"
-        "with atomic_output_dir(sys.argv[1], owned=True):\n"
+        "with atomic_output_dir(sys.argv[1]):\n"
         "    os.kill(os.getpid(), signal.SIGKILL)\n"
     )
     done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "out")], capture_output=True)
@@ -50,13 +48,12 @@ def test_a_process_killed_inside_an_owned_directory_leaves_it_for_the_next(tmp_p
     (left,) = tmp_path.iterdir()
     assert left.name.startswith(".out.tmp-") and f"@{socket.gethostname()}@" in left.name
     assert remove_dead_tmp_dirs(tmp_path / "out") == 1 and not list(tmp_path.iterdir())
-    with atomic_output_dir(tmp_path / "out", owned=True) as tmp:
+    with atomic_output_dir(tmp_path / "out") as tmp:
         assert remove_dead_tmp_dirs(tmp_path / "out") == 0 and tmp.is_dir()  # our own: alive
     assert (tmp_path / "out").is_dir()
 
 
-@pytest.mark.parametrize("owned", [False, True])
-def test_an_owned_directory_is_renamed_into_place_like_any(tmp_path: Path, owned: bool) -> None:
-    with atomic_output_dir(tmp_path / "out", owned=owned) as tmp:
+def test_an_owned_directory_is_renamed_into_place(tmp_path: Path) -> None:
+    with atomic_output_dir(tmp_path / "out") as tmp:
         (tmp / "a.txt").write_text("a", "utf-8")
     assert [p.name for p in tmp_path.iterdir()] == ["out"] and (tmp_path / "out" / "a.txt").read_text("utf-8") == "a"

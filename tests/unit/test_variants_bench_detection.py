@@ -4,26 +4,13 @@ a real ELECTRA run (electra-tiny on Python's documentation)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from cli_helpers import run_json
-
-SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "variants.py"
-
-
-@pytest.fixture(scope="module")
-def variants():
-    sys.path.insert(0, str(SCRIPT.parent))
-    spec = importlib.util.spec_from_file_location("variants_bench_detection", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_ranking_is_the_mann_whitney_auc(variants) -> None:

@@ -3,20 +3,9 @@ when it is run again with the same options, and starts afresh a run interrupted 
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "variants.py"
-
-
-@pytest.fixture(scope="module")
-def variants():
-    spec = importlib.util.spec_from_file_location("variants_bench_resume", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def interrupted_run(work: Path, key: str, checkpoint: bool = True) -> Path:

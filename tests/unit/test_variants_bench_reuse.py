@@ -4,22 +4,11 @@ machine) still serves its runs, though their summaries name the old place."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from pathlib import Path
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "variants.py"
-
-
-@pytest.fixture(scope="module")
-def variants():
-    spec = importlib.util.spec_from_file_location("variants_bench", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def finished_run(work: Path, name: str, settings: str, old_place: Path) -> None:
