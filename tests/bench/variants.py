@@ -267,10 +267,27 @@ def recipe_identity(recipe: str | Path) -> str:
     return hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def reuse_key(name: str, budget: str, settings: dict[str, object]) -> str:
-    """What a finished run must have been trained with to be reused: the budget, the variant's own settings, its
-    recipe as resolved and its corpus's build options."""
-    lines = [budget, *(f"{key}={spelled(value)}" for key, value in sorted(settings.items()))]
+def shared_settings(name: str, generator: float | None = None, seed: int = 0) -> dict[str, object]:
+    """The bench's settings of a variant's run that shape what it learns (its shape, batch, optimizer, seed and
+    generator width), before the variant's own; threads, logging, evaluation and checkpoints do not shape it."""
+    values: dict[str, object] = {**SHAPE, "model.intermediate_size": VARIANTS[name][2], **BATCH,
+                                 "train.steps": 1_000_000, "train.seed": seed}  # fmt: skip
+    if name != "crammed-bert":
+        values.update(SHARED_OPTIMISER)
+    else:  # its batch ramp grows the batch a micro-batch at a time: the recipe's 4 micro-batches of 16
+        values["train.grad_accum"] = 4
+    if generator is not None:
+        values["model.generator.hidden_fraction"] = generator
+    return values
+
+
+def reuse_key(name: str, budget: str, settings: dict[str, object], generator: float | None = None,
+              seed: int = 0) -> str:  # fmt: skip
+    """What a finished run must have been trained with to be reused: the budget, the variant's own settings, the
+    bench's shared ones, its recipe as resolved and its corpus's build options."""
+    shared = shared_settings(name, generator, seed)
+    lines = [budget, *(f"{key}={spelled(value)}" for key, value in sorted(settings.items())),
+             *(f"bench {key}={spelled(value)}" for key, value in sorted(shared.items()))]  # fmt: skip
     recipe = VARIANTS[name][0]
     return "\n".join([*lines, f"recipe: {recipe} {recipe_identity(recipe)}",
                       "corpus: " + corpus_identity(VARIANTS[name][1])])  # fmt: skip
@@ -294,15 +311,9 @@ def pretrain(
 ) -> dict:
     """`own`: recipe fields set for this variant alone (--set VARIANT:KEY=VALUE), over the shared ones; `seed`: the
     run's seed (train.seed: initial weights, data order, dynamic masks)."""
-    recipe, _, width, scored = VARIANTS[name]
-    values: dict[str, object] = {**SHAPE, "model.intermediate_size": width, **BATCH, "engine.threads": threads,
-                                 "train.steps": 1_000_000, "train.log_every": 50, "train.eval_every_share": 0.1,
-                                 "train.eval_batches": 8, "train.checkpoint_every": CHECKPOINT_EVERY,
-                                 "train.seed": seed}  # fmt: skip
-    if name != "crammed-bert":
-        values.update(SHARED_OPTIMISER)
-    else:  # its batch ramp grows the batch a micro-batch at a time: the recipe's 4 micro-batches of 16
-        values["train.grad_accum"] = 4
+    recipe, _, _, scored = VARIANTS[name]
+    values = {**shared_settings(name, seed=seed), "engine.threads": threads, "train.log_every": 50,
+              "train.eval_every_share": 0.1, "train.eval_batches": 8, "train.checkpoint_every": CHECKPOINT_EVERY}
     if scored:
         values["data.eval"] = paths[f"held-{name}"]
     settings_of_its_own = {**VARIANT_SETTINGS.get(name, {}), **(own or {})}
@@ -316,7 +327,7 @@ def pretrain(
     # interrupted one (its key in NAME.started, beside the folder that --overwrite replaces) goes on from its
     # last checkpoint.
     done, spent, begun = run / "summary.json", run / "bench-budget.txt", run.parent / f"{tag}.started"
-    settings = reuse_key(name, budget, settings_of_its_own)
+    settings = reuse_key(name, budget, settings_of_its_own, generator, seed)
     if done.exists() and spent.exists() and spent.read_text("utf-8") == settings:
         summary = json.loads(done.read_text("utf-8"))
     else:

@@ -35,7 +35,11 @@ def test_a_moved_work_folder_serves_its_finished_runs(variants, tmp_path: Path, 
 def test_another_budget_or_setting_trains_again(variants, tmp_path: Path, monkeypatch) -> None:
     work = tmp_path / "work"
     recipe = f"recipe: electra-small {variants.recipe_identity('electra-small')}"
-    finished_run(work, "electra", f"2e14flop\noptim.lr=0.0005\n{recipe}\ncorpus: --format single-segment", work)
+    bench = "\n".join(f"bench {key}={variants.spelled(value)}"
+                      for key, value in sorted(variants.shared_settings("electra").items()))  # fmt: skip
+    assert "bench model.hidden_size=" in bench and "bench train.batch_size=64.0" in bench
+    finished_run(work, "electra", f"2e14flop\noptim.lr=0.0005\n{bench}\n{recipe}\ncorpus: --format single-segment",
+                 work)  # fmt: skip
     calls: list[tuple] = []
 
     def pretrain_run(*args):
@@ -53,8 +57,38 @@ def test_another_budget_or_setting_trains_again(variants, tmp_path: Path, monkey
     assert row["model_dir"] == str(work / "runs" / "electra" / "model")
     assert row["settings"] == {"optim.lr": "1e-3"} and row["own_settings"] == {"optim.lr": "1e-3"}
     assert (work / "runs" / "electra" / "bench-budget.txt").read_text("utf-8") == (
-        f"4e14flop\noptim.lr=0.001\n{recipe}\ncorpus: --format single-segment"
+        f"4e14flop\noptim.lr=0.001\n{bench}\n{recipe}\ncorpus: --format single-segment"
     )
+
+
+@pytest.mark.parametrize("edit", ["batch", "shape", "optimiser"])
+def test_a_run_made_before_the_bench_changed_trains_again(variants, tmp_path: Path, monkeypatch, edit: str) -> None:
+    """The bench's own settings (its shape, batch, shared optimizer) are part of the key: a run finished before one
+    of them was edited is not reused."""
+    work = tmp_path / "work"
+    finished_run(work, "roberta", variants.reuse_key("roberta", "2e14flop", {}), old_place=work)
+    calls: list[tuple] = []
+    monkeypatch.setattr(variants, "bertkit", lambda *args: calls.append(args) or {"model_dir": "model", "steps": 1,
+                                                                                   "tokens": 1, "flops": 2e14})
+    variants.pretrain({"corpus-roberta": work / "c", "held-roberta": work / "h"}, work, "roberta", "2e14flop")
+    assert calls == []
+    if edit == "batch":
+        monkeypatch.setattr(variants, "BATCH", {**variants.BATCH, "train.batch_size": 32})
+    elif edit == "shape":
+        monkeypatch.setattr(variants, "SHAPE", {**variants.SHAPE, "model.num_layers": 6})
+    else:
+        monkeypatch.setattr(variants, "SHARED_OPTIMISER", {**variants.SHARED_OPTIMISER, "optim.lr": 5e-4})
+    variants.pretrain({"corpus-roberta": work / "c", "held-roberta": work / "h"}, work, "roberta", "2e14flop")
+    assert len(calls) == 1 and "--overwrite" in calls[0]
+
+
+def test_the_key_names_the_seed_and_the_generator_width(variants) -> None:
+    own = variants.VARIANT_SETTINGS["electra"]
+    keys = {variants.reuse_key("electra", "4e14flop", own), variants.reuse_key("electra", "4e14flop", own, seed=1),
+            variants.reuse_key("electra", "4e14flop", own, generator=0.5),
+            variants.reuse_key("electra", "4e14flop", own, generator=1.0)}  # fmt: skip
+    assert len(keys) == 4
+    assert "bench model.generator.hidden_fraction=0.5" in variants.reuse_key("electra", "4e14flop", own, generator=0.5)
 
 
 @pytest.mark.parametrize(
