@@ -95,6 +95,7 @@ import hashlib
 import json
 import shutil
 import sys
+import textwrap
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -650,12 +651,23 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """Wraps help at spaces only, so names like albert-nsp stay whole."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(text, width, break_on_hyphens=False)
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--work", type=Path, default=Path("runs/variants"))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=_HelpFormatter)
+    parser.add_argument("--work", type=Path, default=Path("runs/variants"),
+                        help="folder for the text, tokenizer, corpora, runs and report; its finished runs are reused "
+                        "(default: runs/variants)")
     parser.add_argument("--text", type=Path, help="your own text (default: the time-to-quality bench's)")
-    parser.add_argument("--budget", default=DEFAULT_BUDGET, help="training FLOPs for each variant (or a time)")
-    parser.add_argument("--variants", default=",".join(VARIANTS), help="which, comma-separated")
+    parser.add_argument("--budget", default=DEFAULT_BUDGET,
+                        help=f"training FLOPs for each variant, or a time (default: {DEFAULT_BUDGET})")
+    parser.add_argument("--variants", default=",".join(VARIANTS),
+                        help=f"which, comma-separated (default: {', '.join(VARIANTS)})")
     parser.add_argument("--generator", default="", help="ELECTRA generator widths to compare, e.g. 0.25,0.5,1.0")
     parser.add_argument("--downstream", choices=list(DOWNSTREAM_MODES), default="both",
                         help="score the suite with the probe, full fine-tuning, both (default) or none")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -44,3 +45,18 @@ def test_bad_arguments_are_one_error_and_exit_2(tmp_path: Path, arguments: list[
     assert len(errors) == 1 and message in errors[0], done.stderr
     assert "Traceback" not in done.stderr
     assert not work.exists()
+
+
+def test_help_names_every_variant_whole_and_the_defaults() -> None:
+    """`--help` is how a user learns the bench's names: each variant whole on one line, however narrow the terminal
+    (argparse would break `albert-nsp` at its hyphen), and the defaults of the work folder and budget."""
+    done = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True, text=True,
+                          env={**os.environ, "COLUMNS": "60"})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("  --variants"))
+    end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("  -"))
+    variants_help = " ".join(line.strip() for line in lines[start:end])
+    names = variants_help.split("(default: ", 1)[1].rstrip(")").split(", ")
+    assert names == ["bert", "roberta", "albert", "albert-nsp", "electra", "spanbert", "xlnet", "crammed-bert"], names
+    assert "runs/variants)" in done.stdout and "4e14flop)" in done.stdout
