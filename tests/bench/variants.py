@@ -659,7 +659,7 @@ class _HelpFormatter(argparse.HelpFormatter):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=_HelpFormatter)
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[:2]), formatter_class=_HelpFormatter)
     parser.add_argument("--work", type=Path, default=Path("runs/variants"),
                         help="folder for the text, tokenizer, corpora, runs and report; its finished runs are reused "
                         "(default: runs/variants)")

@@ -49,7 +49,8 @@ def test_bad_arguments_are_one_error_and_exit_2(tmp_path: Path, arguments: list[
 
 def test_help_names_every_variant_whole_and_the_defaults() -> None:
     """`--help` is how a user learns the bench's names: each variant whole on one line, however narrow the terminal
-    (argparse would break `albert-nsp` at its hyphen), and the defaults of the work folder and budget."""
+    (argparse would break `albert-nsp` at its hyphen), the defaults of the work folder and budget, and the command
+    that runs it on one's own text."""
     done = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True, text=True,
                           env={**os.environ, "COLUMNS": "60"})  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -60,3 +61,5 @@ def test_help_names_every_variant_whole_and_the_defaults() -> None:
     names = variants_help.split("(default: ", 1)[1].rstrip(")").split(", ")
     assert names == ["bert", "roberta", "albert", "albert-nsp", "electra", "spanbert", "xlnet", "crammed-bert"], names
     assert "runs/variants)" in done.stdout and "4e14flop)" in done.stdout
+    described = " ".join(done.stdout.split())
+    assert "on your own text: python tests/bench/variants.py --text my_corpus.txt --budget 4e14flop" in described
