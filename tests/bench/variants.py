@@ -662,10 +662,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[:2]), formatter_class=_HelpFormatter)
     parser.add_argument("--work", type=Path, default=Path("runs/variants"),
                         help="folder for the text, tokenizer, corpora, runs and report; its finished runs are reused "
-                        "(default: runs/variants)")
+                        "(default: %(default)s)")
     parser.add_argument("--text", type=Path, help="your own text (default: the time-to-quality bench's)")
     parser.add_argument("--budget", default=DEFAULT_BUDGET,
-                        help=f"training FLOPs for each variant, or a time (default: {DEFAULT_BUDGET})")
+                        help="training FLOPs for each variant, or a time (default: %(default)s)")
     parser.add_argument("--variants", default=",".join(VARIANTS),
                         help=f"which, comma-separated (default: {', '.join(VARIANTS)})")
     parser.add_argument("--generator", default="", help="ELECTRA generator widths to compare, e.g. 0.25,0.5,1.0")
