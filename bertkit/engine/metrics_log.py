@@ -14,7 +14,7 @@ class MetricsLog:
     def __init__(self, run_dir: Path, main: bool, tensorboard: bool) -> None:
         self.path, self.main, self.tensorboard = run_dir / "metrics.jsonl", main, tensorboard
         self.file: Any = None
-        self.writer: Any = None
+        self.writer: TensorBoardCurves | None = None
 
     def open(self, resumed_step: int | None, last_step: int) -> list[dict[str, Any]]:
         """Start the log: a fresh run's from nothing; a resumed run's cut back to its checkpoint, so the curve has
@@ -22,17 +22,16 @@ class MetricsLog:
         if not self.main:
             return []
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        history: list[dict[str, Any]] = []
+        rows: list[dict[str, Any]] = []
         if resumed_step is None:
             self.path.unlink(missing_ok=True)
         else:
             rows = [row for row in read_rows(self.path) if _kept(row, resumed_step, last_step)]
             self.path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-            history = [row for row in rows if "loss" in row]
         if self.tensorboard:
-            self.writer = tensorboard_writer(self.path.parent, resumed_step)
+            self.writer = tensorboard_writer(self.path.parent, rows, resumed_step)
         self.file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed by close())
-        return history
+        return [row for row in rows if "loss" in row]
 
     def write(self, row: dict[str, Any]) -> None:
         if self.file is None:
@@ -43,9 +42,7 @@ class MetricsLog:
 
         tracking.log_row(self.path.parent, row)
         if self.writer is not None:
-            for key, value in row.items():
-                if key != "step" and isinstance(value, int | float):
-                    self.writer.add_scalar(key, value, row["step"])
+            self.writer.add(row)
 
     def close(self) -> None:
         if self.file is not None:
@@ -68,11 +65,50 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()]
 
 
-def tensorboard_writer(run_dir: Path, purge_step: int | None) -> Any:
-    """A SummaryWriter; without the tensorboard package (an optional dependency), the one line that says so."""
+def tensorboard_writer(run_dir: Path, rows: list[dict[str, Any]], resumed_step: int | None) -> TensorBoardCurves:
+    """TensorBoard's event files under RUN_DIR/tensorboard for a run starting afresh (`resumed_step` None) or from
+    the checkpoint at `resumed_step` with `rows` kept in metrics.jsonl. Without the tensorboard package (an
+    optional dependency), the one line that says so."""
     from bertkit.engine.tracking import require
 
     require(["tensorboard"])
-    from torch.utils.tensorboard import SummaryWriter
+    return TensorBoardCurves(run_dir / "tensorboard", rows, resumed_step)
 
-    return SummaryWriter(str(run_dir / "tensorboard"), purge_step=purge_step)
+
+class TensorBoardCurves:
+    """metrics.jsonl's numbers as TensorBoard scalars, one tag per key, each key once per step (an evaluation's
+    row may repeat a figure of its step's training row), as the trackers log them.
+
+    A resumed run opens a new event file that purges every point from its checkpoint's step on (TensorBoard's
+    `purge_step`, which its reader applies: the stopped attempt's points past the checkpoint, and a final
+    evaluation the run makes again), then logs again the kept rows of that step, which the resumed run does not
+    log anew: the curves hold exactly the rows of metrics.jsonl."""
+
+    def __init__(self, folder: Path, rows: list[dict[str, Any]], resumed_step: int | None) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(str(folder), purge_step=resumed_step)
+        self.sent: dict[str, int] = {}
+        for row in rows:
+            if resumed_step is not None and row["step"] >= resumed_step:
+                self.add(row)
+            else:  # still in the earlier event files
+                self.sent.update((key, int(row["step"])) for key, _ in _scalars(row))
+
+    def add(self, row: dict[str, Any]) -> None:
+        step = int(row["step"])
+        for key, value in _scalars(row):
+            if step > self.sent.get(key, -1):
+                self.writer.add_scalar(key, value, step)
+                self.sent[key] = step
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def _scalars(row: dict[str, Any]) -> list[tuple[str, float]]:
+    return [
+        (key, value)
+        for key, value in row.items()
+        if key != "step" and isinstance(value, int | float) and not isinstance(value, bool)
+    ]

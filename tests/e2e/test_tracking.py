@@ -482,6 +482,26 @@ def test_report_to_tensorboard_is_the_engines_tensorboard() -> None:
     assert not load_recipe("bert-tiny", [], kind="pretrain").engine.tensorboard  # off by default
 
 
+def test_report_to_tensorboard_holds_the_series_of_metrics_jsonl(
+    corpus_dir: Path, tmp_path: Path, one_thread: None
+) -> None:
+    """`pretrain --report-to tensorboard`, in-process: TensorBoard's reader finds every figure of metrics.jsonl at
+    its step, evaluations included, as the other trackers log them (each key once per step)."""
+    from cli_helpers import run_json
+    from tensorboard_reader import tensorboard_series
+
+    output = tmp_path / "run"
+    run_json("pretrain", "-r", "bert-tiny", "-c", str(corpus_dir), "-o", str(output),
+             *sets(**{"train.steps": 4, "train.eval_every": 2}), "--report-to", "tensorboard")  # fmt: skip
+    expected = expected_series(output)
+    assert {"loss", "mlm_acc", "eval_mlm_acc", "lr"} <= set(expected)
+    got = tensorboard_series(output)
+    assert set(got) == set(expected)
+    for key, points in expected.items():
+        assert [step for step, _ in got[key]] == [step for step, _ in points], key
+        assert [value for _, value in got[key]] == pytest.approx([value for _, value in points], rel=1e-6), key
+
+
 @pytest.mark.slow  # a teacher fine-tuned, then compress's augmentation, distillation and baseline: about a minute
 def test_compress_logs_each_stage_as_a_run_nested_under_one_parent(
     pretrained_run: Path, sentiment_csv: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, one_thread: None

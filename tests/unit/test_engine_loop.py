@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import os
 import signal
 from pathlib import Path
@@ -232,12 +233,38 @@ def test_sigterm_saves_a_checkpoint_and_exits_130(tmp_path: Path) -> None:
     assert result.steps == 12
 
 
-def test_tensorboard_events_when_installed(tmp_path: Path) -> None:
-    pytest.importorskip("tensorboard")
-    cfg = TrainConfig(steps=3, batch_size=8, log_every=1)
+def test_tensorboard_curves_are_the_rows_of_metrics_jsonl_across_resumes(tmp_path: Path) -> None:
+    """TensorBoard's own reader (its EventAccumulator, which applies any purge) sees exactly the numbers of
+    metrics.jsonl, step by step, after a run resumed twice mid-run and once more from its final checkpoint
+    (which evaluates again): no checkpoint step lost, no step twice, no point of a stopped attempt."""
+    from tensorboard_reader import tensorboard_series
+
     engine = ENGINE.model_copy(update={"tensorboard": True})
-    train(make_model(), objective, Regression(8), tmp_path, cfg, OPTIM, SCHEDULE, engine, quiet=True)
-    assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+    cfg = TrainConfig(steps=12, batch_size=8, log_every=1, eval_every=4, checkpoint_every=3, keep_last=5)
+    source = Regression(8)
+    held_out = lambda model: {"mse": float(((model(source.x) - source.y) ** 2).mean())}  # noqa: E731
+
+    def go(resume: bool) -> int | None:
+        result = train(make_model(), objective, Regression(8), tmp_path, cfg, OPTIM, SCHEDULE, engine,
+                       evaluate=held_out, resume=resume, quiet=True)  # fmt: skip
+        return result.resumed_from
+
+    go(resume=False)  # each attempt below logs up to step 12: the next one starts from an earlier checkpoint
+    for last_kept in (3, 9, 12):
+        drop_checkpoints_after(tmp_path, last_kept)
+        assert go(resume=True) == last_kept
+
+    logged: dict[str, list[tuple[int, float]]] = {}  # each key once per step: an evaluation repeats `tokens`
+    for row in map(json.loads, (tmp_path / "metrics.jsonl").read_text().splitlines()):
+        for key, value in row.items():
+            if key == "step":
+                continue
+            points = logged.setdefault(key, [])
+            if not points or points[-1][0] < row["step"]:
+                points.append((row["step"], float(np.float32(value))))
+    assert [step for step, _ in logged["loss"]] == list(range(1, 13))
+    assert [step for step, _ in logged["eval_mse"]] == [4, 8, 12]
+    assert tensorboard_series(tmp_path) == logged
 
 
 def test_fp16_needs_a_gpu(tmp_path: Path) -> None:
