@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, rust_io_errors_as_os_errors
 
 
 def check_output_dir(path: Path, overwrite: bool) -> None:
@@ -90,14 +90,21 @@ def read_json(path: Path, what: str) -> Any:
         raise BertkitError(f"{what} {path} is not valid JSON: {err}") from None
 
 
-def save_safetensors_atomic(path: Path, tensors: dict[str, Any]) -> None:
-    """Tensors to a safetensors file under a temporary name, then renamed: never a half-written file."""
+def save_safetensors(tensors: dict[str, Any], path: Path | str, metadata: dict[str, str] | None = None) -> None:
+    """safetensors' `save_file`, whose I/O failures (a full disk) come back as the OSError they are, so that they
+    reach the user as one line, and a checkpoint's own handler sees them."""
     from safetensors.torch import save_file
 
+    with rust_io_errors_as_os_errors(path):
+        save_file(tensors, str(path), metadata=metadata)
+
+
+def save_safetensors_atomic(path: Path, tensors: dict[str, Any]) -> None:
+    """Tensors to a safetensors file under a temporary name, then renamed: never a half-written file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp))
+        save_safetensors({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, tmp)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -3,6 +3,7 @@ so `bertkit --help` answers instantly."""
 
 from __future__ import annotations
 
+import io
 import sys
 
 import typer
@@ -75,5 +76,17 @@ def default_resume_value(argv: list[str]) -> list[str]:
     return args
 
 
+def stdout_that_reports_short_writes() -> None:
+    """Under PYTHONUNBUFFERED (or `python -u`) stdout's text layer writes straight to the file and ignores a short
+    write, so output cut off by a filling disk would end with exit 0. A buffered stdout that flushes each line
+    writes the rest again, and so meets the disk's error."""
+    if isinstance(getattr(sys.stdout, "buffer", None), io.FileIO):
+        stdout = sys.stdout
+        sys.stdout = open(  # noqa: SIM115 (the process's stdout: closed at exit)
+            stdout.fileno(), "w", buffering=1, encoding=stdout.encoding, errors=stdout.errors, closefd=False
+        )
+
+
 def main() -> None:
+    stdout_that_reports_short_writes()
     app(args=default_resume_value(sys.argv[1:]))

@@ -23,9 +23,10 @@ from typing import Any
 import numpy as np
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from bertkit.errors import BertkitError
+from bertkit.fsutil import save_safetensors
 from bertkit.progress import Tracker
 
 
@@ -89,7 +90,7 @@ class TeacherLogitsCache:
         fd, name = tempfile.mkstemp(prefix=f".{self.path.name}.tmp-", dir=self.path.parent)
         os.close(fd)
         try:
-            save_file({"logits": logits}, name, metadata={"key": self.key, "sha256": _checksum(logits)})
+            save_safetensors({"logits": logits}, name, metadata={"key": self.key, "sha256": _checksum(logits)})
             os.replace(name, self.path)
         except BaseException:
             Path(name).unlink(missing_ok=True)

@@ -14,11 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
 from torch import nn
 
 from bertkit.errors import BertkitError
-from bertkit.fsutil import read_json, write_json_atomic
+from bertkit.fsutil import read_json, save_safetensors, write_json_atomic
 from bertkit.modelio.weights import WEIGHTS, read_weights
 
 TRAINING_STATE = "training_state.pt"
@@ -74,7 +73,7 @@ def save_checkpoint(
     try:
         tmp.mkdir()
         tensors = {k: v.detach().cpu().contiguous() for k, v in model_state.items()}
-        save_file(tensors, str(tmp / WEIGHTS), metadata={"format": "pt", "producer": "bertkit"})
+        save_safetensors(tensors, tmp / WEIGHTS, metadata={"format": "pt", "producer": "bertkit"})
         torch.save(training_state, tmp / TRAINING_STATE)
         write_json_atomic(tmp / TRAINER_JSON, {"step": step, **trainer_state})
         if final.exists():

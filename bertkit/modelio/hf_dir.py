@@ -51,7 +51,7 @@ def load_hf_encoder(directory: Path) -> tuple[ModelConfig, dict[str, torch.Tenso
 
 
 def write_hf_dir(directory: Path, config: dict[str, Any], state: dict[str, torch.Tensor]) -> None:
-    from safetensors.torch import save_file
+    from bertkit.fsutil import save_safetensors
 
     (directory / HF_CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    save_file(state, str(directory / HF_WEIGHTS), metadata={"format": "pt"})
+    save_safetensors(state, directory / HF_WEIGHTS, metadata={"format": "pt"})

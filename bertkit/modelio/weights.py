@@ -9,10 +9,11 @@ import os
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from torch import nn
 
 from bertkit.errors import BertkitError
+from bertkit.fsutil import save_safetensors
 
 WEIGHTS = "model.safetensors"
 
@@ -22,7 +23,11 @@ def save_weights(model: nn.Module | dict[str, torch.Tensor], path: Path, prefix:
     state = model.state_dict() if isinstance(model, nn.Module) else model
     tensors = {prefix + k: v.detach().cpu().contiguous() for k, v in state.items()}
     tmp = path.with_name(f".{path.name}.tmp")
-    save_file(tensors, str(tmp), metadata={"format": "pt", "producer": "bertkit"})
+    try:
+        save_safetensors(tensors, tmp, metadata={"format": "pt", "producer": "bertkit"})
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, path)
 
 

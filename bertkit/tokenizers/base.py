@@ -12,7 +12,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, rust_io_errors_as_os_errors
 from bertkit.tokenizers.specials import (
     FAMILY_SPECIALS,
     KINDS,
@@ -100,7 +100,8 @@ class Tokenizer:
         from bertkit.tokenizers.wordpiece import write_vocab_txt
 
         directory.mkdir(parents=True, exist_ok=True)
-        self.backend.save(str(directory / "tokenizer.json"))
+        with rust_io_errors_as_os_errors(directory / "tokenizer.json"):
+            self.backend.save(str(directory / "tokenizer.json"))
         if self.kind == "wordpiece":
             write_vocab_txt(self.backend, directory)
         elif self.kind == "bbpe":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -190,6 +191,52 @@ def test_a_reader_that_stops_early_is_not_an_error() -> None:
     proc.stdout.close()  # before the interpreter has even started: the first write meets a closed pipe
     assert proc.wait(timeout=120) == 0
     assert proc.stderr.read().decode() == ""
+
+
+def limit_file_size() -> None:
+    """In a child process: no file may grow past 16 KiB, standing in for a disk that fills up (the write that
+    crosses the limit is cut short, the next fails with EFBIG rather than a signal)."""
+    import resource
+    import signal
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (16384, 16384))
+
+
+def run_on_a_full_disk(args: list[str], **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bertkit", *args], stderr=subprocess.PIPE, text=True,
+                          preexec_fn=limit_file_size, timeout=300, **kwargs)  # fmt: skip
+
+
+@pytest.mark.parametrize("unbuffered", ["", "1"])
+def test_output_cut_off_by_a_full_disk_is_an_error(
+    tmp_path: Path, text_file: Path, tokenizer_dir: Path, unbuffered: str
+) -> None:
+    """`tokenize encode > FILE` on a full disk: one error line and a non-zero exit, with or without
+    PYTHONUNBUFFERED, whose stdout would otherwise drop the rest of a short write and exit 0."""
+    out = tmp_path / "ids.jsonl"
+    with out.open("wb") as stdout:
+        result = run_on_a_full_disk(["tokenize", "encode", "-t", str(tokenizer_dir), "-i", str(text_file)],
+                                    stdout=stdout, env={**os.environ, "PYTHONUNBUFFERED": unbuffered})  # fmt: skip
+    assert out.stat().st_size == 16384  # the text encodes to far more: the output was cut off
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines() == ["error: File too large"], result.stderr
+
+
+@pytest.mark.parametrize("command", ["export", "tokenize train"])
+def test_a_full_disk_while_saving_is_one_line_and_leaves_nothing(
+    tmp_path: Path, text_file: Path, pretrained_run: Path, command: str
+) -> None:
+    """safetensors and tokenizers fail on a full disk with their own exceptions: still one error line naming the
+    file, exit 2, and no output (nor a temporary one) left behind."""
+    out = tmp_path / "out"
+    args = {"export": ["export", str(pretrained_run), "-o", str(out)],
+            "tokenize train": ["tokenize", "train", "-i", str(text_file), "-o", str(out), "--vocab-size", "2000"]}
+    result = run_on_a_full_disk([*args[command], "--quiet"], stdout=subprocess.DEVNULL)  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: File too large: ") and "Traceback" not in result.stderr, result.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_recipes_list_and_show() -> None:

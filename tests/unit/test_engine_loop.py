@@ -176,17 +176,28 @@ def run_rows(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if '"loss"' in line]
 
 
-def test_full_disk_while_checkpointing_damages_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    real_save = checkpoint_module.torch.save
+@pytest.mark.parametrize("fails", ["torch.save", "safetensors"])
+def test_full_disk_while_checkpointing_damages_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fails: str
+) -> None:
+    """The disk fills up while the second checkpoint is written, in torch's writer (an OSError) or in safetensors'
+    (its own exception, with the OS error in its message, as it words it)."""
+    import safetensors.torch
+    from safetensors import SafetensorError
+
+    owner, name = (checkpoint_module.torch, "save") if fails == "torch.save" else (safetensors.torch, "save_file")
+    real_save = getattr(owner, name)
     calls = {"n": 0}
 
-    def failing_save(obj, path, *args, **kwargs):
+    def failing_save(*args, **kwargs):
         calls["n"] += 1
         if calls["n"] == 2:  # the second checkpoint: the disk is full half-way through
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return real_save(obj, path, *args, **kwargs)
+            if fails == "torch.save":
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+        return real_save(*args, **kwargs)
 
-    monkeypatch.setattr(checkpoint_module.torch, "save", failing_save)
+    monkeypatch.setattr(owner, name, failing_save)
     with pytest.raises(BertkitError, match=r"could not write checkpoint step-8 .*No space left on device.*step-4"):
         run(tmp_path, checkpoint_every=4)
     monkeypatch.undo()

@@ -9,13 +9,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-from safetensors.torch import save_file
 from torch import nn
 
 from bertkit.config.schema import LOWER_IS_BETTER, TrainConfig
 from bertkit.engine.checkpoint import list_checkpoints, load_state
 from bertkit.engine.dist import is_main
 from bertkit.engine.loop import TrainResult
+from bertkit.fsutil import save_safetensors
 from bertkit.modelio.weights import read_weights
 
 BEST_WEIGHTS = "best.safetensors"  # the best evaluation's weights while training; model/ gets them at the end
@@ -95,7 +95,7 @@ class BestModel:
             state = snapshot()  # collective: every rank takes it; rank 0 holds the weights
             if is_main() and state:
                 tmp = self.path.with_name(f".{self.path.name}.tmp")
-                save_file({k: v.contiguous() for k, v in state.items()}, str(tmp))
+                save_safetensors({k: v.contiguous() for k, v in state.items()}, tmp)
                 os.replace(tmp, self.path)
         return bool(self.patience) and self.since_best >= self.patience
 
