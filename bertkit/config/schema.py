@@ -142,8 +142,8 @@ class OptimConfig(StrictModel):
     name: Literal["adamw", "lamb", "stableadamw"] = "adamw"
     # Peak learning rate, reached at the end of warm-up.
     lr: float = Field(1e-4, gt=0)
-    # Adam's beta1 and beta2 (moment decay rates).
-    betas: tuple[float, float] = (0.9, 0.999)
+    # Adam's beta1 and beta2 (moment decay rates), each in [0, 1).
+    betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = (0.9, 0.999)
     # Adam's epsilon (added to the denominator).
     eps: float = Field(1e-6, gt=0)
     # Decoupled weight decay; biases and LayerNorm weights are never decayed.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -104,6 +105,8 @@ def plot_compare(
     the training time and tokens it was taken at)."""
     if output.exists() and not overwrite:
         raise BertkitError(f"output {output} already exists; pass --overwrite to replace it")
+    if target is not None and not math.isfinite(target):
+        raise BertkitError(f"--target is the metric's value to reach, a finite number, not {target}")
     curves: dict[str, list[dict[str, Any]]] = {}
     for run_dir in run_dirs:
         rows = read_metrics(run_dir)

@@ -12,6 +12,7 @@ the fp32 one on `--eval FILE` when given (bertkit/export/onnx_quantize.py).
 
 from __future__ import annotations
 
+import math
 import sys
 import tempfile
 import warnings
@@ -65,8 +66,8 @@ def export_onnx(
 
     if quantize not in QUANTIZE:
         raise BertkitError(f"--quantize takes none or int8, not '{quantize}'")
-    if max_drop < 0:
-        raise BertkitError(f"--max-drop is the accuracy points int8 may lose, 0 or more, not {max_drop}")
+    if not 0 <= max_drop < math.inf:  # NaN fails both comparisons
+        raise BertkitError(f"--max-drop is the accuracy points int8 may lose, a finite 0 or more, not {max_drop}")
     if not MIN_OPSET <= opset <= MAX_OPSET:
         raise BertkitError(f"--opset must be between {MIN_OPSET} and {MAX_OPSET}, not {opset}")
     if eval_file is not None and quantize != "int8":

@@ -112,6 +112,9 @@ def test_token_budget_killed_at_half_resumes_bitwise(corpus_dir: Path, tmp_path:
     assert set(plotted["runs"]) == {"reference", "interrupted"}
     assert all(run["evaluations"] == 4 for run in plotted["runs"].values())
     assert "needs --output" in run_error("plot", str(reference), str(interrupted))
+    for target in ("nan", "inf"):
+        line = run_error("plot", str(reference), str(interrupted), "-o", str(tmp_path / "t.png"), "--target", target)
+        assert "--target" in line and "finite" in line and not (tmp_path / "t.png").exists()
 
 
 def test_time_budget_is_training_time_and_a_longer_budget_stretches_the_rest(corpus_dir: Path, tmp_path: Path) -> None:

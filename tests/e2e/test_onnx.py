@@ -354,6 +354,10 @@ def test_bad_input_is_one_error_line(tmp_path: Path, sentiment_run: Path, sentim
                                     "-o", str(tmp_path / "e.npy"))  # fmt: skip
     assert not (tmp_path / "no").exists() and not (tmp_path / "e.npy").exists()
     assert error_line(runner.invoke(app, ["export", str(sentiment_run), "--to", "tflite", "-o", str(tmp_path / "t")]))
+    for max_drop in ("nan", "inf", "-1"):  # NaN would pass `drop > max_drop` for any drop: no gate at all
+        line = run_error("export", str(sentiment_run), "--to", "onnx", "-o", str(tmp_path / "no"), "--quantize", "int8",
+                         "--eval", str(reviews["eval"]), "--max-drop", max_drop)  # fmt: skip
+        assert "--max-drop" in line and "finite" in line and not (tmp_path / "no").exists()
 
 
 def test_missing_extra_is_one_error_line(tmp_path: Path, sentiment_run: Path, sentiment_onnx: Path, reviews,

@@ -169,6 +169,27 @@ def test_a_negative_seed_option_is_one_error_line_before_any_input_is_read(tmp_p
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(
+    ("override", "needle"),
+    [
+        ("optim.lr=inf", "'optim.lr': Input should be a finite number"),
+        ("optim.lr=1e400", "'optim.lr': Input should be a finite number"),  # YAML reads it as inf
+        ("optim.lr=nan", "'optim.lr': Input should be a finite number"),
+        ("optim.weight_decay=inf", "'optim.weight_decay': Input should be a finite number"),
+        ("objective.mlm=inf", "'objective.mlm': Input should be a finite number"),
+        ("model.layer_norm_eps=inf", "'model.layer_norm_eps': Input should be a finite number"),
+        ("optim.betas=[nan,0.9]", "'optim.betas.0': Input should be a finite number"),
+        ("optim.betas=[0.9,1.5]", "'optim.betas.1': Input should be less than 1"),
+        ("optim.betas=[-0.1,0.9]", "'optim.betas.0': Input should be greater than or equal to 0"),
+    ],
+)
+def test_infinite_nan_and_out_of_range_numbers_are_refused_at_the_recipe(override: str, needle: str) -> None:
+    """No number of a recipe is infinite or NaN, and Adam's betas lie in [0, 1): refused in one line where the
+    recipe is read, not as a traceback from the optimizer or a run that trains on NaN."""
+    assert needle in run_error("recipes", "show", "bert-tiny", "--set", override)
+    assert load_recipe("bert-tiny", ["optim.betas=[0.0,0.95]"], kind="pretrain").optim.betas == (0.0, 0.95)
+
+
 def test_each_family_has_its_own_configuration_class() -> None:
     """The model section is a discriminated union on family: every shipped recipe's model is its family's class,
     a key of another family is one line naming the family that takes it, and a typo still gets a did-you-mean."""
