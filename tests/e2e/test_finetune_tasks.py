@@ -258,6 +258,10 @@ def test_embed_refuses_to_replace_and_leaves_no_temp(tmp_path: Path, minilm_dir:
     assert target.read_bytes() == b"mine"
     assert "must end in .npy or .parquet" in run_error(*args[:-1], str(tmp_path / "e.csv"))
     assert "--layer 9" in run_error(*args, "--overwrite", "--layer", "9")
+    assert "--device takes" in run_error(*args, "--overwrite", "--device", "tpu")
+    if not torch.cuda.is_available():
+        assert "no GPU is available" in run_error(*args, "--overwrite", "--device", "cuda")
+    assert target.read_bytes() == b"mine"
     run_json(*args, "--overwrite", "--max-seq-len", "16")
     assert np.load(target).shape == (48, 384)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["e.npy"]

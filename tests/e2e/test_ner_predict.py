@@ -63,6 +63,13 @@ def test_predict_agrees_with_the_finetune_evaluation(tmp_path: Path, review_run)
     assert out["rows"] == len(eval_rows) == 100 and out["task"] == "sequence-classification"
     records = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
     assert len(records) == 100
+    args = ["predict", "-m", str(folder / "run"), "-i", str(folder / "eval.csv"), "-o", str(tmp_path / "q.jsonl")]
+    assert "--device takes auto, cpu or cuda" in run_error(*args, "--device", "gpu")
+    if not torch.cuda.is_available():
+        assert run_error(*args, "--device", "cuda") == (
+            "error: --device cuda but no GPU is available; use --device auto or cpu"
+        )
+    assert not (tmp_path / "q.jsonl").exists()
     for record in records:
         probs = record["probabilities"]
         assert set(probs) == set(summary["labels"]) and abs(sum(probs.values()) - 1) < 1e-4

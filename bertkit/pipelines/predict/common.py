@@ -116,5 +116,10 @@ def jsonl_sink(output: Path | None) -> Iterator[IO[str]]:
 
 
 def inference_device(device: str) -> torch.device:
-    """`auto` is the GPU when there is one, else the CPU; `cpu` and `cuda` are taken as given."""
-    return torch.device("cuda" if device == "auto" and torch.cuda.is_available() else device.replace("auto", "cpu"))
+    """`--device` (auto, cpu or cuda): `auto` is the GPU when there is one, else the CPU; `cuda` only where torch
+    sees a GPU."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise BertkitError("--device cuda but no GPU is available; use --device auto or cpu")
+    return torch.device(device)
