@@ -186,8 +186,10 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     key, sep, raw = item.partition("=")
     if not sep or not key.strip():
         raise BertkitError(f"--set expects KEY=VALUE with a dotted key such as optim.lr=3e-4, got '{item}'")
+    if not raw.strip():  # `--set train.steps=$STEPS` with STEPS unset: never the schema's default in silence
+        raise BertkitError(f"--set {item} has no value after '='; give one, or {key.strip()}=null to unset the key")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
+        value = yaml.safe_load(raw)
     except yaml.YAMLError:
         value = raw
     return key.strip().split("."), value
@@ -303,9 +305,11 @@ def _read_yaml(name_or_path: str) -> tuple[Path, dict[str, Any]]:
 def read_yaml_mapping(path: Path, what: str, shape: str) -> dict[str, Any]:
     """A recipe's or suite's YAML file as a mapping; bad YAML or another shape is a one-line BertkitError."""
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (yaml.YAMLError, UnicodeDecodeError) as err:
         raise BertkitError(f"{what} {path} is not valid YAML: {str(err).splitlines()[0]}") from None
+    if raw is None:  # nothing but comments or blank lines: every value would be a default, none the user's
+        raise BertkitError(f"{what} {path} is empty; it must be a YAML mapping {shape}")
     if not isinstance(raw, dict):
         raise BertkitError(f"{what} {path} must be a YAML mapping {shape}")
     return raw

@@ -11,12 +11,8 @@ from bertkit.config.schema import EngineConfig
 from bertkit.errors import BertkitError
 
 
-def resolve_device(cfg: EngineConfig) -> torch.device:
-    """The device of this process: under a launcher, GPU number LOCAL_RANK."""
-    from bertkit.engine.dist import local_rank
-
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+def check_device_request(cfg: EngineConfig) -> None:
+    """The device and precision the recipe asks for exist here: one error line, before any output is written."""
     if cfg.device == "cuda" and not torch.cuda.is_available():
         raise BertkitError(
             "the recipe asks for a GPU (engine.device=cuda) but none is available; use --set engine.device=cpu or auto"
@@ -25,6 +21,15 @@ def resolve_device(cfg: EngineConfig) -> torch.device:
         raise BertkitError(
             "engine.precision=fp16 (dynamic loss scaling) needs a GPU; on CPU use --set engine.precision=bf16 or fp32"
         )
+
+
+def resolve_device(cfg: EngineConfig) -> torch.device:
+    """The device of this process: under a launcher, GPU number LOCAL_RANK."""
+    from bertkit.engine.dist import local_rank
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    check_device_request(cfg)
     if cfg.device == "cpu" or (cfg.device == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")
     index = local_rank() if cfg.backend != "single" else torch.cuda.current_device()

@@ -10,6 +10,7 @@ from typing import Any
 from bertkit.config.recipe import load_distill_recipe, load_recipe
 from bertkit.corpus.build import BuildOptions, build_corpus
 from bertkit.data.samples import write_sample_data
+from bertkit.errors import BertkitError
 from bertkit.export.onnx import export_onnx
 from bertkit.fsutil import check_output_dir
 from bertkit.pipelines.compress import CompressOptions, compress
@@ -32,6 +33,9 @@ def quickstart(
 ) -> dict[str, Any]:
     import shutil
 
+    for option, steps in (("--pretrain-steps", pretrain_steps), ("--finetune-steps", finetune_steps)):
+        if steps is not None and steps < 1:
+            raise BertkitError(f"{option} must be at least 1, not {steps}")
     check_output_dir(output, overwrite)
     if output.exists():
         shutil.rmtree(output)
@@ -59,7 +63,9 @@ def quickstart(
     say("building a FULL-SENTENCES corpus (dynamic 15% masking)")
     corpus = build_corpus([data["pretrain"]], output / "tokenizer", output / "corpus", BuildOptions(max_seq_len=128))
     lap("corpus")
-    pre_overrides = [f"data.train={output / 'corpus'}"] + ([f"train.steps={pretrain_steps}"] if pretrain_steps else [])
+    pre_overrides = [f"data.train={output / 'corpus'}"]
+    if pretrain_steps is not None:
+        pre_overrides.append(f"train.steps={pretrain_steps}")
     say("pretraining a tiny BERT with masked language modelling")
     pre = pretrain(load_recipe("bert-tiny", pre_overrides), output / "pretrain", quiet=quiet)  # type: ignore[arg-type]
     lap("pretrain")
@@ -72,7 +78,7 @@ def quickstart(
     lap("distill")
     say("fine-tuning the pretrained model on Rotten Tomatoes sentiment")
     splits = split_reviews(data["sentiment"], output / "data")
-    ft_overrides = [f"train.steps={finetune_steps}"] if finetune_steps else []
+    ft_overrides = [f"train.steps={finetune_steps}"] if finetune_steps is not None else []
     ft = finetune(
         load_recipe("finetune-tiny", ft_overrides),
         output / "pretrain",

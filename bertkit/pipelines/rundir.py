@@ -69,6 +69,10 @@ def prepare_run_dir(
     mode = resume_mode(resume, overwrite)
     engine = getattr(recipe, "engine", None)
     if engine is None or engine.backend == "single":
+        if engine is not None:
+            from bertkit.engine.device import check_device_request
+
+            check_device_request(engine)  # a GPU asked for where there is none: before the directory is made
         return _prepare_run_dir(output, recipe, overwrite, mode, resumable)
     from bertkit.engine import dist
     from bertkit.engine.device import resolve_device

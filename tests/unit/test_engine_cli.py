@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+import torch
 from cli_helpers import error_line, runner
 
 from bertkit.cli.app import app
@@ -49,6 +51,21 @@ def test_bad_engine_options(corpus_dir: Path, tmp_path: Path) -> None:
     assert "engine.backend" in line
     line = error_line(invoke("pretrain", "-r", "bert-tiny", "-c", corpus_dir, "-o", tmp_path / "y", "--budget", "soon"))
     assert "cannot read budget 'soon'" in line
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present")
+@pytest.mark.parametrize("ask", ["engine.device=cuda", "engine.precision=fp16"])
+def test_a_gpu_asked_for_where_there_is_none_leaves_no_run_directory(
+    corpus_dir: Path, tmp_path: Path, ask: str
+) -> None:
+    """The one line comes before the run directory is made, so the same command on the CPU runs at once, without
+    --overwrite."""
+    out = tmp_path / "run"
+    line = error_line(invoke("pretrain", "-r", "bert-tiny", "-c", corpus_dir, "-o", out, *FAST, "--set", ask))
+    assert "GPU" in line and not out.exists()
+    result = invoke("pretrain", "-r", "bert-tiny", "-c", corpus_dir, "-o", out, *FAST, "--set", "train.steps=2")
+    assert result.exit_code == 0, result.output
+    assert (out / "model").is_dir()
 
 
 def test_deepspeed_set_ups_that_cannot_work_fail_at_recipe_load(corpus_dir: Path, tmp_path: Path) -> None:

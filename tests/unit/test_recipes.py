@@ -190,6 +190,27 @@ def test_infinite_nan_and_out_of_range_numbers_are_refused_at_the_recipe(overrid
     assert load_recipe("bert-tiny", ["optim.betas=[0.0,0.95]"], kind="pretrain").optim.betas == (0.0, 0.95)
 
 
+def test_an_empty_recipe_file_or_set_value_is_refused(tmp_path: Path) -> None:
+    """An empty recipe file (a truncated copy, a template never filled) would be every default, BERT-base's
+    shape; `--set train.steps=` (a shell variable left unset) the schema's default steps: both are one line."""
+    empty = tmp_path / "mine.yaml"
+    empty.write_text("# to fill in\n", encoding="utf-8")
+    assert "is empty" in run_error("recipes", "show", str(empty))
+    line = run_error("recipes", "show", "bert-tiny", "--set", "train.steps=")
+    assert line == "error: --set train.steps= has no value after '='; give one, or train.steps=null to unset the key"
+    assert load_recipe("bert-tiny", ["train.budget=null"], kind="pretrain").train.budget is None
+
+
+@pytest.mark.parametrize("option", ["--pretrain-steps", "--finetune-steps"])
+@pytest.mark.parametrize("steps", ["0", "-1"])
+def test_quickstart_steps_below_one_are_refused_before_anything_is_written(
+    tmp_path: Path, option: str, steps: str
+) -> None:
+    line = run_error("quickstart", "-o", str(tmp_path / "qs"), option, steps)
+    assert line == f"error: {option} must be at least 1, not {steps}"
+    assert not (tmp_path / "qs").exists()
+
+
 def test_each_family_has_its_own_configuration_class() -> None:
     """The model section is a discriminated union on family: every shipped recipe's model is its family's class,
     a key of another family is one line naming the family that takes it, and a typo still gets a did-you-mean."""
