@@ -137,8 +137,11 @@ def encode_command(
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
     """Encode text line by line to JSON lines of ids: `cat text | bertkit tokenize encode -t DIR`."""
+    from bertkit.errors import BertkitError
     from bertkit.tokenizers.base import load_tokenizer
 
+    if batch_lines < 1:
+        raise BertkitError(f"--batch-lines must be at least 1, not {batch_lines}")
     tok = load_tokenizer(tokenizer)
     counter = {"lines": 0, "tokens": 0, "invalid_utf8_lines": 0}
     out = sys.stdout  # one write per batch: the per-line cost is building the row strings
@@ -159,7 +162,7 @@ def encode_command(
     batch: list[str] = []
     for line in _text_lines(input, counter):
         batch.append(line)
-        if len(batch) >= max(1, batch_lines):
+        if len(batch) >= batch_lines:
             flush(batch)
             batch = []
     if batch:

@@ -79,6 +79,8 @@ def compress(
     from bertkit.tasks.data import read_task_file
 
     opts = opts or CompressOptions()
+    if opts.copies is not None and opts.copies < 0:
+        raise BertkitError(f"--copies must be 0 (no augmentation) or more, not {opts.copies}")
     if env_world_size() > 1:
         # Every rank would augment, distil and benchmark on its own into one directory.
         raise BertkitError(

@@ -118,7 +118,7 @@ def _embed(
 ) -> dict[str, Any]:
     cfg, tokenizer, model, target = loaded.cfg, loaded.tokenizer, loaded.model, loaded.device
     limit = cfg.max_position_embeddings - cfg.position_offset
-    max_len = min(max_seq_len or limit, limit)
+    max_len = min(limit if max_seq_len is None else max_seq_len, limit)
     if max_len < 3:
         raise BertkitError(f"--max-seq-len must be at least 3 ([CLS] text [SEP]), not {max_seq_len}")
     data = read_texts(input_path, text_field, split, skip_bad_rows, quoting)

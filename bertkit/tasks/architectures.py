@@ -45,4 +45,4 @@ def build_task_model(architecture: str, meta: dict[str, Any], cfg: ModelConfig, 
 def window_length(cfg: ModelConfig, task: dict[str, Any], max_seq_len: int | None) -> int:
     """Tokens per input: --max-seq-len, else what the model was fine-tuned with, never more than its positions."""
     limit = cfg.max_position_embeddings - cfg.position_offset
-    return min(max_seq_len or task.get("max_seq_len") or limit, limit)
+    return min(max_seq_len if max_seq_len is not None else task.get("max_seq_len") or limit, limit)

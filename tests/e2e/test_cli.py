@@ -270,6 +270,9 @@ def test_empty_input_leaves_no_output(tmp_path: Path, tokenizer_dir: Path) -> No
         "build-corpus", "--input", str(empty), "--tokenizer", str(tokenizer_dir), "--output", str(tmp_path / "c")
     )
     assert "no text" in run_error("tokenize", "train", "--input", str(empty), "--output", str(tmp_path / "t"))
+    for lines in ("0", "-5"):
+        line = run_error("tokenize", "encode", "-t", str(tokenizer_dir), "-i", str(empty), "--batch-lines", lines)
+        assert line == f"error: --batch-lines must be at least 1, not {lines}"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.txt"]
 
 

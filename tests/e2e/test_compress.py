@@ -115,6 +115,8 @@ def test_compress_bad_input(teacher: Path, pretrained_run: Path, split: dict[str
     assert "fine-tuned classifier" in line and "bertkit finetune" in line
     line = run_error(*base, "--teacher", str(teacher), "--layers", "2")
     assert "--layers must be between 1 and 1" in line
+    line = run_error(*base, "--teacher", str(teacher), "--copies", "-1")
+    assert line == "error: --copies must be 0 (no augmentation) or more, not -1"
     assert not out.exists()
     line = run_error("compress", "--teacher", str(teacher), "--train", str(tmp_path / "missing.csv"), "--eval",
                      str(split["eval"]), "-o", str(out))  # fmt: skip

@@ -259,6 +259,7 @@ def test_embed_refuses_to_replace_and_leaves_no_temp(tmp_path: Path, minilm_dir:
     assert "must end in .npy or .parquet" in run_error(*args[:-1], str(tmp_path / "e.csv"))
     assert "--layer 9" in run_error(*args, "--overwrite", "--layer", "9")
     assert "--device takes" in run_error(*args, "--overwrite", "--device", "tpu")
+    assert "--max-seq-len must be at least 3" in run_error(*args, "--overwrite", "--max-seq-len", "0")
     if not torch.cuda.is_available():
         assert "no GPU is available" in run_error(*args, "--overwrite", "--device", "cuda")
     assert target.read_bytes() == b"mine"

@@ -65,6 +65,7 @@ def test_predict_agrees_with_the_finetune_evaluation(tmp_path: Path, review_run)
     assert len(records) == 100
     args = ["predict", "-m", str(folder / "run"), "-i", str(folder / "eval.csv"), "-o", str(tmp_path / "q.jsonl")]
     assert "--device takes auto, cpu or cuda" in run_error(*args, "--device", "gpu")
+    assert "--max-seq-len must be at least 3" in run_error(*args, "--max-seq-len", "0")  # not the model's own
     if not torch.cuda.is_available():
         assert run_error(*args, "--device", "cuda") == (
             "error: --device cuda but no GPU is available; use --device auto or cpu"

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.config.schema import qa_context_room
+from bertkit.errors import BertkitError
 from bertkit.pipelines.predict.common import InferenceModel, jsonl_sink
 from bertkit.progress import Tracker
 from bertkit.tasks.architectures import window_length
@@ -31,6 +32,8 @@ def predict_qa(
     cfg, tokenizer, model, target = loaded.cfg, loaded.tokenizer, loaded.model, loaded.device
     task = loaded.meta.get("task") or {}
     max_len = window_length(cfg, task, max_seq_len)
+    if qa_context_room(max_len) < 1:
+        raise BertkitError(f"--max-seq-len {max_len} leaves no room for a context beside the question; give more")
     # The stride the model was trained with; a --max-seq-len window too short for it derives its own.
     stride = task.get("doc_stride")
     if stride is not None and int(stride) >= qa_context_room(max_len):
