@@ -226,6 +226,10 @@ def _check_row(
             if problem is not None:
                 return problem, none
             continue
+        if isinstance(row.get(name), list | tuple | dict):
+            kind = "an object" if isinstance(row.get(name), dict) else "a list"
+            hint = "; for several labels a row use --task multi-label" if name == label_field else ""
+            return f"{what} (column '{name}') is {kind}, not one value{hint}", none
         value = _value_text(row.get(name))
         if value is not None and _UNDECODABLE.search(value):
             return (

@@ -125,6 +125,22 @@ def test_regression_labels_must_be_numbers(tmp_path: Path) -> None:
     assert data.labels == [3.5] and data.pairs == ["two"]
 
 
+def test_a_list_or_object_where_one_value_goes_is_a_bad_row(tmp_path: Path) -> None:
+    """JSON lines whose label is a list (multi-label data read as classification) or an object, or whose text is a
+    list: bad rows named as such, never a class called "['a']"."""
+    path = tmp_path / "labels.jsonl"
+    rows = [{"text": "fine", "label": "a"}, {"text": "x y", "label": ["a"]}, {"text": "z", "label": {"a": 1}},
+            {"text": ["a", "b"], "label": "b"}, {"text": "ok", "label": 1}]  # fmt: skip
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    with pytest.raises(BertkitError, match=r"line 2: label \(column 'label'\) is a list.*--task multi-label"):
+        read_task_data(path)
+    data = read_task_data(path, skip_bad_rows=True)
+    assert data.texts == ["fine", "ok"] and data.labels == ["a", "1"] and data.skipped == 3
+    assert "label (column 'label') is an object" in data.skipped_rows[1]
+    assert "text (column 'text') is a list" in data.skipped_rows[2]
+    assert read_task_data(path, skip_bad_rows=True, label_type="list").labels[1] == ["a"]
+
+
 def test_json_lines_break_only_at_newlines(tmp_path: Path) -> None:
     """U+2028, U+0085 and form feeds are legal raw characters inside a JSON string (json.dumps writes them
     unescaped with ensure_ascii=False), and real web text has them: a row holding one is one row, as for
