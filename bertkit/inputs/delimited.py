@@ -8,6 +8,7 @@ are written (some of their fields start with a quote they never close)."""
 from __future__ import annotations
 
 import csv
+import re
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -16,6 +17,10 @@ from typing import Any, Literal
 from bertkit.errors import BertkitError
 
 Quoting = Literal["csv", "none"]
+# What a header read from bytes that are not UTF-8 holds: NULs (UTF-16: never readable line by line as UTF-8) or
+# surrogate-escaped undecodable bytes (where the reader keeps them). A reader that replaces bad bytes with U+FFFD
+# under the user's --invalid-utf8 replace goes on with the columns it can name.
+_NOT_UTF8_TEXT = re.compile("[\x00\udc80-\udcff]")
 QUOTINGS: tuple[Quoting, ...] = ("csv", "none")
 
 
@@ -30,6 +35,18 @@ def delimited_reader(lines: Iterable[str], delimiter: str, quoting: Quoting) -> 
 def header_names(row: list[str]) -> list[str]:
     """A header row's column names, without surrounding spaces or a byte-order mark."""
     return [name.strip().removeprefix("\ufeff") for name in row]
+
+
+def checked_header(path: Path, row: list[str]) -> list[str]:
+    """`header_names`, or one error line for a header that is not UTF-8 text (a UTF-16 or Latin-1 file), which
+    would otherwise be reported as missing its columns."""
+    names = header_names(row)
+    if any(_NOT_UTF8_TEXT.search(name) for name in names):
+        raise BertkitError(
+            f"{path} line 1: the header is not UTF-8 text (NUL bytes or undecodable bytes: a UTF-16 or Latin-1 "
+            "file?); re-encode the file as UTF-8, e.g. iconv -f utf-16 -t utf-8 IN > OUT"
+        )
+    return names
 
 
 def checked_quoting(value: str) -> Quoting:
@@ -76,7 +93,7 @@ def delimited_rows(
             raise BertkitError(f"{path} line 1: cannot parse the header as {kind} ({err})") from None
         if header is None:
             raise BertkitError(f"{path} is empty; give a {kind} file with a header line and examples")
-        header = header_names(header)
+        header = checked_header(path, header)
         first_row = 1  # the header is row 1, as in a spreadsheet
     against = "task.columns names" if columns is not None else "the header has"
     hint = "a tab inside a field?" if unquoted or delimiter == "\t" else "an unquoted comma?"

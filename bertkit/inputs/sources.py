@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from bertkit.errors import BertkitError
-from bertkit.inputs.delimited import delimited_reader, header_names, require_columns
+from bertkit.inputs.delimited import checked_header, delimited_reader, require_columns
 
 
 @dataclass
@@ -185,7 +185,7 @@ def _iter_delimited_documents(path: Path, delimiter: str, stats: ReadStats, text
     # fields may be quoted, a quoted field spanning lines.
     reader = delimited_reader(lines(), delimiter, "none" if delimiter == "\t" else "csv")
     try:
-        header = header_names(next(reader, []))
+        header = checked_header(path, next(reader, []))
         require_columns(path, header, [text_field], "choose the text column with --text-field")
         column = header.index(text_field)
         for row in reader:

@@ -281,13 +281,10 @@ def _csv_rows(
     quoting: Quoting = "csv",
     unquoted_by: str = "set task.quoting to none",
 ) -> tuple[Any, list[str]]:
-    """(rows, header) of a CSV/TSV file (inputs/delimited.py's `delimited_rows`), its header checked for bytes that
-    are not UTF-8 (read_text keeps them as lone surrogates)."""
-    rows, header = delimited_rows(path, io.StringIO(read_text(path), newline=""), delimiter, quoting,
-                                  columns=columns, unquoted_by=unquoted_by)  # fmt: skip
-    if columns is None and any(_UNDECODABLE.search(name) for name in header):
-        raise BertkitError(f"{path} line 1 (the header) is not UTF-8 text; re-encode the file as UTF-8")
-    return rows, header
+    """(rows, header) of a CSV/TSV file (inputs/delimited.py's `delimited_rows`, which refuses a header that is not
+    UTF-8: read_text keeps undecodable bytes as lone surrogates)."""
+    return delimited_rows(path, io.StringIO(read_text(path), newline=""), delimiter, quoting,
+                          columns=columns, unquoted_by=unquoted_by)  # fmt: skip
 
 
 def _jsonl_rows(path: Path):

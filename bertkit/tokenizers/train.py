@@ -47,6 +47,12 @@ class TrainOptions:
             raise BertkitError(f"--character-coverage must be in [0.9, 1.0], not {self.character_coverage}")
         if self.max_sentences < 1:
             raise BertkitError("--max-sentences must be at least 1")
+        if self.min_frequency < 0:
+            raise BertkitError(f"--min-frequency must be 0 or more, not {self.min_frequency}")
+        if self.limit_alphabet is not None and self.limit_alphabet < 1:
+            raise BertkitError(f"--limit-alphabet must be at least 1, not {self.limit_alphabet}")
+        if self.threads < 0:
+            raise BertkitError(f"--threads must be 0 (all cores) or more, not {self.threads}")
         return replace(self, lowercase=lowercase, strip_accents=strip)
 
 
@@ -59,6 +65,9 @@ def minimum_vocab_size(kind: str, options: TrainOptions) -> tuple[int, str]:
     if kind.startswith("sentencepiece") and options.byte_fallback:
         return specials + BYTE_ALPHABET + 1, f"the {specials} special tokens, the {BYTE_ALPHABET} bytes and a piece"
     return specials + 1, f"the {specials} special tokens and a character"
+
+
+MAX_VOCAB_SIZE = 2**31 - 1
 
 
 def _threads(requested: int) -> int:
@@ -93,6 +102,8 @@ def train_tokenizer(
     minimum, what = minimum_vocab_size(kind, opts)
     if vocab_size < minimum:
         raise BertkitError(f"--vocab-size {vocab_size} is too small for {kind}: {what} need {minimum} entries")
+    if vocab_size > MAX_VOCAB_SIZE:  # the trainers' own limit (a 32-bit count), refused before any text is read
+        raise BertkitError(f"--vocab-size {vocab_size} is too large: at most {MAX_VOCAB_SIZE:,}")
     if opts.threads > 0:
         # Read by the Rust thread pool when it starts, i.e. at the first parallel call of this process.
         os.environ.setdefault("RAYON_NUM_THREADS", str(opts.threads))

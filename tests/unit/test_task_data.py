@@ -46,6 +46,8 @@ def test_bad_rows_are_named_or_skipped(tmp_path: Path) -> None:
         (b"text,label\nfine,pos\n", {"label_field": "sentiment"}, "no column 'sentiment'"),
         (b"text,label\nfine,pos\ncaf\xe9,neg\n", {}, "row 3 (line 3): column 'text' is not UTF-8"),
         (b'text,label\n"unclosed,pos\n', {}, "row 2 (line 2): cannot parse as CSV"),
+        ("text,label\nfine,pos\n".encode("utf-16"), {}, "line 1: the header is not UTF-8 text"),
+        (b"t\xe9xt,label\nfine,pos\n", {"text_field": "t\xe9xt"}, "line 1: the header is not UTF-8 text"),
     ],
 )
 def test_bad_files_are_one_clear_error(tmp_path: Path, content: bytes, kwargs: dict, needle: str) -> None:

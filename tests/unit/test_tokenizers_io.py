@@ -125,6 +125,11 @@ def test_invalid_utf8_is_replaced_and_counted(text_file: Path, tmp_path: Path) -
         (["--kind", "sentencepiece-bpe", "--vocab-size", "40"], "raise --vocab-size"),
         (["--kind", "wordpiece", "--vocab-size", "40"], "alphabet of this corpus"),
         (["--kind", "bbpe", "--strip-accents"], "wordpiece option"),
+        # Values the trainers refuse as they are made, before any text is read (not "no text found"):
+        (["--min-frequency", "-1"], "--min-frequency must be 0 or more, not -1"),
+        (["--limit-alphabet", "-1"], "--limit-alphabet must be at least 1, not -1"),
+        (["--vocab-size", "99999999999999999999"], "is too large: at most 2,147,483,647"),
+        (["--threads", "-1"], "--threads must be 0 (all cores) or more"),
     ],
 )
 def test_bad_requests_are_one_line_and_leave_nothing(
@@ -133,6 +138,16 @@ def test_bad_requests_are_one_line_and_leave_nothing(
     message = run_error("tokenize", "train", "-i", str(text_file), "-o", str(tmp_path / "tok"), *args)
     assert needle in message
     assert list(tmp_path.iterdir()) == []  # no output, no temporary directory
+
+
+def test_a_utf16_csv_is_named_as_such(tmp_path: Path, tokenizer_dir: Path) -> None:
+    """Not "no column 'text' (columns: <NUL bytes>)": the file's encoding is what is wrong."""
+    source = tmp_path / "in.csv"
+    source.write_text("text,label\nhello there,a\n", encoding="utf-16")
+    for args in (["tokenize", "train", "-i", str(source), "-o", str(tmp_path / "tok")],
+                 ["build-corpus", "-i", str(source), "-t", str(tokenizer_dir), "-o", str(tmp_path / "c")]):  # fmt: skip
+        assert "line 1: the header is not UTF-8 text" in run_error(*args)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
 
 
 @pytest.mark.parametrize("kind", ["wordpiece", "bbpe", "sentencepiece-unigram", "sentencepiece-bpe"])
