@@ -37,7 +37,12 @@ class Tracker:
         self.unit = unit
         self._progress = Progress(*columns, console=stderr_console)
         self._task = self._progress.add_task(description, total=total, info="", rate="")
-        self._progress.start()
+        # A terminal gets the live bar. A log file or pipe (which cannot redraw) gets the bar's final state once the
+        # work is done, and nothing when it failed: rich's display would still end with a blank line there, before
+        # the error line.
+        self._live = stderr_console.is_terminal
+        if self._live:
+            self._progress.start()
 
     def advance(self, amount: float = 1, info: str | None = None) -> None:
         if self._progress is None:
@@ -56,10 +61,14 @@ class Tracker:
 
     def close(self, failed: bool = False) -> None:
         if self._progress is not None:
-            if failed:
-                # Erase the bar: the error line alone should be what the user sees.
-                self._progress.live.transient = True
-            self._progress.stop()
+            if not self._live:
+                if not failed:
+                    stderr_console.print(self._progress.get_renderable())
+            else:
+                if failed:
+                    # Erase the bar: the error line alone should be what the user sees.
+                    self._progress.live.transient = True
+                self._progress.stop()
             self._progress = None
 
     def __enter__(self) -> Tracker:

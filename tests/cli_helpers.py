@@ -27,7 +27,7 @@ def run_json(*args: str, input: str | bytes | None = None) -> dict:
 def error_line(result) -> str:
     """A failed invocation must exit 2 with exactly one `error:` line on stderr and no traceback."""
     assert result.exit_code == 2, result.output
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    lines = result.stderr.splitlines()  # blank lines count: stderr holds the error line and nothing else
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     assert "Traceback" not in result.output
     return lines[0]

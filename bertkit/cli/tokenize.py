@@ -234,6 +234,9 @@ def extend_command(
         "text", "--text-field", help="Field/column holding the text (JSON lines, CSV/TSV, Parquet, datasets)."
     ),
     max_lines: int = typer.Option(1_000_000, "--max-lines", help="Read at most this many lines of the input."),
+    invalid_utf8: str = typer.Option(
+        "error", "--invalid-utf8", metavar="error|replace", help="error, or replace bad bytes with U+FFFD."
+    ),
     overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
@@ -244,7 +247,9 @@ def extend_command(
     from bertkit.pipelines.extend_vocab import extend_vocabulary
 
     result = extend_vocabulary(tokenizer, input, output, add, words, min_frequency, text_field, max_lines, overwrite,
-                               quiet)  # fmt: skip
+                               quiet, invalid_utf8)  # fmt: skip
+    if result["invalid_utf8_lines"] and not quiet:
+        sys.stderr.write(f"note: {result['invalid_utf8_lines']} line(s) had invalid UTF-8, replaced with U+FFFD\n")
     if json_out or quiet:
         emit(result, json_out, "tokenizer extended")
         return

@@ -38,7 +38,10 @@ def extend_vocabulary(
     max_lines: int = 1_000_000,
     overwrite: bool = False,
     quiet: bool = False,
+    invalid_utf8: str = "error",
 ) -> dict[str, Any]:
+    if invalid_utf8 not in ("error", "replace"):
+        raise BertkitError(f"--invalid-utf8 must be error or replace, not '{invalid_utf8}'")
     if words_file is None and add < 1:
         raise BertkitError(f"--add must be at least 1, not {add} (or list the words with --words FILE)")
     if words_file is not None and add:
@@ -68,6 +71,12 @@ def extend_vocabulary(
                 tracker.advance(stats.bytes - read)
                 read = stats.bytes
         tracker.advance(stats.bytes - read)
+    if stats.invalid_utf8_lines and invalid_utf8 == "error":
+        # Replaced bytes would cut words into fragments ("caf" of a Latin-1 "café") that could be chosen.
+        raise BertkitError(
+            f"{stats.invalid_utf8_lines} of the {stats.lines} input lines read are not valid UTF-8; re-encode the "
+            "input as UTF-8, or pass --invalid-utf8 replace to replace bad bytes with U+FFFD"
+        )
     if not lines:
         raise BertkitError(f"{', '.join(map(str, inputs))} holds no text to choose words from")
     counts = count_words(base, lines)
@@ -92,6 +101,7 @@ def extend_vocabulary(
         "added": len(words),
         "vocab_size": {"before": base.vocab_size, "after": extended.vocab_size},
         "lines": len(lines),
+        "invalid_utf8_lines": stats.invalid_utf8_lines,
         "words": word_table(words, base),
         "fertility": {"before": before["fertility"], "after": after["fertility"]},
         "tokens": {"before": before["sample_tokens"], "after": after["sample_tokens"]},

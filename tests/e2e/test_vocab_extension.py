@@ -105,7 +105,16 @@ def test_extend_bad_input_is_one_line(tmp_path: Path, minilm_dir: Path, plots: P
     words.write_bytes(b"caf\xe9\n")  # Latin-1, not UTF-8
     assert "is not UTF-8 text" in run_error("tokenize", "extend", "--tokenizer", str(minilm_dir), "-i", str(plots),
                                             "--words", str(words), "-o", str(tmp_path / "b"))  # fmt: skip
-    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    # The real plots with one of them written in Latin-1: refused, or read with U+FFFD and counted when asked.
+    latin1 = tmp_path / "plots-latin1.txt"
+    first, *rest = plots.read_text("utf-8").splitlines()
+    latin1.write_bytes("\n".join([first + " caf\u00e9", *rest]).encode("utf-8").replace(b"caf\xc3\xa9", b"caf\xe9"))
+    extend = ["tokenize", "extend", "--tokenizer", str(minilm_dir), "-i", str(latin1), "--add", "5", "--quiet"]
+    line = run_error(*extend, "-o", str(tmp_path / "c"))
+    assert "input lines read are not valid UTF-8" in line and "--invalid-utf8 replace" in line
+    replaced = run_json(*extend, "-o", str(tmp_path / "d"), "--invalid-utf8", "replace")
+    assert replaced["invalid_utf8_lines"] >= 1 and replaced["added"] == 5
+    assert not any((tmp_path / name).exists() for name in ("a", "b", "c"))
 
 
 def test_continued_pretraining_grows_the_vocabulary(
