@@ -20,10 +20,12 @@ class BertkitError(Exception):
 def os_error_from(err: BaseException, path: object = None) -> OSError | None:
     """The OSError behind a Rust library's I/O failure (safetensors, tokenizers: "... No space left on device (os
     error 28)"), for the one line an OSError gets; None when `err` is not one."""
-    found = re.search(r"\(os error (\d+)\)", str(err))
+    # Rust's io::Error as Display ("... (os error 28)") or as Debug ("Os { code: 28, kind: StorageFull, ... }"),
+    # as the libraries' versions word it.
+    found = re.search(r"\(os error (\d+)\)|Os \{ code: (\d+)", str(err))
     if found is None:
         return None
-    code = int(found[1])
+    code = int(found[1] or found[2])
     return OSError(code, os.strerror(code), *([str(path)] if path is not None else []))
 
 

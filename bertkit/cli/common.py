@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
 import json
 import os
 import sys
@@ -107,6 +109,7 @@ def guarded(func: F) -> F:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             raise SystemExit(0) from None
         except OSError as err:  # full disk, permissions, a vanished file: the environment, not a bug
+            _drop_stdout_it_cannot_write()
             fail(f"{err.strerror or err}{f': {err.filename}' if getattr(err, 'filename', None) else ''}")
         except MemoryError:
             fail("out of memory; lower the batch size or sequence length")
@@ -120,6 +123,17 @@ def guarded(func: F) -> F:
             fail(message)
 
     return handled  # type: ignore[return-value]
+
+
+def _drop_stdout_it_cannot_write() -> None:
+    """After an OSError: if stdout cannot take what it still holds (the disk it writes to is full), send it to
+    devnull, so that the interpreter's final flush does not fail again after the error line."""
+    try:
+        sys.stdout.flush()
+    except OSError:
+        # (a stdout without a descriptor, a test's capture, is left as it is)
+        with contextlib.suppress(OSError, ValueError, io.UnsupportedOperation):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _end_tracked_runs(err: BaseException) -> None:

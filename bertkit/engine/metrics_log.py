@@ -82,7 +82,7 @@ class TensorBoardCurves:
     A resumed run opens a new event file that purges every point from its checkpoint's step on (TensorBoard's
     `purge_step`, which its reader applies: the stopped attempt's points past the checkpoint, and a final
     evaluation the run makes again), then logs again the kept rows of that step, which the resumed run does not
-    log anew: the curves hold exactly the rows of metrics.jsonl."""
+    log anew: the curves hold exactly the rows of metrics.jsonl (since the first attempt with event files)."""
 
     def __init__(self, folder: Path, rows: list[dict[str, Any]], resumed_step: int | None) -> None:
         from torch.utils.tensorboard import SummaryWriter

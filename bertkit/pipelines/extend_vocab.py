@@ -71,12 +71,12 @@ def extend_vocabulary(
                 tracker.advance(stats.bytes - read)
                 read = stats.bytes
         tracker.advance(stats.bytes - read)
-    if stats.invalid_utf8_lines and invalid_utf8 == "error":
-        # Replaced bytes would cut words into fragments ("caf" of a Latin-1 "café") that could be chosen.
-        raise BertkitError(
-            f"{stats.invalid_utf8_lines} of the {stats.lines} input lines read are not valid UTF-8; re-encode the "
-            "input as UTF-8, or pass --invalid-utf8 replace to replace bad bytes with U+FFFD"
-        )
+        if stats.invalid_utf8_lines and invalid_utf8 == "error":  # inside the bar: it is erased, the line alone
+            # Replaced bytes would cut words into fragments ("caf" of a Latin-1 "café") that could be chosen.
+            raise BertkitError(
+                f"{stats.invalid_utf8_lines} of the {stats.lines} input lines read are not valid UTF-8; re-encode "
+                "the input as UTF-8, or pass --invalid-utf8 replace to replace bad bytes with U+FFFD"
+            )
     if not lines:
         raise BertkitError(f"{', '.join(map(str, inputs))} holds no text to choose words from")
     counts = count_words(base, lines)

@@ -209,15 +209,17 @@ def run_on_a_full_disk(args: list[str], **kwargs) -> subprocess.CompletedProcess
 
 
 @pytest.mark.parametrize("unbuffered", ["", "1"])
+@pytest.mark.parametrize("batch_lines", ["8192", "1"])
 def test_output_cut_off_by_a_full_disk_is_an_error(
-    tmp_path: Path, text_file: Path, tokenizer_dir: Path, unbuffered: str
+    tmp_path: Path, text_file: Path, tokenizer_dir: Path, unbuffered: str, batch_lines: str
 ) -> None:
-    """`tokenize encode > FILE` on a full disk: one error line and a non-zero exit, with or without
-    PYTHONUNBUFFERED, whose stdout would otherwise drop the rest of a short write and exit 0."""
+    """`tokenize encode > FILE` on a full disk, in large writes or a line at a time: one error line and exit 2,
+    with or without PYTHONUNBUFFERED, whose stdout would otherwise drop the rest of a short write and exit 0
+    (and a line-buffered stdout that still holds a line would fail again at exit)."""
     out = tmp_path / "ids.jsonl"
+    args = ["tokenize", "encode", "-t", str(tokenizer_dir), "-i", str(text_file), "--batch-lines", batch_lines]
     with out.open("wb") as stdout:
-        result = run_on_a_full_disk(["tokenize", "encode", "-t", str(tokenizer_dir), "-i", str(text_file)],
-                                    stdout=stdout, env={**os.environ, "PYTHONUNBUFFERED": unbuffered})  # fmt: skip
+        result = run_on_a_full_disk(args, stdout=stdout, env={**os.environ, "PYTHONUNBUFFERED": unbuffered})
     assert out.stat().st_size == 16384  # the text encodes to far more: the output was cut off
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().splitlines() == ["error: File too large"], result.stderr

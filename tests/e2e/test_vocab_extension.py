@@ -109,10 +109,10 @@ def test_extend_bad_input_is_one_line(tmp_path: Path, minilm_dir: Path, plots: P
     latin1 = tmp_path / "plots-latin1.txt"
     first, *rest = plots.read_text("utf-8").splitlines()
     latin1.write_bytes("\n".join([first + " caf\u00e9", *rest]).encode("utf-8").replace(b"caf\xc3\xa9", b"caf\xe9"))
-    extend = ["tokenize", "extend", "--tokenizer", str(minilm_dir), "-i", str(latin1), "--add", "5", "--quiet"]
-    line = run_error(*extend, "-o", str(tmp_path / "c"))
+    extend = ["tokenize", "extend", "--tokenizer", str(minilm_dir), "-i", str(latin1), "--add", "5"]
+    line = run_error(*extend, "-o", str(tmp_path / "c"))  # without --quiet: the reading bar leaves nothing
     assert "input lines read are not valid UTF-8" in line and "--invalid-utf8 replace" in line
-    replaced = run_json(*extend, "-o", str(tmp_path / "d"), "--invalid-utf8", "replace")
+    replaced = run_json(*extend, "-o", str(tmp_path / "d"), "--invalid-utf8", "replace")  # run_json: --quiet
     assert replaced["invalid_utf8_lines"] >= 1 and replaced["added"] == 5
     assert not any((tmp_path / name).exists() for name in ("a", "b", "c"))
 

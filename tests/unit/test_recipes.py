@@ -173,7 +173,7 @@ def test_a_negative_seed_option_is_one_error_line_before_any_input_is_read(tmp_p
     ("override", "needle"),
     [
         ("optim.lr=inf", "'optim.lr': Input should be a finite number"),
-        ("optim.lr=1e400", "'optim.lr': Input should be a finite number"),  # YAML reads it as inf
+        ("optim.lr=1e400", "'optim.lr': Input should be a finite number"),  # past a float: pydantic makes it inf
         ("optim.lr=nan", "'optim.lr': Input should be a finite number"),
         ("optim.weight_decay=inf", "'optim.weight_decay': Input should be a finite number"),
         ("objective.mlm=inf", "'objective.mlm': Input should be a finite number"),
