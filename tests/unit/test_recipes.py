@@ -181,11 +181,15 @@ def test_a_negative_seed_option_is_one_error_line_before_any_input_is_read(tmp_p
         ("optim.betas=[nan,0.9]", "'optim.betas.0': Input should be a finite number"),
         ("optim.betas=[0.9,1.5]", "'optim.betas.1': Input should be less than 1"),
         ("optim.betas=[-0.1,0.9]", "'optim.betas.0': Input should be greater than or equal to 0"),
+        # pydantic reads true/false as 1/0: a rate of 1.0, a run of one step
+        ("optim.lr=true", "bad value for 'optim': 'lr' takes a number, not true"),
+        ("train.steps=true", "bad value for 'train': 'steps' takes a number, not true"),
+        ("objective.nsp=false", "bad value for 'objective': 'nsp' takes a number, not false"),
     ],
 )
 def test_infinite_nan_and_out_of_range_numbers_are_refused_at_the_recipe(override: str, needle: str) -> None:
-    """No number of a recipe is infinite or NaN, and Adam's betas lie in [0, 1): refused in one line where the
-    recipe is read, not as a traceback from the optimizer or a run that trains on NaN."""
+    """No number of a recipe is infinite, NaN or true/false, and Adam's betas lie in [0, 1): refused in one line
+    where the recipe is read, not as a traceback from the optimizer or a run that trains on NaN."""
     assert needle in run_error("recipes", "show", "bert-tiny", "--set", override)
     assert load_recipe("bert-tiny", ["optim.betas=[0.0,0.95]"], kind="pretrain").optim.betas == (0.0, 0.95)
 
