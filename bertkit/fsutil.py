@@ -99,12 +99,12 @@ def save_safetensors(tensors: dict[str, Any], path: Path | str, metadata: dict[s
         save_file(tensors, str(path), metadata=metadata)
 
 
-def save_safetensors_atomic(path: Path, tensors: dict[str, Any]) -> None:
+def save_safetensors_atomic(path: Path, tensors: dict[str, Any], metadata: dict[str, str] | None = None) -> None:
     """Tensors to a safetensors file under a temporary name, then renamed: never a half-written file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        save_safetensors({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, tmp)
+        save_safetensors({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, tmp, metadata)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -106,7 +106,7 @@ def guarded(func: F) -> F:
             # The reader of stdout stopped early (`bertkit recipes show X | head`): it has what it wanted, and
             # the work is done (stdout only gets the result). Leave quietly; stdout goes to devnull first so
             # that the interpreter's final flush cannot fail on the closed pipe again.
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            _stdout_to_devnull()
             raise SystemExit(0) from None
         except OSError as err:  # full disk, permissions, a vanished file: the environment, not a bug
             _drop_stdout_it_cannot_write()
@@ -133,7 +133,11 @@ def _drop_stdout_it_cannot_write() -> None:
     except OSError:
         # (a stdout without a descriptor, a test's capture, is left as it is)
         with contextlib.suppress(OSError, ValueError, io.UnsupportedOperation):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            _stdout_to_devnull()
+
+
+def _stdout_to_devnull() -> None:
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _end_tracked_runs(err: BaseException) -> None:

@@ -100,8 +100,7 @@ def train_command(
             on_progress=tracker.advance,
             options=options,
         )
-    if result["invalid_utf8_lines"] and not quiet:
-        sys.stderr.write(f"note: {result['invalid_utf8_lines']} line(s) had invalid UTF-8, replaced with U+FFFD\n")
+    _note_replaced_lines(result["invalid_utf8_lines"], quiet)
     emit(result, json_out, "tokenizer trained")
 
 
@@ -168,8 +167,7 @@ def encode_command(
     if batch:
         flush(batch)
     out.flush()
-    if counter["invalid_utf8_lines"] and not quiet:
-        sys.stderr.write(f"note: {counter['invalid_utf8_lines']} line(s) had invalid UTF-8, replaced with U+FFFD\n")
+    _note_replaced_lines(counter["invalid_utf8_lines"], quiet)
     if json_out:
         out.write(json.dumps(counter) + "\n")
         out.flush()
@@ -248,8 +246,7 @@ def extend_command(
 
     result = extend_vocabulary(tokenizer, input, output, add, words, min_frequency, text_field, max_lines, overwrite,
                                quiet, invalid_utf8)  # fmt: skip
-    if result["invalid_utf8_lines"] and not quiet:
-        sys.stderr.write(f"note: {result['invalid_utf8_lines']} line(s) had invalid UTF-8, replaced with U+FFFD\n")
+    _note_replaced_lines(result["invalid_utf8_lines"], quiet)
     if json_out or quiet:
         emit(result, json_out, "tokenizer extended")
         return
@@ -299,3 +296,9 @@ def _print_inspection(result: dict) -> None:
         for row in result["most_split_words"]:
             words.add_row(row["word"], str(row["tokens"]), " ".join(row["pieces"]))
         console.print(words)
+
+
+def _note_replaced_lines(count: int, quiet: bool) -> None:
+    """The one line that says how many input lines held bytes that are not UTF-8, read as U+FFFD."""
+    if count and not quiet:
+        sys.stderr.write(f"note: {count} line(s) had invalid UTF-8, replaced with U+FFFD\n")

@@ -29,7 +29,7 @@ from bertkit.corpus.shards import MANIFEST, ShardWriter
 from bertkit.errors import BertkitError
 from bertkit.fsutil import atomic_output_dir, read_json, remove_dead_tmp_dirs
 from bertkit.inputs.remote import is_url
-from bertkit.inputs.sources import ReadStats, expand_inputs, iter_documents
+from bertkit.inputs.sources import INVALID_UTF8, ReadStats, expand_inputs, iter_documents
 from bertkit.modelio.layout import tokenizer_source
 from bertkit.tokenizers.base import Tokenizer, load_tokenizer
 
@@ -40,9 +40,9 @@ DOCS_PER_BLOCK = 256
 CHARS_PER_BLOCK = 1 << 20
 
 
-# What --masking, --invalid-utf8 and --long-sentences take (FORMATS, LAYOUTS and STRATEGIES: pack.py, masking.py).
+# What --masking and --long-sentences take (FORMATS, LAYOUTS and STRATEGIES: pack.py, masking.py; INVALID_UTF8:
+# inputs/sources.py).
 MASKINGS = ("dynamic", "static")
-INVALID_UTF8 = ("error", "replace")
 LONG_SENTENCES = ("split", "error")
 
 

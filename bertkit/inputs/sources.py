@@ -24,6 +24,10 @@ from typing import BinaryIO
 from bertkit.errors import BertkitError
 from bertkit.inputs.delimited import checked_header, delimited_reader, require_columns
 
+# What --invalid-utf8 takes: refuse a file with bytes that are not UTF-8, or read them as U+FFFD (ReadStats counts
+# the lines).
+INVALID_UTF8 = ("error", "replace")
+
 
 @dataclass
 class ReadStats:

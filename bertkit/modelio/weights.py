@@ -5,7 +5,6 @@ and read back with one clear error for a missing, corrupt or truncated file. Mod
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import torch
@@ -13,7 +12,7 @@ from safetensors.torch import load_file
 from torch import nn
 
 from bertkit.errors import BertkitError
-from bertkit.fsutil import save_safetensors
+from bertkit.fsutil import save_safetensors_atomic
 
 WEIGHTS = "model.safetensors"
 
@@ -21,14 +20,7 @@ WEIGHTS = "model.safetensors"
 def save_weights(model: nn.Module | dict[str, torch.Tensor], path: Path, prefix: str = "") -> None:
     """Save a module's state dict, or a state dict, (contiguous CPU copies) as safetensors, via a temporary name."""
     state = model.state_dict() if isinstance(model, nn.Module) else model
-    tensors = {prefix + k: v.detach().cpu().contiguous() for k, v in state.items()}
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        save_safetensors(tensors, tmp, metadata={"format": "pt", "producer": "bertkit"})
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    os.replace(tmp, path)
+    save_safetensors_atomic(path, {prefix + k: v for k, v in state.items()}, {"format": "pt", "producer": "bertkit"})
 
 
 def read_weights(path: Path) -> dict[str, torch.Tensor]:

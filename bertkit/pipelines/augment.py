@@ -44,6 +44,7 @@ import torch
 
 from bertkit.distill.stopwords import replaceable
 from bertkit.errors import BertkitError
+from bertkit.pipelines.predict.common import inference_device
 from bertkit.progress import Tracker
 from bertkit.tasks.data import file_format
 from bertkit.tokenizers.base import Tokenizer
@@ -112,8 +113,7 @@ class AugmentOptions:
             raise BertkitError(f"--batch-size must be at least 1, not {self.batch_size}")
         if self.device not in ("auto", "cpu", "cuda"):
             raise BertkitError(f"--device takes auto, cpu or cuda, not '{self.device}'")
-        if self.device == "cuda" and not torch.cuda.is_available():
-            raise BertkitError("--device cuda but no GPU is available; use --device auto or cpu")
+        inference_device(self.device)  # a GPU asked for where there is none: refused before any work
 
 
 # -- formats ------------------------------------------------------------------------------------------------
@@ -459,7 +459,7 @@ def _augment(
     records, columns, schema, rows_read = _read(Path(input_path), opts)
     if file_format(Path(input_path)) == "text":
         opts.text_pair_field = None
-    target = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if opts.device == "auto" else opts.device)
+    target = inference_device(opts.device)
     teacher = Teacher.load(str(model_path))
     model_dir, tokenizer = Path(teacher.source), teacher.tokenizer
     predictor, source = candidate_source(teacher, opts)

@@ -12,7 +12,7 @@ from typing import Any
 
 from bertkit.errors import BertkitError
 from bertkit.fsutil import atomic_output_dir, check_output_dir
-from bertkit.inputs.sources import ReadStats, expand_inputs, input_size, iter_lines
+from bertkit.inputs.sources import INVALID_UTF8, ReadStats, expand_inputs, input_size, iter_lines
 from bertkit.modelio.layout import tokenizer_source
 from bertkit.progress import Tracker
 from bertkit.tokenizers.base import load_tokenizer
@@ -40,7 +40,7 @@ def extend_vocabulary(
     quiet: bool = False,
     invalid_utf8: str = "error",
 ) -> dict[str, Any]:
-    if invalid_utf8 not in ("error", "replace"):
+    if invalid_utf8 not in INVALID_UTF8:
         raise BertkitError(f"--invalid-utf8 must be error or replace, not '{invalid_utf8}'")
     if words_file is None and add < 1:
         raise BertkitError(f"--add must be at least 1, not {add} (or list the words with --words FILE)")

@@ -17,13 +17,14 @@ def _choices() -> dict[tuple[str, str], tuple[str, ...]]:
     from bertkit.config.recipe import DEFAULT_FOR, TASK_KINDS
     from bertkit.config.schema import DistillConfig, DistillMethod, EngineConfig, TaskConfig
     from bertkit.config.track import TRACKERS
-    from bertkit.corpus.build import INVALID_UTF8, LONG_SENTENCES, MASKINGS
+    from bertkit.corpus.build import LONG_SENTENCES, MASKINGS
     from bertkit.corpus.masking import STRATEGIES
     from bertkit.corpus.pack import FORMATS, LAYOUTS
     from bertkit.corpus.sentences import SPLITTERS
     from bertkit.export.hf import HEADS
     from bertkit.export.onnx import QUANTIZE
     from bertkit.inputs.delimited import QUOTINGS
+    from bertkit.inputs.sources import INVALID_UTF8
     from bertkit.pipelines.augment import CANDIDATE_SOURCES
     from bertkit.pipelines.rundir import RESUME_MODES
     from bertkit.tokenizers.specials import KINDS
@@ -37,6 +38,7 @@ def _choices() -> dict[tuple[str, str], tuple[str, ...]]:
         ("build-corpus", "--masking"): MASKINGS,
         ("build-corpus", "--mask-strategy"): STRATEGIES,
         ("build-corpus", "--invalid-utf8"): INVALID_UTF8,
+        ("tokenize extend", "--invalid-utf8"): INVALID_UTF8,
         ("build-corpus", "--long-sentences"): LONG_SENTENCES,
         ("distill", "--method"): get_args(DistillMethod),
         ("distill", "--init"): _literal(DistillConfig.model_fields["init"].annotation),

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ from bertkit.config.schema import LOWER_IS_BETTER, TrainConfig
 from bertkit.engine.checkpoint import list_checkpoints, load_state
 from bertkit.engine.dist import is_main
 from bertkit.engine.loop import TrainResult
-from bertkit.fsutil import save_safetensors
+from bertkit.fsutil import save_safetensors_atomic
 from bertkit.modelio.weights import read_weights
 
 BEST_WEIGHTS = "best.safetensors"  # the best evaluation's weights while training; model/ gets them at the end
@@ -94,9 +93,7 @@ class BestModel:
         if self._update(step, metrics):
             state = snapshot()  # collective: every rank takes it; rank 0 holds the weights
             if is_main() and state:
-                tmp = self.path.with_name(f".{self.path.name}.tmp")
-                save_safetensors({k: v.contiguous() for k, v in state.items()}, tmp)
-                os.replace(tmp, self.path)
+                save_safetensors_atomic(self.path, state)
         return bool(self.patience) and self.since_best >= self.patience
 
 
