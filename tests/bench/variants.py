@@ -9,11 +9,10 @@ The default budget, 4e14 FLOPs, is about two hours a variant on 2 CPU cores. On 
 on one H100 with 16 CPU cores: at 2e14 FLOPs the whole bench took 8.4 minutes; at 4e14 the pretraining took 5.8,
 crammed-bert's being the longest, and the suite about 4 more at its own fine-tuning rates).
 
-Text: by default the unique paragraphs of the four SQuADShifts sets (new_wiki, nyt, reddit, amazon_reviews:
-Wikipedia, New York Times, Reddit and Amazon review text, from bigbench 1.0.0's sdist that `make install-test`
-caches), the time-to-quality bench's text without SQuAD v1.1 dev's paragraphs, from which the local suite builds
-its QA and QNLI tasks; one paragraph a document, every 20th held out. Or --text FILE (a blank line between
-documents; every 20th document held out).
+Text: by default the time-to-quality bench's text, the unique context paragraphs of SQuAD v1.1 train (Wikipedia;
+the data manifest's `squad` source, which `make install-test` downloads), whose articles are apart from SQuAD v1.1
+dev's, from which the local suite builds its QA and QNLI tasks; one paragraph a document, every 20th held out.
+Or --text FILE (a blank line between documents; every 20th document held out).
 
 What is the same for every variant:
 - the tokenizer: one uncased WordPiece of 16,000 pieces trained on the training text. The papers' own (BERT's
@@ -114,7 +113,6 @@ from ttq import (  # noqa: E402
     overrides,
     paragraphs,
     split,
-    squad_dev_contexts,
     untrained,
 )
 from ttq import score as score_masked  # noqa: E402
@@ -169,8 +167,7 @@ PAIR_METRICS = ("nsp_acc", "sop_acc")
 
 def texts(text_file: Path | None) -> tuple[list[str], list[str]]:
     if text_file is None:
-        squad_dev = squad_dev_contexts()
-        return split([p for p in paragraphs() if p not in squad_dev])
+        return split(paragraphs())
     documents = [d.strip() for d in text_file.read_text("utf-8").split("\n\n") if d.strip()]
     held = documents[::HELD_OUT_EVERY]
     return [d for i, d in enumerate(documents) if i % HELD_OUT_EVERY], held
@@ -179,7 +176,7 @@ def texts(text_file: Path | None) -> tuple[list[str], list[str]]:
 def text_identity(text_file: Path | None) -> str:
     """The text a work folder is prepared from: the default one, or --text's file by its contents."""
     if text_file is None:
-        return "SQuADShifts paragraphs"
+        return "SQuAD v1.1 train paragraphs"
     from bertkit.fsutil import hash_file_into
 
     digest = hashlib.sha256()

