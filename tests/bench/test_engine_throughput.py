@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from bench_helpers import Timed, mlm_batches
+from records import figure, write_record
 
 from bertkit.config.schema import EngineConfig, ModelConfig, OptimConfig, ScheduleConfig, TrainConfig
 from bertkit.engine.flops import peak_flops, training_flops
@@ -22,6 +23,7 @@ from bertkit.engine.flops import peak_flops, training_flops
 SEQ, BATCH, STEPS, WARMUP = 128, 32, 8, 2
 ROUNDS = 2
 SHAPE = {"hidden_size": 256, "num_layers": 4, "num_heads": 4, "intermediate_size": 1024}
+HF_SIDE = "transformers BertForMaskedLM (SDPA)"
 BERT_BASE = {"hidden_size": 768, "num_layers": 12, "num_heads": 12, "intermediate_size": 3072}
 
 
@@ -127,6 +129,15 @@ def test_pretraining_throughput_vs_huggingface(bench_corpus: Path, tmp_path: Pat
             f"[bench]   ratio bertkit / HF: {ours_tps / hf_tps:.2f}x (target >= 2.5x; best of {ROUNDS} interleaved "
             f"rounds: HF {[round(r[0]) for r in hf_runs]}, bertkit {[round(r[0]) for r in ours_runs]})"
         )
+    write_record("engine-throughput-cpu", "pytest -m bench tests/bench/test_engine_throughput.py -k vs_huggingface",
+                 {"shape": SHAPE, "vocab": ours_model.config.vocab_size, "seq_len": SEQ, "batch_size": BATCH,
+                  "timed_steps": STEPS, "rounds": ROUNDS, "threads": torch.get_num_threads()}, {
+                     "bertkit_tokens_per_s": figure(round(ours_tps), "tokens/s"),
+                     "transformers_tokens_per_s": figure(round(hf_tps), "tokens/s", HF_SIDE),
+                     "speedup": figure(round(ours_tps / hf_tps, 2), "x"),
+                     "bertkit_mfu": figure(round(100 * ours_mfu, 2), "%"),
+                     "transformers_mfu": figure(round(100 * hf_mfu, 2), "%", HF_SIDE),
+                 }, "fp32")  # fmt: skip
     # Both implement the same model: the same number of non-embedding parameters enter the MFU formula.
     from bertkit.engine.flops import non_embedding_parameters
 

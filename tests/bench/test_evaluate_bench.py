@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import run_json
+from records import figure, write_record
 from suite_bench import SUITE_SIZES
 
 # Where the reports are kept after the run (the benchmarks page quotes them).
@@ -90,6 +91,17 @@ def test_real_encoder_beats_random_twin_on_the_local_suite(local_data, minilm_di
             problems += _compare(report, str(minilm_dir), str(random_twin), mode)
             print(json.dumps({"mode": mode, "seconds": report["seconds"]}))
         assert report["cells"]["failed"] == 0
+        figures = {}
+        for name, path in (("all-MiniLM-L6-v2", minilm_dir), ("random weights", random_twin)):
+            scores = report["models"][str(path)]
+            key = "minilm" if path == minilm_dir else "random"
+            figures[f"{key}_average"] = figure(scores["average"]["mean"], "points", name)
+            figures[f"{key}_average_std"] = figure(scores["average"]["std"], "points (std over seeds)", name)
+            for task, row in scores["tasks"].items():
+                figures[f"{key}_{task}"] = figure(row["score"]["mean"], "points", name)
+        write_record(f"evaluate-local-{mode}", "pytest -m bench tests/bench/test_evaluate_bench.py -k random_twin",
+                     {"suite": "local", "mode": mode, "sizes": SUITE_SIZES, "seeds": [0, 1, 2], "jobs": 2,
+                      "minutes": round(report["seconds"] / 60, 1)}, figures, "fp32")  # fmt: skip
     assert not problems, problems
 
 

@@ -43,3 +43,26 @@ def test_dry_run_writes_a_complete_record_per_part(tmp_path: Path) -> None:
     )
     assert records["gpu-check-distill-distilbert"]["figures"]["tokens_per_s"]["value"] > 0
     assert "left out" not in done.stdout
+
+
+def test_gpu_hours_come_from_a_record(tmp_path: Path) -> None:
+    """gpu_hours.py turns a record's tokens/s into hours for a budget, labelled by the record; dry runs are never
+    used. The record here is the dry run's own bert-base record, marked as a real run in a copy."""
+    from gpu_hours import hours_table, main
+
+    done = subprocess.run([sys.executable, str(ROOT / "tests/bench/gpu_check.py"), "--dry-run", "--skip-tests",
+                           "--output", str(tmp_path / "results"), "--work", str(tmp_path / "work")],
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    folder = tmp_path / "results"
+    assert hours_table(1e9, 8, 128, folder) == []
+    assert main(["--tokens", "1e9", "--results", str(folder)]) == 2
+    source = next((folder / "gpu-check").glob("gpu-check-pretrain-bert-base-128-*.json"))
+    record = json.loads(source.read_text())
+    record["dry_run"] = False
+    (folder / "real").mkdir()
+    (folder / "real" / "bert-base.json").write_text(json.dumps(record))
+    rows = hours_table(2e9, 4, 128, folder)
+    rate = max(record["figures"]["eager_tokens_per_s"]["value"], record["figures"]["compiled_tokens_per_s"]["value"])
+    assert [row["recipe"] for row in rows] == ["bert-base"]
+    assert abs(rows[0]["hours"] - 2e9 / (rate * 4) / 3600) < 1e-9 and rows[0]["record"].endswith("bert-base.json")
