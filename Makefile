@@ -69,8 +69,11 @@ $(VENV)/.installed-bench: $(VENV)/.installed-test
 	$(PIP) install "$(TORCH)" "accelerate>=1.1"
 	touch $@
 
+# Each bench writes its record under results/; the README's results table and docs/results.md are then regenerated
+# from the records (tests/bench/results_pages.py), so the pages quote what the runs measured.
 bench: install-test $(VENV)/.installed-bench
 	$(RUN) $(BIN)/python -m pytest -q -m "slow or bench" -p no:cacheprovider
+	$(BIN)/python tests/bench/results_pages.py
 
 # The GPU check (tests/bench/gpu_check.py): the gpu-marked tests and pretraining, fine-tuning and distillation
 # throughput beside transformers, in one command of under 8 minutes on one H100, writing records into results/.

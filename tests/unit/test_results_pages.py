@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "bench"))
 
 from records import RESULTS, check_record, figure, load_records, write_record  # noqa: E402
-from results_pages import END, README, RESULTS_PAGE, START, render  # noqa: E402
+from results_pages import END, README, RECORDS_PAGE, RESULTS_PAGE, START, render  # noqa: E402
 
 
 def test_every_record_is_complete() -> None:
@@ -31,9 +31,8 @@ def test_every_record_is_complete() -> None:
 
 
 def test_pages_are_what_the_records_give() -> None:
-    readme, page = render()
-    assert README.read_text("utf-8") == readme, "README's results differ: run python tests/bench/results_pages.py"
-    assert RESULTS_PAGE.read_text("utf-8") == page, "docs/results.md differs: run python tests/bench/results_pages.py"
+    for path, text in zip((README, RESULTS_PAGE, RECORDS_PAGE), render(), strict=True):
+        assert path.read_text("utf-8") == text, f"{path.name} differs: run python tests/bench/results_pages.py"
 
 
 def _table_rows(text: str) -> list[list[str]]:
