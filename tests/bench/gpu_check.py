@@ -286,10 +286,10 @@ def fine_tuning(check: Check, teacher: Path) -> None:
     data = write_sample_data(check.work / "reviews", max_reviews=3000)
     splits = split_reviews(data["sentiment"], check.work / "reviews")
     batch = 128 if not check.dry_run else 8
-    overrides = [o for o in training_settings(check, batch) if not o.startswith("train.budget")]
     out = check.work / "finetune"
     reset_peak_memory()
-    finetune(load_recipe("finetune-classification", [*overrides, "task.max_seq_len=128"]), teacher, splits["train"],
+    overrides = [*training_settings(check, batch), "task.max_seq_len=128"]
+    finetune(load_recipe("finetune-classification", overrides), teacher, splits["train"],
              out, splits["eval"], overwrite=True, quiet=True)  # type: ignore[arg-type]  # fmt: skip
     row = last_window(out)
     check.record("finetune-bert-base", {"recipe": "finetune-classification", "model": "the bert-base run",

@@ -106,9 +106,8 @@ def write_record(
 
 def check_record(record: dict[str, Any]) -> list[str]:
     """What a record lacks: each required field, the machine's keys, and a value and unit for every figure."""
-    problems = [f"no {key}" for key in REQUIRED if not record.get(key) and key != "settings"]
-    if "settings" not in record:
-        problems.append("no settings")
+    # Every field must be there and non-empty, but a bench may have no settings to state.
+    problems = [f"no {key}" for key in REQUIRED if key not in record or (not record[key] and key != "settings")]
     problems += [f"machine has no {key}" for key in MACHINE_KEYS if key not in (record.get("machine") or {})]
     for name, entry in (record.get("figures") or {}).items():
         if not isinstance(entry, dict) or not isinstance(entry.get("value"), (int, float)) or not entry.get("unit"):
