@@ -553,6 +553,10 @@ TASK_METRICS = {
     "token-classification": ("f1", "precision", "recall", "accuracy"),
     # SQuAD's exact match and token F1 (percent), each the maximum over a question's gold answers.
     "question-answering": ("f1", "exact_match"),
+    # Ranking metrics of exact search over the corpus, as trec_eval (pytrec_eval, BEIR) computes them.
+    "retrieval": ("ndcg@10", "mrr@10", "recall@100", "map@100"),
+    # Correlation of the cosine similarity with the gold score (MTEB scores STS by Spearman).
+    "similarity": ("spearman", "pearson"),
 }
 LOWER_IS_BETTER = {"mse"}
 # The task keys each kind reads, beyond those every kind reads (COMMON_TASK_FIELDS): a key of another kind set to
@@ -568,6 +572,39 @@ TASK_FIELDS: dict[str, frozenset[str]] = {
     "token-classification": frozenset({"tag_scheme", "classifier_dropout", "mode"}),
     # SQuAD JSON (or JSON lines of it): windows over the context, and how answers are read off them.
     "question-answering": frozenset({"skip_bad_rows", "doc_stride", "n_best", "max_answer_length", "null_threshold"}),
+    # Pairs files (any table format) or a BEIR folder to score on; the vectors and the ranking loss.
+    "retrieval": frozenset(
+        {
+            "query_field",
+            "positive_field",
+            "negative_field",
+            "qrels_split",
+            "split",
+            "eval_split",
+            "skip_bad_rows",
+            "pooling",
+            "normalize",
+            "scale",
+            "symmetric",
+            "matryoshka_dims",
+        }
+    ),
+    "similarity": frozenset(
+        {
+            "text_field",
+            "text_pair_field",
+            "label_field",
+            "split",
+            "eval_split",
+            "skip_bad_rows",
+            "columns",
+            "quoting",
+            "pooling",
+            "normalize",
+            "scale",
+            "similarity_loss",
+        }
+    ),
 }
 
 
@@ -606,9 +643,11 @@ class TaskConfig(StrictModel):
     # multi-label: any number of labels per row (a JSON list, or one string joined by label_separator);
     # a sigmoid per label, binary cross-entropy per (example, label).
     # question-answering: extractive QA (the answer is a span of the context) from SQuAD JSON or JSON lines.
-    kind: Literal["classification", "multi-label", "regression", "token-classification", "question-answering"] = (
-        "classification"
-    )
+    # retrieval: a bi-encoder trained on (query, positive[, negative]) pairs with in-batch negatives, scored by
+    # exact search over a BEIR folder or a pairs file. similarity: a bi-encoder trained on scored sentence pairs
+    # (CoSENT), scored by the Spearman correlation of the cosine (MTEB's STS protocol).
+    kind: Literal["classification", "multi-label", "regression", "token-classification", "question-answering",
+                  "retrieval", "similarity"] = "classification"  # fmt: skip
     # Column / field holding the text (the question, for question answering).
     text_field: str = "text"
     # Column / field holding the second text of a pair (the context, for question answering); None: single texts.
@@ -664,6 +703,27 @@ class TaskConfig(StrictModel):
     max_answer_length: int = Field(30, ge=1)
     # SQuAD v2.0: how far the null score must beat the best span's to answer nothing.
     null_threshold: float = 0.0
+    # Retrieval: the columns of a pairs file holding the query, the passage that answers it, and (optional) a hard
+    # negative or a list of them (every row as many).
+    query_field: str = "query"
+    positive_field: str = "positive"
+    negative_field: str | None = None
+    # Retrieval: the qrels file of a BEIR folder given as --eval (qrels/<qrels_split>.tsv).
+    qrels_split: str = "test"
+    # Bi-encoders: how a text's vector is pooled from the last layer (auto: as the checkpoint says, a
+    # sentence-transformers directory's Pooling module or a bertkit bi-encoder's own, else mean), and whether it is
+    # scaled to unit length (None: as the checkpoint says, else yes).
+    pooling: Literal["auto", "mean", "cls"] = "auto"
+    normalize: bool | None = None
+    # Bi-encoders: the factor on cosine similarities in the loss (1 / temperature; sentence-transformers' 20).
+    scale: float = Field(20.0, gt=0.0)
+    # Retrieval: add the passage-to-query direction to the loss (MultipleNegativesSymmetricRankingLoss).
+    symmetric: bool = False
+    # Retrieval: Matryoshka training; the loss is also taken on the vectors' first d components for each d.
+    matryoshka_dims: list[int] | None = None
+    # Similarity: CoSENT (sentence-transformers' CoSENTLoss), or the squared error of the cosine against the gold
+    # score scaled to [0, 1] by the training scores' range (CosineSimilarityLoss).
+    similarity_loss: Literal["cosent", "cosine_mse"] = "cosent"
 
     @model_validator(mode="after")
     def _fields_fit_kind(self) -> TaskConfig:
@@ -691,6 +751,8 @@ class TaskConfig(StrictModel):
             raise ValueError(f"task.metric '{self.metric}' is not a {self.kind} metric; use one of {', '.join(valid)}")
         if self.kind == "question-answering":
             self._check_qa_window()
+        if self.matryoshka_dims is not None and (not self.matryoshka_dims or min(self.matryoshka_dims) < 1):
+            raise ValueError("task.matryoshka_dims must list positive widths (e.g. [256, 128, 64]), or be left unset")
         return self
 
     @model_validator(mode="after")

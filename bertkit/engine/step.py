@@ -78,10 +78,12 @@ def global_counts(objective: Objective, micro_batches: list[dict[str, torch.Tens
     """Targets of every loss, plus tokens and sequences, over this step's micro-batches on all ranks."""
     local: dict[str, float] = {}
     for batch in micro_batches:
+        # Every column of texts a batch holds (a bi-encoder's queries, passages, pairs) has its own mask.
+        masks = [value for key, value in batch.items() if key.endswith("attention_mask")]
         counts = {
             **objective.counts(batch),
-            _TOKENS: float(batch["attention_mask"].sum()),
-            _SEQUENCES: float(batch["attention_mask"].shape[0]),
+            _TOKENS: float(sum(mask.sum() for mask in masks)),
+            _SEQUENCES: float(sum(mask.shape[0] for mask in masks)),
         }
         for key, value in counts.items():
             local[key] = local.get(key, 0.0) + float(value)

@@ -16,6 +16,7 @@ import io
 import json
 import re
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -176,6 +177,26 @@ def read_task_data(
             "check --text-field/--label-field"
         )
     return data
+
+
+def read_rows(
+    path: Path, fields: list[str], split: str | None = None, quoting: Quoting = "csv"
+) -> tuple[Iterator[tuple[str, Any]], list[str] | None]:
+    """(rows, columns) of a CSV/TSV file with a header, JSON lines, Parquet or a `datasets` directory: each row is
+    (where, its fields) or (where, what is wrong with it); columns are None for JSON lines, whose rows name their
+    own fields. `fields` are the columns a Parquet or datasets reader loads. For readers of other row shapes than
+    `read_task_data`'s (retrieval pairs)."""
+    path = Path(path)
+    if not path.exists():
+        raise BertkitError(f"task file not found: {path}")
+    kind = file_format(path)
+    if path.is_dir() and kind != "dataset":
+        raise BertkitError(f"{path} is a directory but not a datasets directory written by save_to_disk")
+    if kind in ("csv", "tsv", "text"):
+        return _csv_rows(path, "\t" if kind == "tsv" else ",", quoting=quoting)
+    if kind == "jsonl":
+        return _jsonl_rows(path), None
+    return _table_rows(path, fields, split, None)
 
 
 def _check_columns(

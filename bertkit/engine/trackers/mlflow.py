@@ -92,7 +92,9 @@ class MlflowBackend:
         now = int(time.time() * 1000)
         # A step the run already holds was logged by the attempt that was killed after its checkpoint; the
         # resumed job computes the same values (exact resume), and logging them again would duplicate them.
-        fresh = [Metric(k, v, now, step) for k, v in metrics.items() if step > self.last_step.get(k, -1)]
+        # MLflow's metric names cannot hold "@": retrieval's ndcg@10 is logged as ndcg_at_10.
+        named = {k.replace("@", "_at_"): v for k, v in metrics.items()}
+        fresh = [Metric(k, v, now, step) for k, v in named.items() if step > self.last_step.get(k, -1)]
         for start in range(0, len(fresh), _METRICS_PER_CALL):
             self.client.log_batch(str(self.run_id), metrics=fresh[start : start + _METRICS_PER_CALL])
 

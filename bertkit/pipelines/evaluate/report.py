@@ -75,7 +75,8 @@ def markdown(report: dict[str, Any], suite: Suite, tasks: list[SuiteTask]) -> st
     if left_out:
         lines.append(f"- left out by --tasks, so out of the average too: {', '.join(left_out)}")
     if protocol["skipped_tasks"]:
-        lines.append(f"- skipped in this mode: {', '.join(protocol['skipped_tasks'])} (question answering fine-tunes)")
+        skipped = ", ".join(protocol["skipped_tasks"])
+        lines.append(f"- skipped in this mode: {skipped} (question answering and bi-encoder tasks fine-tune)")
     cells = report["cells"]
     lines += ["", f"Cells: {cells['done']} done, {cells['failed']} failed, of {cells['total']}.", ""]
     return "\n".join(lines)

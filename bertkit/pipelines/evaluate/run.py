@@ -43,8 +43,8 @@ from bertkit.progress import Tracker
 PLAN = "plan.json"
 CELLS = "cells"
 REPORT_JSON = "report.json"
-# Kinds a frozen encoder cannot serve in bertkit: question answering always fine-tunes the encoder.
-NO_PROBE_KINDS = ("question-answering",)
+# Kinds --probe skips: question answering fine-tunes, and a bi-encoder's vectors are what it learns (no head to fit).
+NO_PROBE_KINDS = ("question-answering", "retrieval", "similarity")
 
 
 @dataclass(frozen=True)
@@ -124,9 +124,11 @@ def _data_path(data_dir: Path, relative: str, task: SuiteTask, what: str) -> Pat
 def _check_task_data(task: SuiteTask, recipe: Any, files: dict[str, Path]) -> None:
     """Read each file as its cells will, so a missing column or a bad row fails now, not hours later."""
     from bertkit.tasks.data import read_task_file
+    from bertkit.tasks.kinds import task_kind
     from bertkit.tasks.qa import read_qa_file
     from bertkit.tasks.token_classification import detect_scheme, read_token_file
 
+    kind = task_kind(task.kind)
     for what, path in files.items():
         try:
             if task.kind == "token-classification":
@@ -138,6 +140,8 @@ def _check_task_data(task: SuiteTask, recipe: Any, files: dict[str, Path]) -> No
                     )
             elif task.kind == "question-answering":
                 read_qa_file(path, recipe.task.skip_bad_rows)
+            elif hasattr(kind, "check_data"):  # a kind that reads its own files (retrieval, similarity)
+                kind.check_data(recipe.task, path, what)
             else:
                 split = recipe.task.split if what == "train" else recipe.task.eval_split
                 data = read_task_file(path, recipe.task, split)
@@ -381,8 +385,9 @@ def evaluate(
     if not tasks:
         if options.tasks:
             raise BertkitError(f"--tasks {','.join(options.tasks)}: --probe runs none of them (question answering "
-                               "fine-tunes)")  # fmt: skip
-        raise BertkitError(f"suite '{suite.name}' has no task that --probe can run (question answering fine-tunes)")
+                               "and bi-encoder tasks fine-tune)")  # fmt: skip
+        raise BertkitError(f"suite '{suite.name}' has no task that --probe can run (question answering and "
+                          "bi-encoder tasks fine-tune)")
     for spec, model_dir in model_dirs.items():
         _check_model(spec, model_dir, suite, tasks)
     cells = plan_cells(suite, tasks, model_dirs, keys, output, data, options.probe)

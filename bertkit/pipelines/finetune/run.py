@@ -19,11 +19,13 @@ from bertkit.engine.checkpoint import load_state
 from bertkit.engine.device import resolve_device
 from bertkit.engine.dist import is_main
 from bertkit.engine.loop import train
+from bertkit.errors import BertkitError
 from bertkit.modelio.modeldir import encoder_weights, load_model_dir, save_model_dir
 from bertkit.models.pretraining import build_encoder
 from bertkit.pipelines.finetune.common import BestModel, plan_epochs, training_summary
 from bertkit.pipelines.rundir import join_job, prepare_run_dir, write_summary
 from bertkit.tasks.kinds import task_kind
+from bertkit.tasks.kinds.embedding import checkpoint_task
 
 
 def finetune(
@@ -44,9 +46,15 @@ def finetune(
         {"model": model_path, "training file": train_file, "evaluation file": eval_file},
     )  # fmt: skip
     kind = task_kind(task.kind)
-    model_dir, _, model_cfg, weights, tokenizer = load_model_dir(model_path)
+    model_dir, meta, model_cfg, weights, tokenizer = load_model_dir(model_path)
+    task = checkpoint_task(task, meta)
     prepared = kind.prepare(task, model_cfg, tokenizer, train_file, eval_file, recipe.train.seed)
     train_cfg, steps_per_epoch = plan_epochs(recipe.train, prepared.examples)
+    if prepared.whole_batch and train_cfg.grad_accum > 1:
+        raise BertkitError(
+            f"a {task.kind} loss compares the examples of a batch with each other, so the batch must be one pass: "
+            f"set train.grad_accum=1 (train.batch_size {train_cfg.batch_size} sequences per pass)"
+        )
     # Everything is read and valid: only now does the run directory appear.
     resumed = prepare_run_dir(output, recipe, overwrite, resume)
 
@@ -67,7 +75,7 @@ def finetune(
         model = model.cpu()
         if best is not None:
             best.finish(model, result.steps)
-        extra = {"labels": prepared.labels, "task": prepared.task_meta, "best": best_info}
+        extra = {"labels": prepared.labels, "task": prepared.task_meta, "best": best_info, **prepared.model_meta}
         save_model_dir(saved, model, prepared.model_cfg, kind.architecture, tokenizer, extra)
     summary: dict[str, Any] = {
         "run_dir": str(output),

@@ -6,14 +6,23 @@ TASK_FIELDS and TASK_METRICS)."""
 from __future__ import annotations
 
 from bertkit.tasks.kinds.base import DistillData, FineTuned, Part, Prepared, TaskKind
+from bertkit.tasks.kinds.retrieval import RetrievalKind
 from bertkit.tasks.kinds.sequence import SequenceKind
+from bertkit.tasks.kinds.similarity import SimilarityKind
 from bertkit.tasks.kinds.spans import SpanKind
 from bertkit.tasks.kinds.tokens import TokenKind
 
 KINDS: dict[str, TaskKind] = {
     kind.name: kind
-    for kind in (SequenceKind("classification"), SequenceKind("multi-label"), SequenceKind("regression"),
-                 TokenKind(), SpanKind())  # fmt: skip
+    for kind in (
+        SequenceKind("classification"),
+        SequenceKind("multi-label"),
+        SequenceKind("regression"),
+        TokenKind(),
+        SpanKind(),
+        RetrievalKind(),
+        SimilarityKind(),
+    )  # fmt: skip
 }
 BY_ARCHITECTURE: dict[str, TaskKind] = {kind.architecture: kind for kind in KINDS.values()}
 

@@ -48,6 +48,10 @@ class Prepared:
     summary: dict[str, Any] = field(default_factory=dict)  # what the run summary adds
     # Encoder keys a pretrained checkpoint may lack: they start fresh (XLNet's sequence summary).
     fresh: tuple[str, ...] = ()
+    model_meta: dict[str, Any] = field(default_factory=dict)  # what bertkit_model.json adds (a bi-encoder's pooling)
+    # The loss compares the examples of a batch with each other (in-batch negatives, CoSENT): the batch must be
+    # one pass, so gradient accumulation is refused.
+    whole_batch: bool = False
 
 
 @dataclass

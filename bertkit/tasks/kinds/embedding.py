@@ -1,0 +1,60 @@
+"""What the bi-encoder kinds (retrieval.py, similarity.py) share: the vectors' pooling and normalisation, settled
+from the task and the checkpoint, and the parts of the kind contract they do not serve yet."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from bertkit.config.schema import TaskConfig, task_field_applies
+from bertkit.errors import BertkitError
+from bertkit.models.sentence import SentenceEncoder
+from bertkit.tasks.kinds.base import FineTuned, Part, PredictRequest, RowPredictor
+
+
+def checkpoint_task(task: TaskConfig, meta: dict[str, Any]) -> TaskConfig:
+    """`task` with pooling "auto" and normalize unset taken from how the checkpoint pools (a sentence-transformers
+    directory's modules, a bertkit bi-encoder's `embedding`), else the mean, normalised. Other kinds unchanged."""
+    if not task_field_applies("pooling", task.kind) or (task.pooling != "auto" and task.normalize is not None):
+        return task
+    saved = meta.get("embedding") or {}
+    return task.model_copy(update={
+        "pooling": saved.get("pooling", "mean") if task.pooling == "auto" else task.pooling,
+        "normalize": bool(saved.get("normalize", True)) if task.normalize is None else task.normalize,
+    })  # fmt: skip
+
+
+def sentence_encoder(task: TaskConfig):  # noqa: ANN201 - a builder for Prepared.build
+    pooling = "mean" if task.pooling == "auto" else task.pooling
+    normalize = True if task.normalize is None else task.normalize
+    return lambda encoder: SentenceEncoder(encoder, pooling, normalize)
+
+
+def embedding_meta(task: TaskConfig) -> dict[str, Any]:
+    """What bertkit_model.json records of the vectors (read back by `checkpoint_task`, `embed` and the export)."""
+    return {"pooling": task.pooling, "normalize": task.normalize, "max_seq_length": task.max_seq_len}
+
+
+class NotServed:
+    """The parts of the kind contract (distillation, predict) a bi-encoder kind does not serve yet: one line."""
+
+    name: str
+
+    def _refuse(self, what: str) -> BertkitError:
+        return BertkitError(f"{what} does not serve {self.name} models yet; use bertkit embed for their vectors")
+
+    def distill_data(self, teacher: FineTuned, *args: Any, **kwargs: Any) -> Any:
+        raise self._refuse("the distillation task stage")
+
+    def logits(self, model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        raise self._refuse("the distillation task stage")
+
+    def count(self, batch: dict[str, torch.Tensor]) -> float:
+        raise self._refuse("the distillation task stage")
+
+    def rows(self, student: torch.Tensor, teacher: torch.Tensor, batch: dict[str, torch.Tensor]) -> list[Part]:
+        raise self._refuse("the distillation task stage")
+
+    def predictor(self, request: PredictRequest) -> RowPredictor:
+        raise self._refuse("bertkit predict")

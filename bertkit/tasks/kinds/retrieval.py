@@ -1,0 +1,119 @@
+"""Retrieval: a bi-encoder trained on (query, positive[, hard negatives]) pairs with in-batch negatives
+(MultipleNegativesRankingLoss), scored by exact search over a BEIR folder's corpus or a pairs file read as one:
+nDCG@10, MRR@10, Recall@100 and MAP@100 (bertkit/retrieval/metrics.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from bertkit.config.schema import TASK_METRICS, ModelConfig, TaskConfig
+from bertkit.corpus.loader import split_indices
+from bertkit.errors import BertkitError
+from bertkit.objectives.contrastive import RankingObjective
+from bertkit.retrieval.batches import PairBatches, text_keys
+from bertkit.retrieval.data import Pairs, RetrievalSet, pairs_as_set, read_eval_set, read_pairs
+from bertkit.retrieval.metrics import deepest_cut, score_run
+from bertkit.retrieval.search import embed_ids, encode_texts, exact_search
+from bertkit.tasks.kinds.base import Evaluate, Prepared, window
+from bertkit.tasks.kinds.embedding import NotServed, embedding_meta, sentence_encoder
+from bertkit.tokenizers.base import Tokenizer
+
+
+class EncodedSet:
+    """An evaluation set's texts as token ids, and its scoring: embed, search, score."""
+
+    def __init__(self, data: RetrievalSet, tokenizer: Tokenizer, max_len: int, metrics: tuple[str, ...]) -> None:
+        self.data, self.metrics, self.pad = data, metrics, tokenizer.pad_id
+        self.queries = encode_texts(data.queries, tokenizer, max_len)
+        self.docs = encode_texts(data.docs, tokenizer, max_len)
+
+    def evaluate(self, model: nn.Module, device: torch.device | None = None) -> dict[str, float]:
+        device = device or next(model.parameters()).device
+        queries = embed_ids(model, self.queries, self.pad, device)
+        docs = embed_ids(model, self.docs, self.pad, device)
+        _, found = exact_search(queries, docs, deepest_cut(self.metrics), device)
+        ids = self.data.doc_ids
+        run = {qid: [ids[j] for j in row] for qid, row in zip(self.data.query_ids, found.tolist(), strict=True)}
+        scores = score_run(run, self.data.qrels, self.metrics)
+        rounded = {name: round(value, 4) for name, value in scores.items()}
+        return {**rounded, "queries": len(self.queries), "documents": len(self.docs)}
+
+
+def subset(pairs: Pairs, indices: np.ndarray) -> Pairs:
+    pick = [int(i) for i in indices]
+    return Pairs(pairs.path, [pairs.queries[i] for i in pick], [pairs.positives[i] for i in pick],
+                 [pairs.negatives[i] for i in pick] if pairs.negatives is not None else None)  # fmt: skip
+
+
+class RetrievalKind(NotServed):
+    name = "retrieval"
+    architecture = "retrieval-bi-encoder"
+    predicts_from = "rows"
+
+    def check_data(self, task: TaskConfig, path: Path, what: str) -> None:
+        """Read a suite's file as a cell will (`bertkit evaluate` checks every file before the first cell)."""
+        if what == "train":
+            read_pairs(path, task.query_field, task.positive_field, task.negative_field, task.split, task.skip_bad_rows)
+        else:
+            read_eval_set(path, task.query_field, task.positive_field, task.negative_field, task.eval_split,
+                          task.qrels_split)  # fmt: skip
+
+    def prepare(self, task: TaskConfig, model_cfg: ModelConfig, tokenizer: Tokenizer, train_file: Path,
+                eval_file: Path | None, seed: int) -> Prepared:  # fmt: skip
+        read = read_pairs(train_file, task.query_field, task.positive_field, task.negative_field, task.split,
+                          task.skip_bad_rows)  # fmt: skip
+        if eval_file is not None:
+            train = read
+            held_out = read_eval_set(eval_file, task.query_field, task.positive_field, task.negative_field,
+                                     task.eval_split, task.qrels_split)  # fmt: skip
+        else:
+            train_idx, eval_idx = split_indices(len(read), task.eval_fraction, seed)
+            train = subset(read, train_idx)
+            held_out = pairs_as_set(subset(read, eval_idx)) if len(eval_idx) else None
+        if len(train) < 2:
+            raise BertkitError(f"{train_file}: {len(train)} training pair; in-batch negatives need at least 2")
+        max_len = window(task, model_cfg)
+        queries = encode_texts(train.queries, tokenizer, max_len)
+        positives = encode_texts(train.positives, tokenizer, max_len)
+        negatives = None
+        columns: list[list[str]] = [train.queries, train.positives]
+        if train.negatives is not None:
+            flat = encode_texts([text for row in train.negatives for text in row], tokenizer, max_len)
+            width = len(train.negatives[0])
+            negatives = [flat[i * width : (i + 1) * width] for i in range(len(train))]
+            columns += [[row[j] for row in train.negatives] for j in range(width)]
+        keys = text_keys(*columns)
+        scoring = EncodedSet(held_out, tokenizer, max_len, TASK_METRICS["retrieval"]) if held_out else None
+        pad = tokenizer.pad_id
+
+        def sources(model: nn.Module, micro: int, seed: int, device: torch.device) -> tuple[Any, Evaluate | None]:
+            source = PairBatches(queries, positives, negatives, keys, micro, pad, seed)
+            return source, (scoring.evaluate if scoring is not None else None)
+
+        summary: dict[str, Any] = {
+            "rows_read": read.rows_read,
+            "rows_skipped": read.skipped,
+            "train_pairs": len(train),
+            "hard_negatives": len(train.negatives[0]) if train.negatives is not None else 0,
+            "eval_set": held_out.report() if held_out is not None else None,
+            "pooling": task.pooling,
+            "normalize": task.normalize,
+        }
+        return Prepared(
+            labels=[],
+            model_cfg=model_cfg,
+            examples=len(train),
+            metric=task.best_metric,
+            build=sentence_encoder(task),
+            objective=RankingObjective(task.scale, task.symmetric, task.matryoshka_dims),
+            sources=sources,
+            task_meta=task.model_dump(mode="json"),
+            summary=summary,
+            model_meta={"embedding": embedding_meta(task)},
+            whole_batch=True,
+        )
