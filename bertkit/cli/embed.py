@@ -25,9 +25,26 @@ def embed_command(
         help="Text lines (one text per non-empty line), or CSV/TSV, JSON lines, Parquet, a datasets directory.",
     ),
     output: Path = typer.Option(..., "--output", "-o", help="X.npy (float32 rows) or X.parquet (text, embedding)."),
-    pool: str = typer.Option("mean", "--pool", metavar="mean|cls", help="Mean over non-padding tokens, or [CLS]."),
+    pool: str | None = typer.Option(
+        None,
+        "--pool",
+        metavar="mean|cls",
+        help="Mean over non-padding tokens, or [CLS]; by default as the model was trained to pool (a bi-encoder, a "
+        "sentence-transformers directory), else mean.",
+    ),
+    normalize: bool | None = typer.Option(
+        None,
+        "--normalize/--no-normalize",
+        help="Scale each vector to unit length; by default as the model was trained (a bi-encoder, a "
+        "sentence-transformers directory with a Normalize module), else not.",
+    ),
     layer: int = typer.Option(-1, "--layer", help="Hidden layer to pool: -1 the last, 0 the embeddings' output."),
-    max_seq_len: int | None = typer.Option(None, "--max-seq-len", help="Truncate texts to this many tokens."),
+    max_seq_len: int | None = typer.Option(
+        None,
+        "--max-seq-len",
+        help="Truncate texts to this many tokens; by default the window the model was trained with (a bi-encoder, a "
+        "sentence-transformers directory), else its positions.",
+    ),
     batch_size: int = typer.Option(32, "--batch-size", help="Texts per forward pass."),
     text_field: str = typer.Option("text", "--text-field", help="Column with the text, for table inputs."),
     split: str | None = typer.Option(None, "--split", help="Split of a DatasetDict directory."),
@@ -59,6 +76,7 @@ def embed_command(
         input,
         output,
         pool=pool,
+        normalize=normalize,
         layer=layer,
         max_seq_len=max_seq_len,
         batch_size=batch_size,

@@ -17,7 +17,7 @@ HEAD_HELP = (
 )
 
 
-TARGETS = ("hf", "onnx")  # --to
+TARGETS = ("hf", "onnx", "sentence-transformers")  # --to
 
 
 @guarded
@@ -26,7 +26,11 @@ def export_command(
         ..., help="A bertkit run or model directory (pretrain, distill, finetune), or a local Hugging Face checkpoint."
     ),
     to: str = typer.Option(
-        "hf", "--to", metavar="hf|onnx", help="hf: a Hugging Face transformers checkpoint; onnx: an ONNX graph."
+        "hf",
+        "--to",
+        metavar="hf|onnx|sentence-transformers",
+        help="hf: a Hugging Face transformers checkpoint; onnx: an ONNX graph; sentence-transformers: a directory "
+        "SentenceTransformer(DIR) loads, pooled and normalised as the model was trained.",
     ),
     output: Path = typer.Option(..., "--output", "-o", help="Directory to write."),
     head: str = typer.Option(
@@ -58,9 +62,16 @@ def export_command(
         emit(export_onnx(model, output, quantize, eval_file, max_drop, opset, overwrite), json_out, "export done")
         return
     if to not in TARGETS:
-        raise BertkitError(f"--to {to} is not supported; use --to hf or --to onnx")
+        raise BertkitError(f"--to {to} is not supported; use --to {', --to '.join(TARGETS)}")
     if quantize != "none" or eval_file is not None:
         raise BertkitError("--quantize and --eval apply to --to onnx")
+    if to == "sentence-transformers":
+        from bertkit.export.sentence_transformers import export_sentence_transformers
+
+        if head != "auto":
+            raise BertkitError("--head applies to --to hf, not to a sentence-transformers export")
+        emit(export_sentence_transformers(model, output, overwrite), json_out, "export done")
+        return
     from bertkit.export.hf import export_hf
 
     emit(export_hf(model, output, head, overwrite), json_out, "export done")

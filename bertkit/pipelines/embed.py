@@ -74,7 +74,7 @@ def embed(
     model_path: Path,
     input_path: Path,
     output: Path,
-    pool: str = "mean",
+    pool: str | None = None,
     layer: int = -1,
     max_seq_len: int | None = None,
     batch_size: int = 32,
@@ -86,20 +86,28 @@ def embed(
     quiet: bool = False,
     threads: int = 0,
     quoting: Quoting = "csv",
+    normalize: bool | None = None,
 ) -> dict[str, Any]:
     """Embeddings of every text of `input_path`; `model_path` is a model directory (PyTorch on `device`) or the
     ONNX export of an encoder (ONNX Runtime); `threads` sets either's CPU threads (0: the library's default);
     `quoting` reads a CSV/TSV input ("none": GLUE's unquoted TSV files)."""
     quoting = checked_quoting(quoting)
-    if pool not in ("mean", "cls"):
+    if pool is not None and pool not in ("mean", "cls"):
         raise BertkitError(f"--pool takes mean or cls, not '{pool}'")
     if batch_size < 1:
         raise BertkitError(f"--batch-size must be at least 1, not {batch_size}")
     check_output(output, overwrite)
     with torch_threads(threads):
         loaded = load_embedder(model_path, layer, device, threads)
-        return _embed(loaded, input_path, output, pool, layer, max_seq_len, batch_size, text_field, split,
-                      skip_bad_rows, quiet, quoting)  # fmt: skip
+        # How the model was trained to embed (a bi-encoder's bertkit_model.json, a sentence-transformers directory's
+        # modules) fills what the caller left open.
+        trained = loaded.meta.get("embedding") or {}
+        pool = pool or trained.get("pooling") or "mean"
+        normalize = bool(trained.get("normalize", False)) if normalize is None else normalize
+        max_seq_len = max_seq_len or trained.get("max_seq_length")
+        result = _embed(loaded, input_path, output, pool, layer, max_seq_len, batch_size, text_field, split,
+                        skip_bad_rows, quiet, quoting, normalize)  # fmt: skip
+        return {**result, "normalize": normalize}
 
 
 def _embed(
@@ -115,6 +123,7 @@ def _embed(
     skip_bad_rows: bool,
     quiet: bool,
     quoting: Quoting,
+    normalize: bool = False,
 ) -> dict[str, Any]:
     cfg, tokenizer, model, target = loaded.cfg, loaded.tokenizer, loaded.model, loaded.device
     limit = cfg.max_position_embeddings - cfg.position_offset
@@ -145,7 +154,10 @@ def _embed(
             types = torch.zeros_like(input_ids) if cfg.type_vocab_size or xlnet else None
             if xlnet:
                 types[torch.arange(len(rows)), mask.sum(1) - 1] = 2
-            vectors[rows] = model(input_ids, mask, types)[pool].float().cpu().numpy()
+            pooled = model(input_ids, mask, types)[pool].float()
+            if normalize:
+                pooled = torch.nn.functional.normalize(pooled, dim=-1)
+            vectors[rows] = pooled.cpu().numpy()
             tracker.advance(len(rows))
     seconds = time.perf_counter() - started
     _write_atomic(output, vectors, data.texts)

