@@ -61,10 +61,11 @@ def finetune_command(
     task: str | None = typer.Option(
         None,
         "--task",
-        metavar="classification|multi-label|regression|token-classification|question-answering",
+        metavar="classification|multi-label|regression|token-classification|question-answering|retrieval|similarity",
         help="What to learn (task.kind); multi-label reads lists of labels (or 'a|b' strings, task.label_separator); "
         "token-classification reads CoNLL, CoNLL-U or JSON lines (tokens, tags); question-answering reads SQuAD "
-        "JSON or JSON lines (question, context, answers).",
+        "JSON or JSON lines (question, context, answers); retrieval reads (query, positive[, negative]) pairs and "
+        "scores a BEIR folder or a pairs file; similarity reads scored sentence pairs (both train a bi-encoder).",
     ),
     pool: str | None = typer.Option(None, "--pool", metavar="cls|mean", help="Sentence representation (task.pool)."),
     feature_based: bool = typer.Option(False, "--feature-based", help="Freeze the encoder; train only the head."),

@@ -63,7 +63,7 @@ def show_command(
     task: str | None = typer.Option(
         None,
         "--task",
-        metavar="classification|multi-label|regression|token-classification|question-answering",
+        metavar="classification|multi-label|regression|token-classification|question-answering|retrieval|similarity",
         help="With --for finetune (implied): the --task of the command; with --for distill: what the teacher was "
         "fine-tuned for (classification, token-classification or question-answering).",
     ),

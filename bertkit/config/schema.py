@@ -703,17 +703,18 @@ class TaskConfig(StrictModel):
     max_answer_length: int = Field(30, ge=1)
     # SQuAD v2.0: how far the null score must beat the best span's to answer nothing.
     null_threshold: float = 0.0
-    # Retrieval: the columns of a pairs file holding the query, the passage that answers it, and (optional) a hard
-    # negative or a list of them (every row as many).
+    # Retrieval: the column of a pairs file holding the query.
     query_field: str = "query"
+    # Retrieval: the column holding the passage that answers the query.
     positive_field: str = "positive"
+    # Retrieval: the column holding a hard negative, or a list of them (every row as many); None: in-batch only.
     negative_field: str | None = None
     # Retrieval: the qrels file of a BEIR folder given as --eval (qrels/<qrels_split>.tsv).
     qrels_split: str = "test"
     # Bi-encoders: how a text's vector is pooled from the last layer (auto: as the checkpoint says, a
-    # sentence-transformers directory's Pooling module or a bertkit bi-encoder's own, else mean), and whether it is
-    # scaled to unit length (None: as the checkpoint says, else yes).
+    # sentence-transformers directory's Pooling module or a bertkit bi-encoder's own, else mean).
     pooling: Literal["auto", "mean", "cls"] = "auto"
+    # Bi-encoders: whether vectors are scaled to unit length (None: as the checkpoint says, else yes).
     normalize: bool | None = None
     # Bi-encoders: the factor on cosine similarities in the loss (1 / temperature; sentence-transformers' 20).
     scale: float = Field(20.0, gt=0.0)

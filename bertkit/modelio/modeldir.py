@@ -131,7 +131,7 @@ def load_model_dir(
             # A classifier whose head bertkit reads is described as `bertkit finetune` describes its own (a
             # [CLS] classifier, classes in id2label order), so it predicts, exports and teaches like one.
             meta.update(architecture=hf.task, huggingface=hf.architecture, labels=hf.labels, task={"pool": hf.pool})
-        from bertkit.retrieval.pooling import read_st_embedding
+        from bertkit.modelio.st_dir import read_st_embedding
 
         embedding = read_st_embedding(model_dir)
         if embedding is not None:  # a sentence-transformers directory: how its vectors are pooled

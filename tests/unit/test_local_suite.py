@@ -31,7 +31,9 @@ from bertkit.tasks.token_classification import read_token_file, resolve_tags
 SIZES = dataclasses.replace(LocalSizes.every(40, 20), stsb_dev=1500)
 FILES = [
     "ner/dev.conll", "ner/train.conll", "qa/dev.json", "qa/train.json", "qnli/dev.tsv", "qnli/train.tsv",
-    "sentiment/dev.csv", "sentiment/train.csv", "stsb/dev.tsv", "stsb/train.tsv",
+    "retrieval/dev/corpus.jsonl", "retrieval/dev/qrels/test.tsv", "retrieval/dev/queries.jsonl",
+    "retrieval/train.jsonl", "sentiment/dev.csv", "sentiment/train.csv", "sts/dev.tsv", "sts/train.tsv",
+    "stsb/dev.tsv", "stsb/train.tsv",
 ]  # fmt: skip
 QNLI_LABELS = {"entailment", "not_entailment"}
 
@@ -75,11 +77,11 @@ def _conll(path: Path) -> list[tuple[tuple[str, str], ...]]:
 def test_layout_and_formats(suite: tuple[Path, dict[str, Any]]) -> None:
     out, report = suite
     assert _files(out) == FILES
-    assert list(report) == ["sentiment", "stsb", "qnli", "ner", "qa"]
+    assert list(report) == ["sentiment", "stsb", "qnli", "ner", "qa", "retrieval", "sts"]
     for task, entry in report.items():
         assert entry["source"] and entry["unit"]
         for split in ("train", "dev"):
-            assert entry["files"][split].parent == out / task and entry["files"][split].is_file()
+            assert entry["files"][split].parent == out / task and entry["files"][split].exists()
             assert entry["rows"][split] == getattr(SIZES, f"{task}_{split}")
     for split in ("train", "dev"):
         assert (out / f"sentiment/{split}.csv").read_text(encoding="utf-8").startswith("text,label\n")
@@ -297,3 +299,19 @@ def test_sizes_are_checked(archives: Path, tmp_path: Path) -> None:
     with pytest.raises(BertkitError, match="ner task asks for 2500 sentences but its source has 2295"):
         write_local_suite(tmp_path / "out", archives, dataclasses.replace(SIZES, ner_train=2400, ner_dev=100))
     assert not (tmp_path / "out").exists()
+
+
+def test_retrieval_task_is_a_beir_folder_apart_from_its_training_pairs(suite: tuple[Path, dict[str, Any]]) -> None:
+    """Dev: SQuAD questions searched over every paragraph of their articles, each judged by its own paragraph;
+    train: (question, paragraph) pairs of other articles, so no training passage is in the corpus."""
+    from bertkit.tasks.retrieval.data import read_beir, read_pairs
+
+    out, report = suite
+    beir = read_beir(out / "retrieval" / "dev")
+    assert len(beir.query_ids) == SIZES.retrieval_dev == report["retrieval"]["rows"]["dev"]
+    assert len(beir.doc_ids) == report["retrieval"]["corpus"] > len(beir.query_ids) // 2
+    assert all(len(judged) == 1 for judged in beir.qrels.values())
+    pairs = read_pairs(out / "retrieval" / "train.jsonl", "query", "positive")
+    assert len(pairs) == SIZES.retrieval_train
+    # each document is "title text", as BEIR joins them: no training paragraph ends one
+    assert not any(doc.endswith(positive) for positive in set(pairs.positives) for doc in beir.docs)

@@ -17,9 +17,9 @@ import torch
 from retrieval_helpers import squad_articles, write_beir
 
 from bertkit.errors import BertkitError
-from bertkit.retrieval.batches import distinct_order, text_keys
-from bertkit.retrieval.data import read_beir, read_pairs
-from bertkit.retrieval.metrics import score_run
+from bertkit.tasks.retrieval.batches import distinct_order, text_keys
+from bertkit.tasks.retrieval.data import read_beir, read_pairs
+from bertkit.tasks.retrieval.metrics import score_run
 
 pytrec_eval = pytest.importorskip("pytrec_eval")
 
@@ -58,7 +58,7 @@ def test_metrics_equal_pytrec_eval_on_a_real_search(squad_dev_file: Path, minilm
     from bertkit.modelio.modeldir import encoder_weights, load_model_dir
     from bertkit.models.pretraining import build_encoder
     from bertkit.models.sentence import SentenceEncoder
-    from bertkit.retrieval.search import embed_ids, encode_texts, exact_search
+    from bertkit.tasks.retrieval.search import embed_ids, encode_texts, exact_search
 
     data = read_beir(write_beir(squad_articles(squad_dev_file)[:3], tmp_path / "beir"))
     _, _, cfg, weights, tokenizer = load_model_dir(minilm_dir)
@@ -105,7 +105,7 @@ def _st_and_bertkit(minilm_dir: Path):
 
 def _batch(tokenizer, prefix: str, texts: list[str], max_len: int = 256) -> dict[str, torch.Tensor]:
     from bertkit.corpus.loader import pad_batch
-    from bertkit.retrieval.search import encode_texts
+    from bertkit.tasks.retrieval.search import encode_texts
 
     ids, mask = pad_batch(encode_texts(texts, tokenizer, max_len), tokenizer.pad_id)
     return {f"{prefix}input_ids": ids, f"{prefix}attention_mask": mask}

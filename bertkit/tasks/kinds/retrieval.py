@@ -1,6 +1,6 @@
 """Retrieval: a bi-encoder trained on (query, positive[, hard negatives]) pairs with in-batch negatives
 (MultipleNegativesRankingLoss), scored by exact search over a BEIR folder's corpus or a pairs file read as one:
-nDCG@10, MRR@10, Recall@100 and MAP@100 (bertkit/retrieval/metrics.py)."""
+nDCG@10, MRR@10, Recall@100 and MAP@100 (bertkit/tasks/retrieval/metrics.py)."""
 
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ from bertkit.config.schema import TASK_METRICS, ModelConfig, TaskConfig
 from bertkit.corpus.loader import split_indices
 from bertkit.errors import BertkitError
 from bertkit.objectives.contrastive import RankingObjective
-from bertkit.retrieval.batches import PairBatches, text_keys
-from bertkit.retrieval.data import Pairs, RetrievalSet, pairs_as_set, read_eval_set, read_pairs
-from bertkit.retrieval.metrics import deepest_cut, score_run
-from bertkit.retrieval.search import embed_ids, encode_texts, exact_search
 from bertkit.tasks.kinds.base import Evaluate, Prepared, window
 from bertkit.tasks.kinds.embedding import NotServed, embedding_meta, sentence_encoder
+from bertkit.tasks.retrieval.batches import PairBatches, text_keys
+from bertkit.tasks.retrieval.data import Pairs, RetrievalSet, pairs_as_set, read_eval_set, read_pairs
+from bertkit.tasks.retrieval.metrics import deepest_cut, score_run
+from bertkit.tasks.retrieval.search import embed_ids, encode_texts, exact_search
 from bertkit.tokenizers.base import Tokenizer
 
 

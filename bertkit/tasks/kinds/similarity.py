@@ -15,12 +15,12 @@ from bertkit.config.schema import ModelConfig, TaskConfig
 from bertkit.corpus.loader import split_indices
 from bertkit.errors import BertkitError
 from bertkit.objectives.contrastive import SimilarityObjective
-from bertkit.retrieval.batches import ScoredPairBatches
-from bertkit.retrieval.search import embed_ids, encode_texts
 from bertkit.tasks.classification import average_ranks, pearson
 from bertkit.tasks.data import TaskData, read_task_data
 from bertkit.tasks.kinds.base import Evaluate, Prepared, window
 from bertkit.tasks.kinds.embedding import NotServed, embedding_meta, sentence_encoder
+from bertkit.tasks.retrieval.batches import ScoredPairBatches
+from bertkit.tasks.retrieval.search import embed_ids, encode_texts
 from bertkit.tokenizers.base import Tokenizer
 
 
