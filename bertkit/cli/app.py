@@ -18,6 +18,7 @@ from bertkit.cli import (
     evaluate,
     export,
     finetune,
+    mine,
     plot,
     predict,
     pretrain,
@@ -43,6 +44,7 @@ app.command("finetune")(finetune.finetune_command)
 app.command("augment")(augment.augment_command)
 app.command("compress")(compress.compress_command)
 app.command("embed")(embed.embed_command)
+app.command("mine-negatives")(mine.mine_negatives_command)
 app.command("predict")(predict.predict_command)
 app.command("evaluate")(evaluate.evaluate_command)
 app.add_typer(evaluate.app, name="suites")

@@ -67,7 +67,9 @@ def compress_command(
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
     """From a fine-tuned classifier to a small fast one: copy N layers, augment the data, distil (TinyBERT's
-    task stage), fine-tune the same copy on gold labels as the baseline, and print the table to decide by."""
+    task stage), fine-tune the same copy on gold labels as the baseline, and print the table to decide by. A
+    bi-encoder teacher (a retrieval model, a sentence-transformers directory) takes (query, positive) pairs as
+    --train and a BEIR folder or pairs as --eval: its copy learns the teacher's vectors beside the ranking loss."""
     from bertkit.pipelines.compress import CompressOptions, compress
 
     opts = CompressOptions(layers=layers, student=student, augment=not no_augment, copies=copies,
@@ -87,6 +89,9 @@ def print_table(result: dict) -> None:
     from rich.table import Table
 
     info = result["inference"]
+    if result.get("kind") == "bi-encoder":
+        print_bi_encoder_table(result)
+        return
     table = Table(title=f"compress: {result['eval_examples']} held-out examples; inference batch {info['batch_size']}, "
                   f"max length {info['max_length']}, {info['threads']} CPU threads, fp32")  # fmt: skip
     for column in ("model", "params", "sent/s", "speed-up", "accuracy", "% of teacher"):
@@ -95,6 +100,26 @@ def print_table(result: dict) -> None:
         share = f"{row['percent_of_teacher']:.1f}%"
         table.add_row(row["model"], f"{row['parameters'] / 1e6:.1f}M", f"{row['sentences_per_s']:,.0f}",
                       f"{row['speedup']:.2f}x", f"{row['accuracy']:.3f}", share)  # fmt: skip
+    console = Console()
+    console.print(table)
+    stages = ", ".join(f"{k} {v:.0f} s" for k, v in result["stage_seconds"].items())
+    console.print(f"student: {result['model_dir']}  ({stages}; {result['seconds']:.0f} s in all)")
+
+
+def print_bi_encoder_table(result: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    info, held_out = result["inference"], result["eval_set"]
+    table = Table(title=f"compress: {held_out['queries']} queries over {held_out['documents']} documents; "
+                  f"inference batch {info['batch_size']}, max length {info['max_length']}, {info['threads']} CPU "
+                  "threads, fp32")  # fmt: skip
+    for column in ("model", "params", "texts/s", "speed-up", "nDCG@10", "% of teacher"):
+        table.add_column(column, justify="left" if column == "model" else "right")
+    for row in result["rows"]:
+        share = f"{row['percent_of_teacher']:.1f}%"
+        table.add_row(row["model"], f"{row['parameters'] / 1e6:.1f}M", f"{row['texts_per_s']:,.0f}",
+                      f"{row['speedup']:.2f}x", f"{row['ndcg@10']:.4f}", share)  # fmt: skip
     console = Console()
     console.print(table)
     stages = ", ".join(f"{k} {v:.0f} s" for k, v in result["stage_seconds"].items())

@@ -587,6 +587,10 @@ TASK_FIELDS: dict[str, frozenset[str]] = {
             "scale",
             "symmetric",
             "matryoshka_dims",
+            "cache_chunk",
+            "gather_negatives",
+            "teacher",
+            "distill_weight",
         }
     ),
     "similarity": frozenset(
@@ -722,6 +726,17 @@ class TaskConfig(StrictModel):
     symmetric: bool = False
     # Retrieval: Matryoshka training; the loss is also taken on the vectors' first d components for each d.
     matryoshka_dims: list[int] | None = None
+    # Retrieval: GradCache; embed a batch this many texts at a time (the same gradients as the whole batch in one
+    # pass, with one chunk's activations in memory), so a batch of 512 fits one GPU; 0: the batch in one pass.
+    cache_chunk: int = Field(0, ge=0)
+    # Retrieval, under several processes: score each process's queries against every process's passages (the
+    # step of one process holding the whole batch); false: each process's own share only.
+    gather_negatives: bool = True
+    # Retrieval: a bi-encoder whose vectors the model learns too (embedding distillation: the squared distance of
+    # the unit vectors, added to the ranking loss); its vectors of every training text are computed once.
+    teacher: str | None = None
+    # Retrieval with a teacher: the weight of the distillation term beside the ranking loss's 1.
+    distill_weight: float = Field(1.0, ge=0.0)
     # Similarity: CoSENT (sentence-transformers' CoSENTLoss), or the squared error of the cosine against the gold
     # score scaled to [0, 1] by the training scores' range (CosineSimilarityLoss).
     similarity_loss: Literal["cosent", "cosine_mse"] = "cosent"

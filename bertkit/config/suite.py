@@ -62,7 +62,8 @@ class SuiteTask(StrictModel):
     # The `bertkit finetune --task` kind.
     kind: TaskKind  # type: ignore[valid-type]
     # Training and dev files (or datasets directories), relative to `--data` (default: the suite file's folder).
-    train: str
+    # Without `train`, a retrieval or similarity task scores each model as it is (MTEB's zero-shot protocol).
+    train: str | None = None
     eval: str
     # More dev sets the fine-tuned model is scored on, by name (MNLI's mismatched dev set); their metrics are
     # reported as NAME_METRIC. Sequence-level kinds only.

@@ -104,6 +104,10 @@ def export_onnx(
         load_state(encoder, encoder_weights(weights), str(model_dir))
         model = PooledEncoder(encoder).eval()
         names = ["mean", "cls"]
+        embedding = meta.get("embedding")
+        if embedding:  # a bi-encoder: its vectors as it was trained to give them, pooled and normalised in the graph
+            model = _Embedding(model, embedding.get("pooling") or "mean", bool(embedding.get("normalize"))).eval()
+            names = ["mean", "cls", "sentence_embedding"]
     inputs = ["input_ids", "attention_mask"] + (["token_type_ids"] if cfg.type_vocab_size > 0 else [])
     max_len = cfg.max_position_embeddings - cfg.position_offset
 
@@ -135,6 +139,22 @@ def export_onnx(
         summary["bytes"] = (tmp / ONNX_GRAPH).stat().st_size
         summary["files"] = sorted(p.name for p in tmp.iterdir())
     return summary
+
+
+class _Embedding(nn.Module):
+    """A bi-encoder's graph outputs: the mean and [CLS] poolings, and `sentence_embedding`, its own pooling,
+    normalised to unit length when the model was trained so (what sentence-transformers' Pooling and Normalize
+    give)."""
+
+    def __init__(self, pooled: nn.Module, pooling: str, normalize: bool) -> None:
+        super().__init__()
+        self.pooled, self.pooling, self.normalize = pooled, pooling, normalize
+
+    def forward(self, *args: torch.Tensor) -> dict[str, torch.Tensor]:
+        out = dict(self.pooled(*args))
+        vector = out[self.pooling]
+        out["sentence_embedding"] = torch.nn.functional.normalize(vector, dim=-1) if self.normalize else vector
+        return out
 
 
 def _trace(module: nn.Module, inputs: list[str], outputs: list[str], path: Path, opset: int, max_len: int,

@@ -88,6 +88,11 @@ def compress(
             "instead: `bertkit augment`, `bertkit distill --stage task --engine ddp|fsdp|deepspeed`, `bertkit finetune`"
         )
     started = time.perf_counter()
+    if _is_bi_encoder(teacher_spec):
+        from bertkit.pipelines.compress_embeddings import compress_bi_encoder
+
+        return compress_bi_encoder(teacher_spec, Path(train_file), Path(eval_file), Path(output), opts, overwrite,
+                                   quiet, started)  # fmt: skip
     teacher = Teacher.load(teacher_spec)
     if teacher.architecture in ("token-classification", "question-answering"):
         raise BertkitError(
@@ -241,6 +246,14 @@ def _compress(teacher: Any, train_data: Any, train_file: Path, eval_file: Path, 
     }
     write_json_atomic(output / "summary.json", summary)
     return summary
+
+
+def _is_bi_encoder(spec: str) -> bool:
+    """A retrieval or similarity model of bertkit's, or a sentence-transformers directory: its metadata says how it
+    pools its vectors."""
+    from bertkit.modelio.modeldir import load_model_dir
+
+    return bool(load_model_dir(spec)[1].get("embedding"))
 
 
 def _suffix(path: Path) -> str:

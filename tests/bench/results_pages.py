@@ -64,6 +64,16 @@ ROWS = [
         lambda r: f"teacher {value(r, 'teacher_accuracy'):.3f}, {num(value(r, 'teacher_sentences_per_s'))} sent/s; "
                   f"gold labels alone {value(r, 'baseline_accuracy'):.3f}",
         lambda r: f"{value(r, 'student_speedup'):.2f}x faster", "distill-and-ship", "ship"),
+    Row("retrieval-finetune", "retrieval fine-tuning of all-MiniLM-L6-v2 (nDCG@10, training time), SQuAD pairs",
+        lambda r: f"{value(r, 'bertkit_ndcg@10'):.3f} in {num(value(r, 'bertkit_train_seconds'))} s",
+        lambda r: f"sentence-transformers: {value(r, 'sentence_transformers_ndcg@10'):.3f} in "
+                  f"{num(value(r, 'sentence_transformers_train_seconds'))} s",
+        lambda r: f"{value(r, 'speedup'):.2f}x faster", "train-an-embedding-model", "embed"),
+    Row("compress-retrieval", "`compress` all-MiniLM-L6-v2 to 2 layers (nDCG@10, texts/s), SQuAD retrieval",
+        lambda r: f"{value(r, 'student_ndcg@10'):.3f}, {num(value(r, 'student_texts_per_s'))} texts/s",
+        lambda r: f"teacher {value(r, 'teacher_ndcg@10'):.3f}, {num(value(r, 'teacher_texts_per_s'))} texts/s; "
+                  f"pairs alone {value(r, 'baseline_ndcg@10'):.3f}",
+        lambda r: f"{value(r, 'student_speedup'):.2f}x faster", "train-an-embedding-model", "embed"),
     Row("evaluate-local-full", "`evaluate` on the local suite, fine-tuned, 3 seeds",
         lambda r: f"all-MiniLM-L6-v2 {value(r, 'minilm_average'):.1f} ± {value(r, 'minilm_average_std'):.1f}",
         lambda r: f"same shape, random weights {value(r, 'random_average'):.1f} ± {value(r, 'random_average_std'):.1f}",
@@ -186,9 +196,24 @@ def results_page(latest: dict[str, Record]) -> str:
     out += ["", "Run it on yours: `bertkit compress --teacher RUN --train train.csv --eval dev.csv --layers 2 "
             "--output small`, then `bertkit export small --to onnx --quantize int8 --eval dev.csv --output int8` "
             "([compression](guides/compress.md), [ONNX](guides/onnx.md))."]  # fmt: skip
+    out += ["", "## Train an embedding model", "",
+            "`bertkit finetune --task retrieval` on (question, paragraph) pairs of SQuAD v1.1 train beside "
+            "sentence-transformers' trainer with the same model, pairs, batch, rate, schedule and seed; both scored "
+            "by the same exact search on SQuAD v1.1 dev paragraphs (nDCG@10). `compress` of the same bi-encoder "
+            "against the same 2-layer copy trained on the pairs alone."]  # fmt: skip
+    out += tables(latest, link, {"embed"})
+    if "retrieval-finetune" in latest:
+        r = latest["retrieval-finetune"]
+        gap = value(r, "bertkit_ndcg@10") - value(r, "sentence_transformers_ndcg@10")
+        out += ["", f"bertkit's retriever scores {gap:+.3f} nDCG@10 against sentence-transformers' and trains "
+                f"{value(r, 'speedup'):.2f} times as fast; its export loads in sentence-transformers with the same "
+                "vectors."]  # fmt: skip
+    out += ["", "Run it on yours: `bertkit finetune --task retrieval --model M --train pairs.jsonl --eval beir/ "
+            "--output run`, then `bertkit export run --to sentence-transformers --output st/` "
+            "([embedding models](guides/embeddings.md))."]  # fmt: skip
     out += ["", "## Evaluate", "",
-            "`bertkit evaluate` on the shipped `local` suite (sentiment, STS-B, QNLI, WNUT-16 NER and SQuAD QA, real "
-            "data sets that `bertkit suites prepare local` writes), 3 seeds, as reference points to compare a "
+            "`bertkit evaluate` on the shipped `local` suite's sentiment, STS-B, QNLI, WNUT-16 NER and SQuAD QA tasks "
+            "(real data sets that `bertkit suites prepare local` writes), 3 seeds, as reference points to compare a "
             "checkpoint with: a public model against its own shape with random weights."]  # fmt: skip
     out += tables(latest, link, {"evaluate"})
     for mode in ("full", "probe"):

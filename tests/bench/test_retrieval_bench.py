@@ -109,6 +109,7 @@ def test_retrieval_finetune_matches_sentence_transformers(minilm_dir: Path, squa
         "sentence_transformers_mrr@10": figure(theirs["mrr@10"], "MRR@10", "sentence-transformers trainer"),
         "bertkit_train_seconds": figure(round(summary["seconds"], 1), "s", "bertkit finetune --task retrieval"),
         "sentence_transformers_train_seconds": figure(round(st_seconds, 1), "s", "sentence-transformers trainer"),
+        "speedup": figure(round(st_seconds / summary["seconds"], 2), "x sentence-transformers' training speed"),
     }
     write_record("retrieval-finetune", "pytest -m bench tests/bench/test_retrieval_bench.py",
                  {"model": "all-MiniLM-L6-v2", "train": f"{len(rows)} SQuAD v1.1 train (question, paragraph) pairs",

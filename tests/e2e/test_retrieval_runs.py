@@ -132,3 +132,100 @@ def test_objective_batches_are_one_global_batch_of_distinct_texts(retrieval_run)
     trained = [r for r in rows if "tokens" in r]
     assert trained and trained[-1]["tokens"] > 0
     assert torch.isfinite(torch.tensor([r["loss"] for r in trained if "loss" in r])).all()
+
+
+def test_evaluate_scores_zero_shot_tasks_as_mteb_does(
+    retrieval_data: dict[str, Path], stsb_dir: Path, minilm_dir: Path, tmp_path: Path
+) -> None:
+    """A suite of a retrieval and a similarity task without train files scores all-MiniLM-L6-v2 as it is: the
+    retrieval score is the exact search's nDCG@10, the same for every seed; a classification task without a train
+    file is refused before any cell runs."""
+    import yaml
+
+    from bertkit.tasks.retrieval.data import read_beir
+
+    rows = (stsb_dir / "dev.tsv").read_text(encoding="utf-8").splitlines()[:201]
+    (tmp_path / "sts.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    suite = {"name": "zero-shot", "seeds": [0, 1], "tasks": [
+        {"name": "squad", "kind": "retrieval", "eval": str(retrieval_data["beir"]), "set": ["task.max_seq_len=256"]},
+        {"name": "sts", "kind": "similarity", "eval": str(tmp_path / "sts.tsv"), "text_field": "sentence1",
+         "text_pair_field": "sentence2", "label_field": "score"},
+    ]}  # fmt: skip
+    (tmp_path / "suite.yaml").write_text(yaml.safe_dump(suite))
+    result = run_json("evaluate", "--model", str(minilm_dir), "--suite", str(tmp_path / "suite.yaml"), "--output",
+                      str(tmp_path / "out"))  # fmt: skip
+    assert result["cells"]["done"] == 4 and result["cells"]["failed"] == 0
+    tasks = result["models"][str(minilm_dir)]["tasks"]
+    assert tasks["squad"]["score"]["std"] == 0.0 and tasks["sts"]["score"]["mean"] > 70
+    assert len(read_beir(retrieval_data["beir"]).query_ids) > 100
+    suite["tasks"].append({"name": "reviews", "kind": "classification", "eval": str(tmp_path / "sts.tsv")})
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(suite))
+    line = run_error("evaluate", "--model", str(minilm_dir), "--suite", str(tmp_path / "bad.yaml"), "--output",
+                     str(tmp_path / "bad"))  # fmt: skip
+    assert "task 'reviews' has no train file" in line and not (tmp_path / "bad").exists()
+
+
+def test_mine_negatives_then_train_with_them(retrieval_data: dict[str, Path], minilm_dir: Path, tmp_path: Path) -> None:
+    """all-MiniLM-L6-v2 mines one hard negative per pair among the pairs' own paragraphs (two SQuAD articles): never
+    the query's own paragraph, never one it scores above 95% of its paragraph; the mined file then trains."""
+    mined = run_json("mine-negatives", "--model", str(minilm_dir), "--train", str(retrieval_data["train"]),
+                     "--output", str(tmp_path / "mined.jsonl"))  # fmt: skip
+    rows = [json.loads(line) for line in (tmp_path / "mined.jsonl").read_text().splitlines()]
+    assert mined["written"] == len(rows) and mined["written"] + mined["dropped"] == mined["pairs"]
+    assert rows and all(r["negative"] != r["positive"] for r in rows)
+    from sentence_transformers import SentenceTransformer
+
+    st = SentenceTransformer(str(minilm_dir), device="cpu")
+    sample = rows[:10]
+    q = st.encode([r["query"] for r in sample], convert_to_tensor=True)
+    p = st.encode([r["positive"] for r in sample], convert_to_tensor=True)
+    n = st.encode([r["negative"] for r in sample], convert_to_tensor=True)
+    assert bool(((q * n).sum(-1) <= 0.95 * (q * p).sum(-1) + 1e-4).all())
+    line = run_error("mine-negatives", "--model", str(minilm_dir), "--train", str(retrieval_data["train"]),
+                     "--output", str(tmp_path / "mined.jsonl"))  # fmt: skip
+    assert "already exists" in line
+    summary = run_json("finetune", "--task", "retrieval", "--model", str(minilm_dir), "--train",
+                       str(tmp_path / "mined.jsonl"), "--eval", str(retrieval_data["beir"]), "--output",
+                       str(tmp_path / "run"), "--set", "task.negative_field=negative", *SMALL)  # fmt: skip
+    assert summary["hard_negatives"] == 1 and summary["eval"]["ndcg@10"] > 0.3
+
+
+def test_compress_a_bi_encoder(retrieval_data: dict[str, Path], minilm_dir: Path, tmp_path: Path) -> None:
+    """`bertkit compress` with all-MiniLM-L6-v2 (a sentence-transformers directory) as the teacher: a 2-layer copy
+    trained on pairs with and without the teacher's vectors, and the table of the three."""
+    summary = run_json("compress", "--teacher", str(minilm_dir), "--train", str(retrieval_data["train"]), "--eval",
+                       str(retrieval_data["beir"]), "--layers", "2", "--output", str(tmp_path / "small"),
+                       "--set", "train.batch_size=16", "--set", "task.max_seq_len=96")  # fmt: skip
+    assert summary["kind"] == "bi-encoder" and [r["model"] for r in summary["rows"]] == [
+        "teacher", "student, pairs only", "student, distilled"]  # fmt: skip
+    teacher, baseline, student = summary["rows"]
+    assert student["parameters"] < teacher["parameters"] and student["speedup"] > 1.5
+    assert 0 < student["ndcg@10"] <= 1 and baseline["ndcg@10"] > 0
+    meta = json.loads((tmp_path / "small" / "model" / "bertkit_model.json").read_text())
+    assert meta["architecture"] == "retrieval-bi-encoder" and meta["task"]["teacher"] == str(minilm_dir)
+
+
+def test_onnx_export_of_a_bi_encoder_emits_its_vectors(retrieval_run, squad_dev_file: Path, tmp_path: Path) -> None:
+    """The graph's `sentence_embedding` output is the bi-encoder's own vector (mean-pooled, unit length): that of
+    `bertkit embed` on the PyTorch model."""
+    import onnxruntime
+
+    from bertkit.modelio.modeldir import load_model_dir
+
+    out, _ = retrieval_run
+    exported = run_json("export", str(out), "--to", "onnx", "--output", str(tmp_path / "onnx"))
+    assert exported["outputs"] == ["mean", "cls", "sentence_embedding"]
+    texts = [qa["question"] for qa in squad_articles(squad_dev_file)[4]["paragraphs"][0]["qas"][:4]]
+    (tmp_path / "texts.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
+    run_json("embed", "--model", str(out), "--input", str(tmp_path / "texts.txt"), "--output",
+             str(tmp_path / "vectors.npy"))  # fmt: skip
+    reference = np.load(tmp_path / "vectors.npy")
+    _, _, _, _, tokenizer = load_model_dir(out / "model")
+    session = onnxruntime.InferenceSession(str(tmp_path / "onnx" / "model.onnx"))
+    wanted = {i.name for i in session.get_inputs()}
+    for text, expected in zip(texts, reference, strict=True):
+        ids = np.asarray([tokenizer.encode(text)], dtype=np.int64)
+        feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
+        (vector,) = session.run(["sentence_embedding"], {k: v for k, v in feeds.items() if k in wanted})
+        assert abs(float(np.linalg.norm(vector[0])) - 1.0) < 1e-5
+        assert np.abs(vector[0] - expected).max() < 1e-4

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import random
 from pathlib import Path
 
@@ -187,3 +188,139 @@ def test_pairs_reader_names_a_missing_column(tmp_path: Path, squad_dev_file: Pat
     path.write_text(json.dumps({"question": paragraph["qas"][0]["question"], "positive": paragraph["context"]}) + "\n")
     with pytest.raises(BertkitError, match="no column 'query'.*task.query_field"):
         read_pairs(path, "query", "positive")
+
+
+def test_cached_negatives_give_the_gradients_of_the_whole_batch(squad_dev_file: Path, minilm_dir: Path) -> None:
+    """A batch of 256 SQuAD dev questions, their paragraphs and 32 hard negatives, embedded 32 texts at a time,
+    against the same batch in one pass: the same loss and every gradient within 1e-5 (no dropout: one pass and
+    chunks draw different masks). With dropout, the chunks' masks are replayed: the gradients are those of the
+    chunks embedded with a graph, and the step leaves the random state where those leave it. The encoder is a
+    2-layer, 64-wide random one of all-MiniLM-L6-v2's vocabulary, so the test stays fast."""
+    from bertkit.modelio.modeldir import load_model_dir
+    from bertkit.models.pretraining import build_encoder
+    from bertkit.models.sentence import SentenceEncoder
+    from bertkit.objectives.contrastive import RankingObjective, encode
+
+    _, _, cfg, _, tokenizer = load_model_dir(minilm_dir)
+    tiny = cfg.model_copy(update={"num_layers": 2, "hidden_size": 64, "num_heads": 2, "intermediate_size": 128})
+    torch.manual_seed(0)
+    model = SentenceEncoder(build_encoder(tiny), "mean", True)
+    paragraphs = [p for article in squad_articles(squad_dev_file) for p in article["paragraphs"]]
+    questions = [p["qas"][0]["question"] for p in paragraphs[:256]]
+    passages = [p["context"] for p in paragraphs[:256]] + [p["context"] for p in paragraphs[256:288]]
+    batch = {**_batch(tokenizer, "query_", questions, 64), **_batch(tokenizer, "", passages, 64)}
+    cached_objective = RankingObjective(20.0, dims=[32], cache_chunk=32)
+
+    def gradients(objective) -> tuple[float, dict[str, torch.Tensor]]:
+        model.zero_grad()
+        torch.manual_seed(1)  # the same random state for both
+        loss, _ = objective(model, batch)
+        (loss * 2).backward()  # as the loop scales it (world size, loss scaling)
+        after = torch.rand(1)  # the random state the step leaves behind
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        return float(loss.detach()), {"rng": after, **grads}
+
+    def same(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) -> None:
+        assert got.keys() == want.keys() and len(want) > 20  # every parameter the loss reaches
+        for name, grad in want.items():
+            assert torch.allclose(got[name], grad, atol=1e-5), (name, (got[name] - grad).abs().max())
+
+    model.eval()
+    whole_loss, whole = gradients(RankingObjective(20.0, dims=[32]))
+    cached_loss, cached = gradients(cached_objective)
+    assert cached_loss == pytest.approx(whole_loss, abs=1e-5)
+    same(cached, whole)
+
+    def chunked(model, batch, totals=None):
+        """The chunks embedded with their graphs, one after another: what the cache must reproduce."""
+        parts = {prefix: torch.cat([encode(model, {k: v[i : i + 32] for k, v in batch.items()}, prefix)
+                                    for i in range(0, batch[f"{prefix}input_ids"].shape[0], 32)])
+                 for prefix in ("query_", "")}  # fmt: skip
+        loss, correct = cached_objective.loss_sum(parts["query_"], parts[""])
+        return loss / 256, {}
+
+    model.train()
+    reference_loss, reference = gradients(chunked)
+    cached_loss, cached = gradients(cached_objective)
+    assert cached_loss == pytest.approx(reference_loss, abs=1e-5)
+    assert torch.equal(cached.pop("rng"), reference.pop("rng"))  # the replay drew nothing of its own
+    same(cached, reference)
+
+
+def _gathered_step(rank: int, world: int, port: int, out: str, payload: dict) -> None:
+    """One process of the two-process step: its half of the batch, gradients averaged as DDP averages them."""
+    import torch.distributed as torch_dist
+
+    from bertkit.models.pretraining import build_encoder
+    from bertkit.models.sentence import SentenceEncoder
+    from bertkit.objectives.contrastive import RankingObjective
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch_dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.set_num_threads(1)
+    model = SentenceEncoder(build_encoder(payload["cfg"]), "mean", True).eval()
+    model.load_state_dict(payload["state"])
+    half = {key: value.chunk(world)[rank] for key, value in payload["batch"].items()}
+    if payload["negatives"] is not None:  # this process's share of the hard negatives follows its positives
+        half["input_ids"] = torch.cat([half["input_ids"], payload["negatives"]["input_ids"].chunk(world)[rank]])
+        half["attention_mask"] = torch.cat([half["attention_mask"],
+                                            payload["negatives"]["attention_mask"].chunk(world)[rank]])  # fmt: skip
+    loss, _ = RankingObjective(20.0, symmetric=True, dims=[16])(model, half, {"ranking": payload["total"]})
+    (loss * world).backward()  # the loop's scaling, which DDP's average undoes
+    summed = loss.detach().clone()
+    torch_dist.all_reduce(summed)
+    grads = {}
+    for name, param in model.named_parameters():
+        if param.grad is not None:
+            torch_dist.all_reduce(param.grad)
+            grads[name] = param.grad / world
+    if rank == 0:
+        torch.save({"loss": summed, "grads": grads}, out)
+    torch_dist.destroy_process_group()
+
+
+def test_two_processes_make_the_step_of_one(squad_dev_file: Path, minilm_dir: Path, tmp_path: Path) -> None:
+    """16 SQuAD questions, their paragraphs and 16 hard negatives: two processes of 8 (gloo), each scoring its
+    queries against both processes' passages, give the loss and gradients of one process holding all 16."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    from bertkit.corpus.loader import pad_batch
+    from bertkit.modelio.modeldir import load_model_dir
+    from bertkit.models.pretraining import build_encoder
+    from bertkit.models.sentence import SentenceEncoder
+    from bertkit.objectives.contrastive import RankingObjective
+    from bertkit.tasks.retrieval.search import encode_texts
+
+    _, _, cfg, _, tokenizer = load_model_dir(minilm_dir)
+    tiny = cfg.model_copy(update={"num_layers": 2, "hidden_size": 64, "num_heads": 2, "intermediate_size": 128})
+    torch.manual_seed(0)
+    model = SentenceEncoder(build_encoder(tiny), "mean", True).eval()  # no dropout: the same forward everywhere
+    paragraphs = [p for article in squad_articles(squad_dev_file) for p in article["paragraphs"]][:32]
+
+    def padded(texts: list[str], length: int = 64) -> dict[str, torch.Tensor]:
+        ids, mask = pad_batch(encode_texts(texts, tokenizer, 64), tokenizer.pad_id, length=length)
+        return {"input_ids": ids, "attention_mask": mask}
+
+    queries = padded([p["qas"][0]["question"] for p in paragraphs[:16]])
+    positives = padded([p["context"] for p in paragraphs[:16]])
+    negatives = padded([p["context"] for p in paragraphs[16:]])
+    batch = {"query_input_ids": queries["input_ids"], "query_attention_mask": queries["attention_mask"], **positives}
+    whole = {**batch, "input_ids": torch.cat([positives["input_ids"], negatives["input_ids"]]),
+             "attention_mask": torch.cat([positives["attention_mask"], negatives["attention_mask"]])}  # fmt: skip
+    loss, _ = RankingObjective(20.0, symmetric=True, dims=[16])(model, whole)
+    loss.backward()
+    expected = {name: param.grad.clone() for name, param in model.named_parameters() if param.grad is not None}
+    model.zero_grad()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    out = tmp_path / "rank0.pt"
+    payload = {"cfg": tiny, "state": model.state_dict(), "batch": batch, "negatives": negatives, "total": 16.0}
+    mp.start_processes(_gathered_step, args=(2, port, str(out), payload), nprocs=2, join=True, start_method="spawn")
+    got = torch.load(out, weights_only=True)
+    assert float(got["loss"]) == pytest.approx(float(loss), abs=1e-5)
+    assert got["grads"].keys() == expected.keys()
+    for name, grad in expected.items():
+        assert torch.allclose(got["grads"][name], grad, atol=1e-5), (name, (got["grads"][name] - grad).abs().max())

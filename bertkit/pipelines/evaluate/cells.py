@@ -30,7 +30,7 @@ class CellSpec:
     directory: Path
     recipe: str
     overrides: tuple[str, ...]
-    train: Path
+    train: Path | None  # None: the model is scored as it is (a zero-shot retrieval or similarity task)
     eval: Path
     extra_eval: dict[str, Path] = field(default_factory=dict)
     keep_model: bool = False  # a warm start's source keeps its weights; other cells drop them when done
@@ -59,7 +59,7 @@ def run_cell(spec: CellSpec) -> dict[str, Any]:
     """Fine-tune one cell, score any extra dev sets, write its result; a failure is a result too."""
     from bertkit.config.recipe import load_recipe
     from bertkit.pipelines.finetune.run import finetune
-    from bertkit.pipelines.finetune.score import score_sequence_model
+    from bertkit.pipelines.finetune.score import score_as_is, score_sequence_model
 
     start = time.perf_counter()
     run_dir = spec.directory / RUN
@@ -69,15 +69,19 @@ def run_cell(spec: CellSpec) -> dict[str, Any]:
         if spec.model_dir is None:
             raise BertkitError(spec.warm_error or "no model to fine-tune")
         recipe = load_recipe(spec.recipe, list(spec.overrides), kind="finetune")
-        summary = finetune(recipe, spec.model_dir, spec.train, run_dir, spec.eval, overwrite=True, quiet=True)  # type: ignore[arg-type]
-        metrics = dict(summary["eval"] or {})
-        for name, path in spec.extra_eval.items():
-            extra = score_sequence_model(Path(summary["model_dir"]), path, recipe)  # type: ignore[arg-type]
-            metrics.update({f"{name}_{key}": value for key, value in extra.items() if key != "examples"})
+        if spec.train is None:  # zero-shot: the model as it is, on the dev set
+            metrics, steps, best = score_as_is(spec.model_dir, spec.eval, recipe), 0, None  # type: ignore[arg-type]
+        else:
+            summary = finetune(recipe, spec.model_dir, spec.train, run_dir, spec.eval, overwrite=True, quiet=True)  # type: ignore[arg-type]
+            metrics = dict(summary["eval"] or {})
+            for name, path in spec.extra_eval.items():
+                extra = score_sequence_model(Path(summary["model_dir"]), path, recipe)  # type: ignore[arg-type]
+                metrics.update({f"{name}_{key}": value for key, value in extra.items() if key != "examples"})
+            steps, best = summary["steps"], summary["best"]
         missing = [name for name in spec.required if name not in metrics]
         if missing:
             raise BertkitError(f"the run reported no {', '.join(missing)} (it has {', '.join(sorted(metrics))})")
-        result.update(status="done", metrics=metrics, steps=summary["steps"], best=summary["best"])
+        result.update(status="done", metrics=metrics, steps=steps, best=best)
     except BertkitError as err:
         result.update(status="failed", error=str(err))
     except Exception as err:  # a bug or a broken environment: recorded with its traceback, and the suite goes on

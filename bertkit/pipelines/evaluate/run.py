@@ -178,18 +178,27 @@ def plan_cells(
     data_dir: Path, probe: bool,
 ) -> dict[str, list[CellSpec]]:  # fmt: skip
     """Every cell by task, checked: files found and readable, recipes valid with every override."""
+    from bertkit.tasks.kinds import task_kind
+
     sources = {t.warm_start for t in tasks if t.warm_start}
     cells: dict[str, list[CellSpec]] = {}
     for task in tasks:
-        train = _data_path(data_dir, task.train, task, "train")
+        if task.train is None and not getattr(task_kind(task.kind), "scores_as_is", False):
+            raise BertkitError(f"task '{task.name}' has no train file; a {task.kind} task trains before it is scored "
+                               "(only retrieval and similarity tasks score a model as it is)")  # fmt: skip
+        if task.train is None and task.name in sources:
+            raise BertkitError(f"a task warm-starts from '{task.name}', which trains nothing (it has no train file)")
+        train = _data_path(data_dir, task.train, task, "train") if task.train is not None else None
         dev = _data_path(data_dir, task.eval, task, "eval")
         extra = {name: _data_path(data_dir, rel, task, f"extra_eval '{name}'") for name, rel in task.extra_eval.items()}
         lrs, seeds, _, _ = suite.grid(task, probe)
+        if train is None:  # scored as it is: a rate changes nothing
+            lrs = lrs[:1]
         try:
             recipe = load_recipe(_task_recipe(task), _overrides(suite, task, lrs[0], seeds[0], probe), kind="finetune")
         except BertkitError as err:
             raise BertkitError(f"task '{task.name}': {err}") from None
-        _check_task_data(task, recipe, {"train": train, "eval": dev, **extra})
+        _check_task_data(task, recipe, {**({"train": train} if train is not None else {}), "eval": dev, **extra})
         cells[task.name] = [
             CellSpec(
                 model=keys[spec],

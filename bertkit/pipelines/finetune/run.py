@@ -55,6 +55,11 @@ def finetune(
             f"a {task.kind} loss compares the examples of a batch with each other, so the batch must be one pass: "
             f"set train.grad_accum=1 (train.batch_size {train_cfg.batch_size} sequences per pass)"
         )
+    if task.cache_chunk and recipe.engine.backend != "single":
+        raise BertkitError(
+            f"task.cache_chunk runs under engine.backend=single; under {recipe.engine.backend} leave it at 0 and "
+            "give each process a batch that fits"
+        )
     # Everything is read and valid: only now does the run directory appear.
     resumed = prepare_run_dir(output, recipe, overwrite, resume)
 

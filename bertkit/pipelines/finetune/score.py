@@ -8,12 +8,16 @@ from pathlib import Path
 import torch
 
 from bertkit.config.recipe import FinetuneRecipe
+from bertkit.engine.checkpoint import load_state
 from bertkit.engine.device import resolve_device
-from bertkit.modelio.modeldir import load_model_dir
+from bertkit.errors import BertkitError
+from bertkit.modelio.modeldir import encoder_weights, load_model_dir
+from bertkit.models.pretraining import build_encoder
 from bertkit.tasks.architectures import build_task_model
 from bertkit.tasks.classification import ClassificationBatches, encode_examples, evaluate_sequence, sequence_targets
 from bertkit.tasks.data import read_task_file
 from bertkit.tasks.kinds import task_kind
+from bertkit.tasks.kinds.embedding import checkpoint_task, sentence_encoder
 
 
 def score_sequence_model(model_path: Path, eval_file: Path, recipe: FinetuneRecipe, batch_size: int = 64) -> dict:
@@ -32,3 +36,20 @@ def score_sequence_model(model_path: Path, eval_file: Path, recipe: FinetuneReci
     model = build_task_model(task_kind(task.kind).architecture, meta, cfg, weights, str(model_dir)).to(device)
     with torch.no_grad():
         return evaluate_sequence(task.kind, model, batches, device, task.threshold)
+
+
+def score_as_is(model_path: Path, eval_file: Path, recipe: FinetuneRecipe) -> dict:
+    """The dev metrics of the model in `model_path` as it is, without training (a zero-shot suite task): kinds whose
+    model is the encoder itself with its pooling (retrieval, similarity) score it directly."""
+    task = recipe.task
+    kind = task_kind(task.kind)
+    if not getattr(kind, "scores_as_is", False):
+        raise BertkitError(f"a {task.kind} task trains a head before it can be scored; give the task a train file")
+    model_dir, meta, cfg, weights, tokenizer = load_model_dir(model_path)
+    task = checkpoint_task(task, meta)
+    scorer = kind.scorer(task, cfg, tokenizer, eval_file)
+    model = sentence_encoder(task)(build_encoder(cfg))
+    load_state(model.encoder, encoder_weights(weights), str(model_dir))
+    device = resolve_device(recipe.engine)
+    with torch.no_grad():
+        return scorer.evaluate(model.to(device).eval(), device)

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from bertkit.config.schema import TASK_METRICS, ModelConfig, TaskConfig
@@ -17,7 +18,7 @@ from bertkit.errors import BertkitError
 from bertkit.objectives.contrastive import RankingObjective
 from bertkit.tasks.kinds.base import Evaluate, Prepared, window
 from bertkit.tasks.kinds.embedding import NotServed, embedding_meta, sentence_encoder
-from bertkit.tasks.retrieval.batches import PairBatches, text_keys
+from bertkit.tasks.retrieval.batches import PairBatches, TeacherVectors, text_keys
 from bertkit.tasks.retrieval.data import Pairs, RetrievalSet, pairs_as_set, read_eval_set, read_pairs
 from bertkit.tasks.retrieval.metrics import deepest_cut, score_run
 from bertkit.tasks.retrieval.search import embed_ids, encode_texts, exact_search
@@ -63,6 +64,12 @@ class RetrievalKind(NotServed):
             read_eval_set(path, task.query_field, task.positive_field, task.negative_field, task.eval_split,
                           task.qrels_split)  # fmt: skip
 
+    def scorer(self, task: TaskConfig, model_cfg: ModelConfig, tokenizer: Tokenizer, eval_file: Path) -> EncodedSet:
+        """The evaluation of `eval_file` that `prepare` would run, for a model scored as it is."""
+        held_out = read_eval_set(eval_file, task.query_field, task.positive_field, task.negative_field,
+                                 task.eval_split, task.qrels_split)  # fmt: skip
+        return EncodedSet(held_out, tokenizer, window(task, model_cfg), TASK_METRICS["retrieval"])
+
     def prepare(self, task: TaskConfig, model_cfg: ModelConfig, tokenizer: Tokenizer, train_file: Path,
                 eval_file: Path | None, seed: int) -> Prepared:  # fmt: skip
         read = read_pairs(train_file, task.query_field, task.positive_field, task.negative_field, task.split,
@@ -88,11 +95,12 @@ class RetrievalKind(NotServed):
             negatives = [flat[i * width : (i + 1) * width] for i in range(len(train))]
             columns += [[row[j] for row in train.negatives] for j in range(width)]
         keys = text_keys(*columns)
+        teacher = teacher_vectors(task, train, model_cfg, max_len) if task.teacher else None
         scoring = EncodedSet(held_out, tokenizer, max_len, TASK_METRICS["retrieval"]) if held_out else None
         pad = tokenizer.pad_id
 
         def sources(model: nn.Module, micro: int, seed: int, device: torch.device) -> tuple[Any, Evaluate | None]:
-            source = PairBatches(queries, positives, negatives, keys, micro, pad, seed)
+            source = PairBatches(queries, positives, negatives, keys, micro, pad, seed, teacher)
             return source, (scoring.evaluate if scoring is not None else None)
 
         summary: dict[str, Any] = {
@@ -103,6 +111,7 @@ class RetrievalKind(NotServed):
             "eval_set": held_out.report() if held_out is not None else None,
             "pooling": task.pooling,
             "normalize": task.normalize,
+            "teacher": task.teacher,
         }
         return Prepared(
             labels=[],
@@ -110,10 +119,44 @@ class RetrievalKind(NotServed):
             examples=len(train),
             metric=task.best_metric,
             build=sentence_encoder(task),
-            objective=RankingObjective(task.scale, task.symmetric, task.matryoshka_dims),
+            objective=RankingObjective(task.scale, task.symmetric, task.matryoshka_dims, task.cache_chunk,
+                                       task.gather_negatives, task.distill_weight),
             sources=sources,
             task_meta=task.model_dump(mode="json"),
             summary=summary,
             model_meta={"embedding": embedding_meta(task)},
             whole_batch=True,
         )
+
+
+def teacher_vectors(task: TaskConfig, train: Pairs, student_cfg: ModelConfig, max_len: int) -> TeacherVectors:
+    """The teacher's unit vectors of every training text, computed once (as a classifier teacher's logits are
+    cached), pooled as the teacher was trained; its width must be the student's."""
+    from bertkit.engine.checkpoint import load_state
+    from bertkit.modelio.modeldir import encoder_weights, load_model_dir
+    from bertkit.models.pretraining import build_encoder
+    from bertkit.models.sentence import SentenceEncoder
+
+    teacher_dir, meta, cfg, weights, tokenizer = load_model_dir(str(task.teacher))
+    if cfg.hidden_size != student_cfg.hidden_size:
+        raise BertkitError(f"the teacher {teacher_dir} gives {cfg.hidden_size}-wide vectors and the student "
+                           f"{student_cfg.hidden_size}-wide; distil into a student of the teacher's width "
+                           "(bertkit compress copies its layers)")  # fmt: skip
+    pooling = (meta.get("embedding") or {}).get("pooling", "mean")
+    model = SentenceEncoder(build_encoder(cfg), pooling, True)
+    load_state(model.encoder, encoder_weights(weights), str(teacher_dir))
+    device = torch.device("cpu")
+    window = min(max_len, cfg.max_position_embeddings - cfg.position_offset)
+
+    def vectors(texts: list[str]) -> torch.Tensor:
+        unique = list(dict.fromkeys(texts))
+        found = embed_ids(model, encode_texts(unique, tokenizer, window), tokenizer.pad_id, device)
+        where = {text: i for i, text in enumerate(unique)}
+        return F.normalize(found[[where[t] for t in texts]], dim=-1)
+
+    negatives = None
+    if train.negatives is not None:
+        width = len(train.negatives[0])
+        flat = vectors([text for row in train.negatives for text in row])
+        negatives = flat.view(len(train), width, -1)
+    return TeacherVectors(vectors(train.queries), vectors(train.positives), negatives)

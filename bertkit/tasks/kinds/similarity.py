@@ -64,6 +64,12 @@ class SimilarityKind(NotServed):
         """Read a suite's file as a cell will (`bertkit evaluate` checks every file before the first cell)."""
         read_scored_pairs(path, task, task.split if what == "train" else task.eval_split)
 
+    def scorer(self, task: TaskConfig, model_cfg: ModelConfig, tokenizer: Tokenizer, eval_file: Path) -> ScoredPairs:
+        """The evaluation of `eval_file` that `prepare` would run, for a model scored as it is."""
+        if task.text_pair_field is None:
+            raise BertkitError("a similarity task reads pairs of texts: name the second text's column")
+        return ScoredPairs(read_scored_pairs(eval_file, task, task.eval_split), tokenizer, window(task, model_cfg))
+
     def prepare(self, task: TaskConfig, model_cfg: ModelConfig, tokenizer: Tokenizer, train_file: Path,
                 eval_file: Path | None, seed: int) -> Prepared:  # fmt: skip
         if task.text_pair_field is None:

@@ -5,6 +5,7 @@ negative of the other), and sentence pairs with their scores."""
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -72,14 +73,25 @@ def text_keys(*columns: list[str]) -> list[frozenset[int]]:
     return [frozenset(ids.setdefault(text, len(ids)) for text in row) for row in zip(*columns, strict=True)]
 
 
+@dataclass
+class TeacherVectors:
+    """A teacher's unit vectors of every training text: (pairs, dim) queries and positives, (pairs, n, dim)
+    negatives."""
+
+    queries: torch.Tensor
+    positives: torch.Tensor
+    negatives: torch.Tensor | None = None
+
+
 class PairBatches(SampledBatches):
     """Batches of `query_input_ids`/`query_attention_mask` (the queries) and `input_ids`/`attention_mask` (their
     positives, row i answering query i, then the first hard negative of every row, then the second...)."""
 
     def __init__(self, queries: list[np.ndarray], positives: list[np.ndarray], negatives: list[list[np.ndarray]] | None,
-                 keys: list[frozenset[int]], batch_size: int, pad_id: int, seed: int) -> None:  # fmt: skip
+                 keys: list[frozenset[int]], batch_size: int, pad_id: int, seed: int,
+                 teacher: TeacherVectors | None = None) -> None:  # fmt: skip
         self.queries, self.positives, self.negatives = queries, positives, negatives
-        self.batch_size, self.pad_id = batch_size, pad_id
+        self.batch_size, self.pad_id, self.teacher = batch_size, pad_id, teacher
         self.sampler = DistinctSampler(keys, batch_size, seed)
 
     def next_batch(self) -> dict[str, torch.Tensor]:
@@ -90,8 +102,15 @@ class PairBatches(SampledBatches):
                 passages.extend(self.negatives[i][column] for i in picked)
         query_ids, query_mask = pad_batch([self.queries[i] for i in picked], self.pad_id)
         input_ids, attention_mask = pad_batch(passages, self.pad_id)
-        return {"query_input_ids": query_ids, "query_attention_mask": query_mask,
-                "input_ids": input_ids, "attention_mask": attention_mask}  # fmt: skip
+        batch = {"query_input_ids": query_ids, "query_attention_mask": query_mask,
+                 "input_ids": input_ids, "attention_mask": attention_mask}  # fmt: skip
+        if self.teacher is not None:  # the teacher's vectors of the same texts, in the same order
+            batch["teacher_query"] = self.teacher.queries[picked]
+            rows = [self.teacher.positives[picked]]
+            if self.teacher.negatives is not None:
+                rows += [self.teacher.negatives[picked, column] for column in range(self.teacher.negatives.shape[1])]
+            batch["teacher_passage"] = torch.cat(rows)
+        return batch
 
 
 class ScoredPairBatches(SampledBatches):

@@ -157,6 +157,11 @@ def read_beir(folder: Path, split: str = "test") -> RetrievalSet:
     return RetrievalSet(folder, [query_ids[i] for i in keep], [queries[i] for i in keep], doc_ids, docs, qrels)
 
 
+def read_corpus(folder: Path) -> tuple[list[str], list[str]]:
+    """(ids, texts) of a BEIR folder's corpus, each text its title and text joined."""
+    return _jsonl_texts(Path(folder) / BEIR_FILES[0], title=True)
+
+
 def _jsonl_texts(path: Path, title: bool) -> tuple[list[str], list[str]]:
     ids: list[str] = []
     texts: list[str] = []

