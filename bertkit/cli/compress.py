@@ -117,7 +117,7 @@ def print_bi_encoder_table(result: dict) -> None:
     for column in ("model", "params", "texts/s", "speed-up", "nDCG@10", "% of teacher"):
         table.add_column(column, justify="left" if column == "model" else "right")
     for row in result["rows"]:
-        share = f"{row['percent_of_teacher']:.1f}%"
+        share = "-" if row["percent_of_teacher"] is None else f"{row['percent_of_teacher']:.1f}%"
         table.add_row(row["model"], f"{row['parameters'] / 1e6:.1f}M", f"{row['texts_per_s']:,.0f}",
                       f"{row['speedup']:.2f}x", f"{row['ndcg@10']:.4f}", share)  # fmt: skip
     console = Console()

@@ -54,6 +54,13 @@ def predict_command(
         "separators, as in GLUE's TSV files). Default: a TSV input as the model's training files were read "
         "(task.quoting), a CSV input csv.",
     ),
+    corpus: Path | None = typer.Option(
+        None,
+        "--corpus",
+        help="A bi-encoder (retrieval, similarity, sentence-transformers): search this corpus (a BEIR folder, text "
+        "lines or a table's text column) for each input row; one line per query with its --top-k hits.",
+    ),
+    top_k: int = typer.Option(10, "--top-k", help="With --corpus: hits per query."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace the output file if it exists."),
     json_out: bool = typer.Option(False, "--json", help=PREDICT_JSON_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
@@ -68,20 +75,26 @@ def predict_command(
     to_stdout = output == "-"
     if json_out and to_stdout:
         raise BertkitError("--json needs --output FILE: with stdout output the predictions are stdout's lines")
-    result = predict(
-        model,
-        input,
-        None if to_stdout else Path(output),
-        batch_size=batch_size,
-        text_field=text_field,
-        text_pair_field=text_pair_field,
-        max_seq_len=max_seq_len,
-        overwrite=overwrite,
-        device=device,
-        quiet=quiet,
-        threads=threads,
-        quoting=quoting,  # type: ignore[arg-type]  # checked by predict
-    )
+    if corpus is not None:
+        from bertkit.pipelines.predict.search import search
+
+        result = search(model, input, corpus, None if to_stdout else Path(output), top_k, text_field, max_seq_len,
+                        batch_size, overwrite, device, quiet)  # fmt: skip
+    else:
+        result = predict(
+            model,
+            input,
+            None if to_stdout else Path(output),
+            batch_size=batch_size,
+            text_field=text_field,
+            text_pair_field=text_pair_field,
+            max_seq_len=max_seq_len,
+            overwrite=overwrite,
+            device=device,
+            quiet=quiet,
+            threads=threads,
+            quoting=quoting,  # type: ignore[arg-type]  # checked by predict
+        )
     if to_stdout:
         # stdout holds the predictions alone: the summary goes to stderr (unless --quiet).
         if not quiet:

@@ -27,6 +27,7 @@ from bertkit.errors import BertkitError
 from bertkit.export.onnx_runtime import ONNX_GRAPH, OnnxRunner, quiet_loggers, require_onnx
 from bertkit.fsutil import atomic_output_dir, check_output_dir, write_json_atomic
 from bertkit.modelio.modeldir import MODEL_META, ONNX_FORMAT, load_model_dir
+from bertkit.modelio.st_dir import trained_pooling
 from bertkit.tasks.architectures import TASK_ARCHITECTURES, build_task_model
 
 DEFAULT_OPSET = 18  # the oldest opset the torch.export-based exporter emits natively (no down-conversion)
@@ -106,7 +107,8 @@ def export_onnx(
         names = ["mean", "cls"]
         embedding = meta.get("embedding")
         if embedding:  # a bi-encoder: its vectors as it was trained to give them, pooled and normalised in the graph
-            model = _Embedding(model, embedding.get("pooling") or "mean", bool(embedding.get("normalize"))).eval()
+            pooling = trained_pooling(meta, model_dir) or "mean"
+            model = _Embedding(model, pooling, bool(embedding.get("normalize"))).eval()
             names = ["mean", "cls", "sentence_embedding"]
     inputs = ["input_ids", "attention_mask"] + (["token_type_ids"] if cfg.type_vocab_size > 0 else [])
     max_len = cfg.max_position_embeddings - cfg.position_offset

@@ -13,6 +13,7 @@ from bertkit.fsutil import atomic_output_dir
 from bertkit.interop.hf import to_hf_checkpoint
 from bertkit.modelio.hf_dir import write_hf_dir
 from bertkit.modelio.modeldir import load_model_dir
+from bertkit.modelio.st_dir import trained_pooling
 
 
 def _write_json(path: Path, value: Any) -> None:
@@ -27,9 +28,7 @@ def export_sentence_transformers(model_path: Path, output: Path, overwrite: bool
     if cfg.family not in ("bert", "roberta", "albert", "electra", "modernbert", "distilbert"):
         raise BertkitError(f"a {cfg.family} encoder has no sentence-transformers export; export --to hf instead")
     embedding = meta.get("embedding") or {}
-    pooling = embedding.get("pooling") or "mean"
-    if pooling not in ("mean", "cls"):
-        pooling = "mean"
+    pooling = trained_pooling(meta, model_dir) or "mean"
     normalize = bool(embedding.get("normalize", False))
     positions = cfg.max_position_embeddings - cfg.position_offset
     max_len = min(int(embedding.get("max_seq_length") or positions), positions)

@@ -80,8 +80,14 @@ def ranking_loss_sum(queries: torch.Tensor, passages: torch.Tensor, scale: float
     """(the sum over this process's queries of the ranking loss, how many rank their own positive first).
     `passages` holds the positives first (row i answers query i), then any hard negatives. With `gather`, under
     a process group, every process's passages (and queries, for the reverse direction) are the negatives."""
+    with torch.autocast(queries.device.type, enabled=False):  # the scores in fp32, under any autocast
+        return _ranking_loss_sum(queries.float(), passages.float(), scale, symmetric, gather)
+
+
+def _ranking_loss_sum(queries: torch.Tensor, passages: torch.Tensor, scale: float, symmetric: bool,
+                      gather: bool) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     count = queries.shape[0]
-    queries, passages = F.normalize(queries.float(), dim=-1), F.normalize(passages.float(), dim=-1)
+    queries, passages = F.normalize(queries, dim=-1), F.normalize(passages, dim=-1)
     every_passage, passage_start = gathered(passages) if gather else (passages, 0)
     scores = queries @ every_passage.T * scale
     target = torch.arange(count, device=scores.device)
@@ -214,7 +220,8 @@ class SimilarityObjective(Objective):
     ) -> tuple[torch.Tensor, Metrics]:
         total = (totals or self.counts(batch))[self.name]
         first, second = encode(model, batch, ""), encode(model, batch, "pair_")
-        cosines = F.cosine_similarity(first.float(), second.float(), dim=-1)
+        with torch.autocast(first.device.type, enabled=False):
+            cosines = F.cosine_similarity(first.float(), second.float(), dim=-1)
         gold = batch["labels"].float()
         if self.kind == "cosent":
             return share(cosent_loss(cosines, gold, self.scale), total), {}

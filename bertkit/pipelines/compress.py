@@ -253,7 +253,7 @@ def _is_bi_encoder(spec: str) -> bool:
     pools its vectors."""
     from bertkit.modelio.modeldir import load_model_dir
 
-    return bool(load_model_dir(spec)[1].get("embedding"))
+    return bool(load_model_dir(spec, hub=True)[1].get("embedding"))
 
 
 def _suffix(path: Path) -> str:

@@ -40,8 +40,9 @@ def compress_bi_encoder(teacher_spec: str, train_file: Path, eval_file: Path, ou
     for path in (train_file, eval_file):
         if not Path(path).exists():
             raise BertkitError(f"{path} not found")
-    embedding = meta.get("embedding") or {}
-    settings = [f"task.pooling={embedding.get('pooling', 'mean')}", "task.normalize=true",
+    from bertkit.modelio.st_dir import trained_pooling
+
+    settings = [f"task.pooling={trained_pooling(meta, teacher_dir) or 'mean'}", "task.normalize=true",
                 f"train.seed={opts.seed}", *opts.overrides]  # fmt: skip
     baseline_recipe = load_recipe("finetune-retrieval", [*settings, *opts.baseline_overrides], kind="finetune")
     distill_recipe = load_recipe("finetune-retrieval", [*settings, f"task.teacher={teacher_dir}"], kind="finetune")

@@ -21,6 +21,7 @@ from bertkit.engine.checkpoint import load_state
 from bertkit.errors import BertkitError
 from bertkit.inputs.delimited import Quoting, checked_quoting
 from bertkit.modelio.modeldir import encoder_weights, load_model_dir, onnx_export_dir
+from bertkit.modelio.st_dir import trained_pooling
 from bertkit.models.pooling import PooledEncoder
 from bertkit.models.pretraining import build_encoder
 from bertkit.pipelines.predict.common import InferenceModel, inference_device, load_onnx_export, torch_threads
@@ -102,7 +103,7 @@ def embed(
         # How the model was trained to embed (a bi-encoder's bertkit_model.json, a sentence-transformers directory's
         # modules) fills what the caller left open.
         trained = loaded.meta.get("embedding") or {}
-        pool = pool or trained.get("pooling") or "mean"
+        pool = pool or trained_pooling(loaded.meta, loaded.model_dir) or "mean"
         normalize = bool(trained.get("normalize", False)) if normalize is None else normalize
         max_seq_len = max_seq_len or trained.get("max_seq_length")
         result = _embed(loaded, input_path, output, pool, layer, max_seq_len, batch_size, text_field, split,

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from bertkit.engine.checkpoint import load_state
 from bertkit.errors import BertkitError
 from bertkit.modelio.modeldir import encoder_weights, load_model_dir
+from bertkit.modelio.st_dir import trained_pooling
 from bertkit.models.pretraining import build_encoder
 from bertkit.models.sentence import SentenceEncoder
 from bertkit.pipelines.predict.common import inference_device
@@ -65,7 +66,7 @@ def mine_negatives(
                            f"{skip_top}; give more pairs or a --corpus")  # fmt: skip
     model_dir, meta, cfg, weights, tokenizer = load_model_dir(model_path)
     trained = meta.get("embedding") or {}
-    model = SentenceEncoder(build_encoder(cfg), trained.get("pooling", "mean"), True)
+    model = SentenceEncoder(build_encoder(cfg), trained_pooling(meta, model_dir) or "mean", True)
     load_state(model.encoder, encoder_weights(weights), str(model_dir))
     target = inference_device(device)
     model = model.to(target).eval()
@@ -88,7 +89,8 @@ def mine_negatives(
     for query, positive in zip(pairs.queries, pairs.positives, strict=True):
         vector = F.normalize(query_vectors[query_position[query]], dim=-1).to(target)
         scores = docs @ vector
-        ceiling = max_relative * float(scores[position[positive]])
+        positive_score = float(scores[position[positive]])
+        ceiling = positive_score - (1.0 - max_relative) * abs(positive_score)  # below the positive, whatever its sign
         top = torch.topk(scores, depth).indices.tolist()
         own = positives_of[query]
         kept = [i for i in top if i not in own][skip_top:]

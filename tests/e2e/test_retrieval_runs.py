@@ -229,3 +229,29 @@ def test_onnx_export_of_a_bi_encoder_emits_its_vectors(retrieval_run, squad_dev_
         (vector,) = session.run(["sentence_embedding"], {k: v for k, v in feeds.items() if k in wanted})
         assert abs(float(np.linalg.norm(vector[0])) - 1.0) < 1e-5
         assert np.abs(vector[0] - expected).max() < 1e-4
+
+
+def test_predict_searches_a_corpus_with_a_bi_encoder(retrieval_run, retrieval_data: dict[str, Path],
+                                                     tmp_path: Path) -> None:  # fmt: skip
+    """`bertkit predict --corpus BEIR` gives each query its top hits, best first, with the BEIR ids; the hits are
+    those of the exact search that scored the run; without --corpus, one line says how."""
+    from bertkit.tasks.retrieval.data import read_beir
+
+    out, _ = retrieval_run
+    data = read_beir(retrieval_data["beir"])
+    (tmp_path / "queries.txt").write_text("\n".join(data.queries[:20]) + "\n", encoding="utf-8")
+    result = run_json("predict", "--model", str(out), "--input", str(tmp_path / "queries.txt"), "--corpus",
+                      str(retrieval_data["beir"]), "--top-k", "5",
+                      "--output", str(tmp_path / "hits.jsonl"))  # fmt: skip
+    assert result["rows"] == 20 and result["corpus"] == len(data.doc_ids)
+    lines = [json.loads(line) for line in (tmp_path / "hits.jsonl").read_text().splitlines()]
+    assert [line["query"] for line in lines] == data.queries[:20]
+    for line in lines:
+        scores = [hit["score"] for hit in line["hits"]]
+        assert len(scores) == 5 and scores == sorted(scores, reverse=True)
+        assert {hit["id"] for hit in line["hits"]} <= set(data.doc_ids)
+    hits = [{h["id"] for h in line["hits"]} for line in lines]
+    found = sum(bool(set(data.qrels[q]) & ids) for ids, q in zip(hits, data.query_ids[:20], strict=True))
+    assert found >= 12  # most questions find their paragraph in the top 5
+    line = run_error("predict", "--model", str(out), "--input", str(tmp_path / "queries.txt"))
+    assert "--corpus" in line

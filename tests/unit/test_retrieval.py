@@ -47,6 +47,9 @@ def test_metrics_equal_pytrec_eval_on_graded_judgements() -> None:
         qrels[f"q{q}"] = {d: rng.choice([1, 1, 2, 3]) for d in judged}
         qrels[f"q{q}"][rng.choice(docs)] = 0  # a judged non-relevant document counts for nothing
         run[f"q{q}"] = rng.sample(docs, 150)
+    for q in range(200, 210):  # judged, but nothing relevant: they count, as 0
+        qrels[f"q{q}"] = {rng.choice(docs): 0}
+        run[f"q{q}"] = rng.sample(docs, 150)
     ours = score_run(run, qrels)
     theirs = trec_scores(run, qrels)
     assert ours.keys() == theirs.keys()
@@ -83,11 +86,13 @@ def test_distinct_batches_hold_no_text_twice() -> None:
     positives = [f"p{int(i)}" for i in rng.integers(0, 120, 400)]
     queries = [f"q{i}" for i in range(400)]
     keys = text_keys(queries, positives)
-    order = distinct_order(rng.permutation(400), keys, 16)
-    assert sorted(order.tolist()) == list(range(400))  # every row once
-    full = len(order) // 16
-    clean = sum(len({positives[i] for i in order[b * 16 : (b + 1) * 16]}) == 16 for b in range(full))
-    assert clean >= full - 2  # all but the batches that close the epoch with what still clashes
+    for size in (16, 24):  # 400 rows: 25 whole batches of 16; 16 batches of 24 and 16 rows left over
+        order = distinct_order(rng.permutation(400), keys, size)
+        assert len(order) % size == 0  # whole batches: none straddles two epochs
+        assert set(order.tolist()) == set(range(400))  # every row, short batches filled up with other rows
+        assert len(order) - 400 < 2 * size
+        batches = [order[b : b + size] for b in range(0, len(order), size)]
+        assert all(len({positives[i] for i in batch}) == size for batch in batches)
 
 
 def _st_and_bertkit(minilm_dir: Path):

@@ -50,6 +50,11 @@ def finetune(
     task = checkpoint_task(task, meta)
     prepared = kind.prepare(task, model_cfg, tokenizer, train_file, eval_file, recipe.train.seed)
     train_cfg, steps_per_epoch = plan_epochs(recipe.train, prepared.examples)
+    if prepared.whole_batch and train_cfg.batch_size > prepared.examples:
+        raise BertkitError(
+            f"train.batch_size {train_cfg.batch_size} is larger than the {prepared.examples} training examples, so a "
+            "batch would hold an example twice (its own negative): lower train.batch_size"
+        )
     if prepared.whole_batch and train_cfg.grad_accum > 1:
         raise BertkitError(
             f"a {task.kind} loss compares the examples of a batch with each other, so the batch must be one pass: "

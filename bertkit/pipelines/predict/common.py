@@ -53,6 +53,9 @@ def load_task_model(model_path: Path, device: str = "auto", threads: int = 0) ->
             target = inference_device(device)
             model = build_task_model(architecture, meta, cfg, weights, str(model_dir)).to(target)
             loaded = InferenceModel(model_dir, meta, cfg, tokenizer, model, target, "pytorch")
+    if architecture not in TASK_ARCHITECTURES and onnx_dir is None and meta.get("embedding"):
+        raise BertkitError(f"{model_path} is a bi-encoder: it predicts by searching a corpus, so give predict a "
+                           "--corpus (a BEIR folder or text lines); `bertkit embed` gives its vectors")  # fmt: skip
     if architecture not in TASK_ARCHITECTURES:
         raise BertkitError(
             f"{onnx_dir or model_path} is a {architecture} model without a task head; predict needs a run of "

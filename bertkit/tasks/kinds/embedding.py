@@ -7,8 +7,9 @@ from typing import Any
 
 import torch
 
-from bertkit.config.schema import TaskConfig, task_field_applies
+from bertkit.config.schema import ModelConfig, TaskConfig, task_field_applies
 from bertkit.errors import BertkitError
+from bertkit.modelio.st_dir import trained_pooling
 from bertkit.models.sentence import SentenceEncoder
 from bertkit.tasks.kinds.base import FineTuned, Part, PredictRequest, RowPredictor
 
@@ -19,10 +20,22 @@ def checkpoint_task(task: TaskConfig, meta: dict[str, Any]) -> TaskConfig:
     if not task_field_applies("pooling", task.kind) or (task.pooling != "auto" and task.normalize is not None):
         return task
     saved = meta.get("embedding") or {}
+    pooling = (trained_pooling(meta, "the model") or "mean") if task.pooling == "auto" else task.pooling
     return task.model_copy(update={
-        "pooling": saved.get("pooling", "mean") if task.pooling == "auto" else task.pooling,
+        "pooling": pooling,
         "normalize": bool(saved.get("normalize", True)) if task.normalize is None else task.normalize,
     })  # fmt: skip
+
+
+def check_bi_encoder(task: TaskConfig, model_cfg: ModelConfig) -> None:
+    """What a bi-encoder's settings and model must agree on, checked before anything is written."""
+    if model_cfg.family == "xlnet":
+        raise BertkitError("bertkit trains bi-encoders of BERT-layout encoders ([CLS] first); XLNet puts <cls> last, "
+                           "which bertkit embed and the exports read another way: use another family")  # fmt: skip
+    too_wide = [d for d in task.matryoshka_dims or [] if d >= model_cfg.hidden_size]
+    if too_wide:
+        raise BertkitError(f"task.matryoshka_dims {too_wide} are not narrower than the model's {model_cfg.hidden_size} "
+                           "dimensions; list widths below it (the full width is always trained)")  # fmt: skip
 
 
 def sentence_encoder(task: TaskConfig):  # noqa: ANN201 - a builder for Prepared.build
@@ -45,7 +58,7 @@ class NotServed:
     scores_as_is = True
 
     def _refuse(self, what: str) -> BertkitError:
-        return BertkitError(f"{what} does not serve {self.name} models yet; use bertkit embed for their vectors")
+        return BertkitError(f"{what} does not serve {self.name} models yet; `bertkit embed` gives their vectors")
 
     def distill_data(self, teacher: FineTuned, *args: Any, **kwargs: Any) -> Any:
         raise self._refuse("the distillation task stage")
@@ -60,4 +73,5 @@ class NotServed:
         raise self._refuse("the distillation task stage")
 
     def predictor(self, request: PredictRequest) -> RowPredictor:
-        raise self._refuse("bertkit predict")
+        raise BertkitError(f"a {self.name} model predicts by searching a corpus: give `bertkit predict` a --corpus (a "
+                           "BEIR folder or text lines); `bertkit embed` gives its vectors")  # fmt: skip

@@ -17,7 +17,7 @@ from bertkit.corpus.loader import split_indices
 from bertkit.errors import BertkitError
 from bertkit.objectives.contrastive import RankingObjective
 from bertkit.tasks.kinds.base import Evaluate, Prepared, window
-from bertkit.tasks.kinds.embedding import NotServed, embedding_meta, sentence_encoder
+from bertkit.tasks.kinds.embedding import NotServed, check_bi_encoder, embedding_meta, sentence_encoder
 from bertkit.tasks.retrieval.batches import PairBatches, TeacherVectors, text_keys
 from bertkit.tasks.retrieval.data import Pairs, RetrievalSet, pairs_as_set, read_eval_set, read_pairs
 from bertkit.tasks.retrieval.metrics import deepest_cut, score_run
@@ -37,9 +37,12 @@ class EncodedSet:
         device = device or next(model.parameters()).device
         queries = embed_ids(model, self.queries, self.pad, device)
         docs = embed_ids(model, self.docs, self.pad, device)
-        _, found = exact_search(queries, docs, deepest_cut(self.metrics), device)
+        depth = deepest_cut(self.metrics)
+        _, found = exact_search(queries, docs, depth + 1, device)
         ids = self.data.doc_ids
-        run = {qid: [ids[j] for j in row] for qid, row in zip(self.data.query_ids, found.tolist(), strict=True)}
+        # A document with the query's own id is the query itself (ArguAna, Quora): left out, as BEIR and MTEB do.
+        run = {qid: [ids[j] for j in row if ids[j] != qid][:depth]
+               for qid, row in zip(self.data.query_ids, found.tolist(), strict=True)}  # fmt: skip
         scores = score_run(run, self.data.qrels, self.metrics)
         rounded = {name: round(value, 4) for name, value in scores.items()}
         return {**rounded, "queries": len(self.queries), "documents": len(self.docs)}
@@ -84,6 +87,7 @@ class RetrievalKind(NotServed):
             held_out = pairs_as_set(subset(read, eval_idx)) if len(eval_idx) else None
         if len(train) < 2:
             raise BertkitError(f"{train_file}: {len(train)} training pair; in-batch negatives need at least 2")
+        check_bi_encoder(task, model_cfg)
         max_len = window(task, model_cfg)
         queries = encode_texts(train.queries, tokenizer, max_len)
         positives = encode_texts(train.positives, tokenizer, max_len)
@@ -134,6 +138,7 @@ def teacher_vectors(task: TaskConfig, train: Pairs, student_cfg: ModelConfig, ma
     cached), pooled as the teacher was trained; its width must be the student's."""
     from bertkit.engine.checkpoint import load_state
     from bertkit.modelio.modeldir import encoder_weights, load_model_dir
+    from bertkit.modelio.st_dir import trained_pooling
     from bertkit.models.pretraining import build_encoder
     from bertkit.models.sentence import SentenceEncoder
 
@@ -142,7 +147,7 @@ def teacher_vectors(task: TaskConfig, train: Pairs, student_cfg: ModelConfig, ma
         raise BertkitError(f"the teacher {teacher_dir} gives {cfg.hidden_size}-wide vectors and the student "
                            f"{student_cfg.hidden_size}-wide; distil into a student of the teacher's width "
                            "(bertkit compress copies its layers)")  # fmt: skip
-    pooling = (meta.get("embedding") or {}).get("pooling", "mean")
+    pooling = trained_pooling(meta, teacher_dir) or "mean"
     model = SentenceEncoder(build_encoder(cfg), pooling, True)
     load_state(model.encoder, encoder_weights(weights), str(teacher_dir))
     device = torch.device("cpu")

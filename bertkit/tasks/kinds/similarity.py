@@ -18,7 +18,7 @@ from bertkit.objectives.contrastive import SimilarityObjective
 from bertkit.tasks.classification import average_ranks, pearson
 from bertkit.tasks.data import TaskData, read_task_data
 from bertkit.tasks.kinds.base import Evaluate, Prepared, window
-from bertkit.tasks.kinds.embedding import NotServed, embedding_meta, sentence_encoder
+from bertkit.tasks.kinds.embedding import NotServed, check_bi_encoder, embedding_meta, sentence_encoder
 from bertkit.tasks.retrieval.batches import ScoredPairBatches
 from bertkit.tasks.retrieval.search import embed_ids, encode_texts
 from bertkit.tokenizers.base import Tokenizer
@@ -75,6 +75,7 @@ class SimilarityKind(NotServed):
         if task.text_pair_field is None:
             raise BertkitError("a similarity task reads pairs of texts: name the second text's column with "
                                "--text-pair-field (task.text_pair_field)")  # fmt: skip
+        check_bi_encoder(task, model_cfg)
         read = read_scored_pairs(train_file, task, task.split)
         if eval_file is not None:
             train, held_out = read, read_scored_pairs(eval_file, task, task.eval_split)

@@ -14,10 +14,12 @@ from bertkit.corpus.loader import EpochSampler, SampledBatches, pad_batch
 
 
 def distinct_order(order: np.ndarray, keys: list[frozenset[int]], batch_size: int) -> np.ndarray:
-    """`order` rearranged so that each run of `batch_size` items shares no key, where it can: an item that clashes
-    with the batch being filled waits, and is the first tried for the next batches (sentence-transformers'
-    NoDuplicatesBatchSampler, in one pass). Items still clashing at the end close the epoch."""
-    out: list[int] = []
+    """`order` rearranged into whole batches of `batch_size` that share no key, where the data allows: an item that
+    clashes with the batch being filled waits, and is the first tried for the next batches (sentence-transformers'
+    NoDuplicatesBatchSampler, in one pass). Every item comes; a short batch (the items that clashed to the end) is
+    filled up with other items of the epoch that do not clash with it, so that every epoch is a whole number of
+    batches and no batch straddles two epochs."""
+    batches: list[list[int]] = []
     waiting: deque[int] = deque()
     batch: list[int] = []
     seen: set[int] = set()
@@ -26,7 +28,7 @@ def distinct_order(order: np.ndarray, keys: list[frozenset[int]], batch_size: in
         """Emit the batch and start the next with the waiting items that fit (emitting it too if they fill it)."""
         nonlocal batch, seen
         while True:
-            out.extend(batch)
+            batches.append(batch)
             batch, seen = [], set()
             for _ in range(len(waiting)):  # waiting items first, in the order they were put aside
                 item = waiting.popleft()
@@ -48,6 +50,23 @@ def distinct_order(order: np.ndarray, keys: list[frozenset[int]], batch_size: in
             close()
     while batch:
         close()
+    out: list[int] = []
+    for batch in batches:  # a short batch (what clashed to the end) is filled up with earlier, fitting items
+        if 0 < len(batch) < batch_size:
+            taken = set().union(*(keys[i] for i in batch))
+            chosen = set(batch)
+            for item in order.tolist():
+                if len(batch) == batch_size:
+                    break
+                if item not in chosen and not (keys[item] & taken):
+                    batch.append(item)
+                    chosen.add(item)
+                    taken.update(keys[item])
+            for item in order.tolist():  # a set too small or too alike to fill it cleanly: any items
+                if len(batch) == batch_size:
+                    break
+                batch.append(item)
+        out.extend(batch)
     return np.asarray(out, dtype=np.int64)
 
 

@@ -1,7 +1,7 @@
 """Ranking metrics of a run (each query's documents, best first) against relevance judgements (qrels), as
 trec_eval computes them (and so pytrec_eval and BEIR): a document is relevant when its judgement is at least 1,
-gains are the judgements themselves (linear), ranks are discounted by log2(rank + 1), and every query with at
-least one relevant document counts, a query with nothing retrieved scoring 0.
+gains are the judgements themselves (linear), ranks are discounted by log2(rank + 1), and every judged query counts
+(one with no relevant document, or nothing retrieved, scores 0).
 
 - ndcg@k: DCG of the top k over the DCG of the ideal ordering of the query's judgements (top k of them).
 - mrr@k: 1 / rank of the first relevant document within the top k (0 when none).
@@ -62,12 +62,12 @@ def query_scores(ranked: Sequence[str], judged: Mapping[str, int], metrics: Iter
 
 
 def score_run(run: Run, qrels: Qrels, metrics: Iterable[str] = DEFAULT_METRICS) -> dict[str, float]:
-    """The mean of each metric over the queries with at least one relevant document."""
+    """The mean of each metric over the judged queries."""
     metrics = list(metrics)
     for name in metrics:
         parse_metric(name)
-    judged_queries = [q for q, docs in qrels.items() if any(g >= 1 for g in docs.values())]
-    if not judged_queries:
+    judged_queries = [q for q, docs in qrels.items() if docs]
+    if not any(g >= 1 for q in judged_queries for g in qrels[q].values()):
         raise ValueError("no query has a relevant document (a judgement of at least 1)")
     totals = dict.fromkeys(metrics, 0.0)
     for query in judged_queries:

@@ -1,0 +1,80 @@
+"""`bertkit predict --corpus`: a bi-encoder's top-k search, each query of the input against every passage of the
+corpus (exact search by cosine), one JSON line per query in input order: `{"query", "hits": [{"id", "score",
+"text"}]}`. The corpus is a BEIR folder (its ids), or text lines / a table's text column (ids are row numbers)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bertkit.engine.checkpoint import load_state
+from bertkit.errors import BertkitError
+from bertkit.modelio.modeldir import encoder_weights, load_model_dir
+from bertkit.modelio.st_dir import trained_pooling
+from bertkit.models.pretraining import build_encoder
+from bertkit.models.sentence import SentenceEncoder
+from bertkit.pipelines.predict.common import inference_device
+from bertkit.progress import Tracker
+from bertkit.tasks.data import read_texts
+from bertkit.tasks.retrieval.data import is_beir_folder, read_corpus
+from bertkit.tasks.retrieval.search import embed_ids, encode_texts, exact_search
+
+
+def search(model_path: Path, input_path: Path, corpus: Path, output: Path | None, top_k: int = 10,
+           text_field: str | None = None, max_seq_len: int | None = None, batch_size: int = 32,
+           overwrite: bool = False, device: str = "auto", quiet: bool = False) -> dict[str, Any]:  # fmt: skip
+    if top_k < 1:
+        raise BertkitError(f"--top-k must be at least 1, not {top_k}")
+    if output is not None and output.exists() and not overwrite:
+        raise BertkitError(f"output {output} already exists; pass --overwrite to replace it or choose another path")
+    if not Path(corpus).exists():
+        raise BertkitError(f"--corpus {corpus} not found")
+    model_dir, meta, cfg, weights, tokenizer = load_model_dir(model_path)
+    embedding = meta.get("embedding")
+    if not embedding:
+        raise BertkitError(f"{model_dir} is not a bi-encoder (no pooling recorded): --corpus searches with a model of "
+                           "`finetune --task retrieval|similarity` or a sentence-transformers directory")  # fmt: skip
+    queries = read_texts(input_path, text_field or "text").texts
+    if is_beir_folder(Path(corpus)):
+        ids, passages = read_corpus(Path(corpus))
+    else:
+        passages = read_texts(Path(corpus), "text").texts
+        ids = [str(i) for i in range(1, len(passages) + 1)]
+    model = SentenceEncoder(build_encoder(cfg), trained_pooling(meta, model_dir) or "mean", True)
+    load_state(model.encoder, encoder_weights(weights), str(model_dir))
+    target = inference_device(device)
+    model = model.to(target).eval()
+    limit = cfg.max_position_embeddings - cfg.position_offset
+    max_len = min(max_seq_len or embedding.get("max_seq_length") or limit, limit)
+    started = time.perf_counter()
+    with Tracker("search", total=len(queries) + len(passages), quiet=quiet, unit="texts") as tracker:
+        query_vectors = embed_ids(model, encode_texts(queries, tokenizer, max_len), tokenizer.pad_id, target,
+                                  batch_size, tracker.advance)  # fmt: skip
+        passage_vectors = embed_ids(model, encode_texts(passages, tokenizer, max_len), tokenizer.pad_id, target,
+                                    batch_size, tracker.advance)  # fmt: skip
+    scores, found = exact_search(query_vectors, passage_vectors, top_k, target)
+    lines = [json.dumps({"query": query, "hits": [{"id": ids[j], "score": round(float(s), 6), "text": passages[j]}
+                                                   for s, j in zip(row_scores.tolist(), row.tolist(), strict=True)]},
+                        ensure_ascii=False)
+             for query, row_scores, row in zip(queries, scores, found, strict=True)]  # fmt: skip
+    if output is None:
+        sys.stdout.write("".join(line + "\n" for line in lines))
+    else:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f".{output.name}.tmp-", dir=output.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.writelines(line + "\n" for line in lines)
+            os.replace(name, output)
+        except BaseException:
+            Path(name).unlink(missing_ok=True)
+            raise
+    seconds = round(time.perf_counter() - started, 2)
+    return {"output": str(output) if output else "-", "model": str(model_dir), "rows": len(queries),
+            "corpus": len(passages), "top_k": min(top_k, len(passages)), "seconds": seconds,
+            "device": str(target)}  # fmt: skip
