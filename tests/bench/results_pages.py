@@ -208,6 +208,12 @@ def results_page(latest: dict[str, Record]) -> str:
         out += ["", f"bertkit's retriever scores {gap:+.3f} nDCG@10 against sentence-transformers' and trains "
                 f"{value(r, 'speedup'):.2f} times as fast; its export loads in sentence-transformers with the same "
                 "vectors."]  # fmt: skip
+    if "compress-retrieval" in latest:
+        r = latest["compress-retrieval"]
+        alone = 100 * value(r, "baseline_ndcg@10") / value(r, "teacher_ndcg@10")
+        out += ["", f"The distilled 2-layer bi-encoder keeps {value(r, 'student_percent_of_teacher'):.1f}% of the "
+                f"teacher's nDCG@10 at {value(r, 'student_speedup'):.2f} times its speed; the same copy trained on the "
+                f"pairs alone keeps {alone:.1f}%."]  # fmt: skip
     out += ["", "Run it on yours: `bertkit finetune --task retrieval --model M --train pairs.jsonl --eval beir/ "
             "--output run`, then `bertkit export run --to sentence-transformers --output st/` "
             "([embedding models](guides/embeddings.md))."]  # fmt: skip
