@@ -591,6 +591,7 @@ TASK_FIELDS: dict[str, frozenset[str]] = {
             "gather_negatives",
             "teacher",
             "distill_weight",
+            "distill_loss",
         }
     ),
     "similarity": frozenset(
@@ -737,6 +738,9 @@ class TaskConfig(StrictModel):
     teacher: str | None = None
     # Retrieval with a teacher: the weight of the distillation term beside the ranking loss's 1.
     distill_weight: float = Field(1.0, ge=0.0)
+    # Retrieval with a teacher: mse, the squared distance of the unit vectors to the teacher's; kl, the divergence
+    # of the in-batch ranking (each query's softmax over the batch's passages) from the teacher's.
+    distill_loss: Literal["mse", "kl"] = "mse"
     # Similarity: CoSENT (sentence-transformers' CoSENTLoss), or the squared error of the cosine against the gold
     # score scaled to [0, 1] by the training scores' range (CosineSimilarityLoss).
     similarity_loss: Literal["cosent", "cosine_mse"] = "cosent"

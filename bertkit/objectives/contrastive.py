@@ -7,7 +7,8 @@
   queries, and averages the two. `dims` (Matryoshka) sums the loss over the vectors' first d components for each d.
   Target: a query.
 - With a teacher's vectors of the batch's texts (`teacher_query`, `teacher_passage`), the ranking objective adds
-  `distill_weight` times the squared distance of the unit vectors to the teacher's (embedding distillation).
+  `distill_weight` times the squared distance of the unit vectors to the teacher's (`mse`, embedding distillation)
+  or the KL divergence of its in-batch ranking from the teacher's (`kl`).
 - `SimilarityObjective`: CoSENT (log(1 + sum over pairs of pairs whose gold order is i < j of
   exp(scale * (cos_i - cos_j)))), or the squared error of the cosine against the gold score scaled to [0, 1].
   CoSENT ranks the whole batch at once, so its target is a batch; the squared error's is a pair.
@@ -45,6 +46,17 @@ def distance_sum(vectors: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
     """The squared distance of each unit vector to the teacher's (unit) vector for the same text, summed over texts:
     embedding distillation (the student learns the teacher's vector space)."""
     return (F.normalize(vectors.float(), dim=-1) - teacher.float()).pow(2).sum()
+
+
+def ranking_kl_sum(queries: torch.Tensor, passages: torch.Tensor, teacher_queries: torch.Tensor,
+                   teacher_passages: torch.Tensor, scale: float) -> torch.Tensor:
+    """KL divergence of the student's in-batch ranking (each query's softmax over the batch's passages) from the
+    teacher's, summed over queries: the student learns how the teacher ranks, not only where its vectors lie."""
+    with torch.autocast(queries.device.type, enabled=False):
+        student = F.normalize(queries.float(), dim=-1) @ F.normalize(passages.float(), dim=-1).T * scale
+        teacher = teacher_queries.float() @ teacher_passages.float().T * scale
+        return F.kl_div(F.log_softmax(student, dim=-1), F.log_softmax(teacher, dim=-1), log_target=True,
+                        reduction="sum")
 
 
 class _GatherRows(torch.autograd.Function):
@@ -103,10 +115,11 @@ class RankingObjective(Objective):
     name = "ranking"
 
     def __init__(self, scale: float = 20.0, symmetric: bool = False, dims: list[int] | None = None,
-                 cache_chunk: int = 0, gather: bool = True, distill_weight: float = 1.0) -> None:  # fmt: skip
+                 cache_chunk: int = 0, gather: bool = True, distill_weight: float = 1.0,
+                 distill_loss: str = "mse") -> None:  # fmt: skip
         super().__init__()
         self.scale, self.symmetric, self.dims, self.cache_chunk = scale, symmetric, list(dims or []), cache_chunk
-        self.gather, self.distill_weight = gather, distill_weight
+        self.gather, self.distill_weight, self.distill_loss = gather, distill_weight, distill_loss
 
     def count(self, batch: dict[str, torch.Tensor]) -> float:
         return float(batch["query_input_ids"].shape[0])
@@ -117,8 +130,11 @@ class RankingObjective(Objective):
         teacher's vectors in the batch, plus the distillation term."""
         loss, correct = ranking_loss_sum(queries, passages, self.scale, self.symmetric, self.gather)
         if batch is not None and "teacher_query" in batch:
-            loss = loss + self.distill_weight * (distance_sum(queries, batch["teacher_query"])
-                                                 + distance_sum(passages, batch["teacher_passage"]))  # fmt: skip
+            if self.distill_loss == "kl":
+                term = ranking_kl_sum(queries, passages, batch["teacher_query"], batch["teacher_passage"], self.scale)
+            else:
+                term = distance_sum(queries, batch["teacher_query"]) + distance_sum(passages, batch["teacher_passage"])
+            loss = loss + self.distill_weight * term
         for dim in self.dims:
             if dim < queries.shape[-1]:
                 part = ranking_loss_sum(queries[:, :dim], passages[:, :dim], self.scale, self.symmetric, self.gather)

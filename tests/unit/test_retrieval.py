@@ -329,3 +329,21 @@ def test_two_processes_make_the_step_of_one(squad_dev_file: Path, minilm_dir: Pa
     assert got["grads"].keys() == expected.keys()
     for name, grad in expected.items():
         assert torch.allclose(got["grads"][name], grad, atol=1e-5), (name, (got["grads"][name] - grad).abs().max())
+
+
+def test_distillation_terms_vanish_on_the_teachers_own_vectors() -> None:
+    """The two embedding-distillation terms are 0 when the student's vectors are the teacher's (any length: they are
+    compared as unit vectors) and positive otherwise; the KL term is that of the two in-batch softmaxes."""
+    from bertkit.objectives.contrastive import distance_sum, ranking_kl_sum
+
+    generator = torch.Generator().manual_seed(0)
+    queries, passages = torch.randn(8, 16, generator=generator), torch.randn(12, 16, generator=generator)
+    unit_q, unit_p = torch.nn.functional.normalize(queries, dim=-1), torch.nn.functional.normalize(passages, dim=-1)
+    assert float(distance_sum(3 * queries, unit_q)) == pytest.approx(0.0, abs=1e-10)
+    assert float(ranking_kl_sum(queries, passages, unit_q, unit_p, 20.0)) == pytest.approx(0.0, abs=1e-5)
+    other = torch.nn.functional.normalize(torch.randn(12, 16, generator=generator), dim=-1)
+    student = torch.log_softmax(unit_q @ unit_p.T * 20, dim=-1)
+    teacher = torch.log_softmax(unit_q @ other.T * 20, dim=-1)
+    expected = float((teacher.exp() * (teacher - student)).sum())
+    assert float(ranking_kl_sum(queries, passages, unit_q, other, 20.0)) == pytest.approx(expected, rel=1e-5)
+    assert float(distance_sum(passages, other)) > 1.0

@@ -124,7 +124,7 @@ class RetrievalKind(NotServed):
             metric=task.best_metric,
             build=sentence_encoder(task),
             objective=RankingObjective(task.scale, task.symmetric, task.matryoshka_dims, task.cache_chunk,
-                                       task.gather_negatives, task.distill_weight),
+                                       task.gather_negatives, task.distill_weight, task.distill_loss),
             sources=sources,
             task_meta=task.model_dump(mode="json"),
             summary=summary,
