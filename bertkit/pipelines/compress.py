@@ -38,11 +38,12 @@ import torch
 
 from bertkit.errors import BertkitError
 from bertkit.fsutil import check_output_dir, write_json_atomic
+from bertkit.pipelines.compress_common import INFER_BATCH, INFER_MAX_LEN, INFER_ROUNDS, copy_layers
+from bertkit.pipelines.compress_common import check_layers as _check_layers
 from bertkit.progress import stderr_console
 
 AUGMENTED_EXAMPLES = 20_000
 MAX_COPIES = 20  # TinyBERT's N
-INFER_BATCH, INFER_MAX_LEN, INFER_ROUNDS = 32, 128, 3
 
 
 @dataclass
@@ -262,29 +263,6 @@ def _suffix(path: Path) -> str:
 
     kind = file_format(path)
     return FORMAT_SUFFIXES["jsonl" if kind == "dataset" else kind]
-
-
-def _check_layers(layers: int, depth: int) -> None:
-    if not 1 <= layers < depth:
-        raise BertkitError(f"--layers must be between 1 and {depth - 1} (the teacher has {depth} layers), not {layers}")
-
-
-def copy_layers(teacher: Any, layers: int, out: Path) -> None:
-    """A student of `layers` layers copied from the teacher (embeddings, DistilBERT's spread of layers, final
-    norm and pooler), saved as a model directory that records which layers it was copied from, so that
-    TinyBERT's layer map follows the copy."""
-    from bertkit.distill.layer_map import distilbert_init_layers
-    from bertkit.distill.student import DistillStudent, init_from_teacher
-    from bertkit.modelio.modeldir import save_model_dir
-
-    depth = teacher.config.num_layers
-    _check_layers(layers, depth)
-    chosen = distilbert_init_layers(layers, depth)
-    cfg = teacher.config.model_copy(update={"num_layers": layers})
-    student = DistillStudent(cfg)
-    init_from_teacher(student, teacher.state_dict(), teacher.config, chosen)
-    save_model_dir(out / "model", student.kept_module(), cfg, "pretraining", teacher.tokenizer,
-                   {"copied_layers": chosen, "distilled_from": teacher.source, "method": "tinybert"})  # fmt: skip
 
 
 def compare_models(

@@ -30,13 +30,13 @@ def compress_bi_encoder(teacher_spec: str, train_file: Path, eval_file: Path, ou
     from bertkit.config.recipe import load_recipe
     from bertkit.distill.teacher import Teacher
     from bertkit.modelio.modeldir import load_model_dir
-    from bertkit.pipelines.compress import INFER_BATCH, INFER_MAX_LEN, _check_layers, copy_layers
+    from bertkit.pipelines.compress_common import INFER_BATCH, INFER_MAX_LEN, check_layers, copy_layers
     from bertkit.pipelines.finetune.run import finetune
 
     if opts.student is not None:
         raise BertkitError("--student applies to classifiers; a bi-encoder's student is a copy of its layers")
     teacher_dir, meta, cfg, _, _ = load_model_dir(teacher_spec)
-    _check_layers(opts.layers, cfg.num_layers)
+    check_layers(opts.layers, cfg.num_layers)
     for path in (train_file, eval_file):
         if not Path(path).exists():
             raise BertkitError(f"{path} not found")
