@@ -105,7 +105,7 @@ def embed(
         trained = loaded.meta.get("embedding") or {}
         pool = pool or trained_pooling(loaded.meta, loaded.model_dir) or "mean"
         normalize = bool(trained.get("normalize", False)) if normalize is None else normalize
-        max_seq_len = max_seq_len or trained.get("max_seq_length")
+        max_seq_len = max_seq_len if max_seq_len is not None else trained.get("max_seq_length")
         result = _embed(loaded, input_path, output, pool, layer, max_seq_len, batch_size, text_field, split,
                         skip_bad_rows, quiet, quoting, normalize)  # fmt: skip
         return {**result, "normalize": normalize}

@@ -379,11 +379,11 @@ def test_suites_list_show_and_prepare(tmp_path):
     listed = run_json("suites", "list")["suites"]
     assert {row["name"] for row in listed} >= {"glue", "local"}
     shown = run_json("suites", "show", "local")
-    assert [t["name"] for t in shown["tasks"]] == ["sentiment", "stsb", "qnli", "ner", "qa"]
+    assert [t["name"] for t in shown["tasks"]] == ["sentiment", "stsb", "qnli", "ner", "qa", "retrieval", "sts"]
     written = run_json("suites", "prepare", "local", "--output", str(tmp_path / "local"), "--offline")
     suite = yaml.safe_load((Path(__file__).parents[2] / "bertkit" / "suites" / "local.yaml").read_text())
-    for task in suite["tasks"]:  # every file the shipped suite names is there
-        assert (tmp_path / "local" / task["train"]).is_file() and (tmp_path / "local" / task["eval"]).is_file()
+    for task in suite["tasks"]:  # every file (or BEIR folder) the shipped suite names is there
+        assert (tmp_path / "local" / task["train"]).is_file() and (tmp_path / "local" / task["eval"]).exists()
     assert written["sentiment"]["rows"] == {"train": 2000, "dev": 1000}
     line = run_error("suites", "prepare", "local", "--output", str(tmp_path / "local"))
     assert "already exists" in line

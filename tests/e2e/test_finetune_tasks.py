@@ -221,20 +221,21 @@ def test_embed_matches_transformers_mean_pooling(tmp_path: Path, minilm_dir: Pat
     assert out["rows"] == 48 and out["dim"] == 384 and out["pool"] == "mean"
     mine = np.load(tmp_path / "e.npy")
     assert mine.shape == (48, 384) and mine.dtype == np.float32
+    assert out["normalize"] is True  # the directory's modules end in Normalize: embed gives its trained vectors
     hf = transformers.AutoModel.from_pretrained(minilm_dir).eval()
     hf_tok = transformers.AutoTokenizer.from_pretrained(minilm_dir)
     batch = hf_tok(texts, padding=True, truncation=True, max_length=128, return_tensors="pt")
     with torch.no_grad():
         hidden = hf(**batch, output_hidden_states=True).hidden_states
     mask = batch["attention_mask"].unsqueeze(-1).float()
-    theirs = ((hidden[-1] * mask).sum(1) / mask.sum(1)).numpy()
+    theirs = torch.nn.functional.normalize((hidden[-1] * mask).sum(1) / mask.sum(1), dim=-1).numpy()
     assert np.abs(mine - theirs).max() <= 1e-4
     # [CLS] of layer 3, from a CSV column, to Parquet (with the text alongside).
     with open(tmp_path / "reviews.csv", "w", newline="", encoding="utf-8") as handle:
         csv.writer(handle).writerows([["review"], *([t] for t in texts)])
     run_json(
         "embed", "-m", str(minilm_dir), "-i", str(tmp_path / "reviews.csv"), "--text-field", "review",
-        "-o", str(tmp_path / "e.parquet"), "--pool", "cls", "--layer", "3",
+        "-o", str(tmp_path / "e.parquet"), "--pool", "cls", "--layer", "3", "--no-normalize",
     )  # fmt: skip
     import pyarrow.parquet as pq
 

@@ -166,10 +166,10 @@ def _check_model(spec: str, model_dir: Path, suite: Suite, tasks: list[SuiteTask
     except BertkitError as err:
         raise BertkitError(f"--model {spec}: {err}") from None
     for task in tasks:
-        if task.kind == "question-answering" and cfg.family == "xlnet":
+        if task.kind in ("question-answering", "retrieval", "similarity") and cfg.family == "xlnet":
             raise BertkitError(
-                f"--model {spec} is an XLNet, which bertkit does not fine-tune for question answering (task "
-                f"'{task.name}' of suite '{suite.name}'); evaluate it on a suite without question answering"
+                f"--model {spec} is an XLNet, which bertkit does not fine-tune for {task.kind} (task "
+                f"'{task.name}' of suite '{suite.name}'); evaluate it on a suite without such tasks (--tasks)"
             )
 
 
