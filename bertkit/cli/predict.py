@@ -78,8 +78,11 @@ def predict_command(
     if corpus is not None:
         from bertkit.pipelines.predict.search import search
 
+        if text_pair_field is not None or quoting is not None:
+            raise BertkitError("--text-pair-field and --quoting do not apply to --corpus: a search reads one text a "
+                               "row")
         result = search(model, input, corpus, None if to_stdout else Path(output), top_k, text_field, max_seq_len,
-                        batch_size, overwrite, device, quiet)  # fmt: skip
+                        batch_size, overwrite, device, quiet, threads)  # fmt: skip
     else:
         result = predict(
             model,

@@ -241,7 +241,7 @@ def test_predict_searches_a_corpus_with_a_bi_encoder(retrieval_run, retrieval_da
     data = read_beir(retrieval_data["beir"])
     (tmp_path / "queries.txt").write_text("\n".join(data.queries[:20]) + "\n", encoding="utf-8")
     result = run_json("predict", "--model", str(out), "--input", str(tmp_path / "queries.txt"), "--corpus",
-                      str(retrieval_data["beir"]), "--top-k", "5",
+                      str(retrieval_data["beir"]), "--top-k", "5", "--threads", "1",
                       "--output", str(tmp_path / "hits.jsonl"))  # fmt: skip
     assert result["rows"] == 20 and result["corpus"] == len(data.doc_ids)
     lines = [json.loads(line) for line in (tmp_path / "hits.jsonl").read_text().splitlines()]
@@ -255,3 +255,6 @@ def test_predict_searches_a_corpus_with_a_bi_encoder(retrieval_run, retrieval_da
     assert found >= 12  # most questions find their paragraph in the top 5
     line = run_error("predict", "--model", str(out), "--input", str(tmp_path / "queries.txt"))
     assert "--corpus" in line
+    line = run_error("predict", "--model", str(out), "--input", str(tmp_path / "queries.txt"), "--corpus",
+                     str(retrieval_data["beir"]), "--quoting", "none")  # fmt: skip
+    assert "do not apply to --corpus" in line

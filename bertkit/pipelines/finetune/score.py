@@ -47,6 +47,9 @@ def score_as_is(model_path: Path, eval_file: Path, recipe: FinetuneRecipe) -> di
         raise BertkitError(f"a {task.kind} task trains a head before it can be scored; give the task a train file")
     model_dir, meta, cfg, weights, tokenizer = load_model_dir(model_path)
     task = checkpoint_task(task, meta)
+    window = (meta.get("embedding") or {}).get("max_seq_length")
+    if window:  # scored as MTEB scores a model: with the window it was trained for
+        task = task.model_copy(update={"max_seq_len": int(window)})
     scorer = kind.scorer(task, cfg, tokenizer, eval_file)
     model = sentence_encoder(task)(build_encoder(cfg))
     load_state(model.encoder, encoder_weights(weights), str(model_dir))

@@ -18,7 +18,7 @@ from bertkit.modelio.modeldir import encoder_weights, load_model_dir
 from bertkit.modelio.st_dir import trained_pooling
 from bertkit.models.pretraining import build_encoder
 from bertkit.models.sentence import SentenceEncoder
-from bertkit.pipelines.predict.common import inference_device
+from bertkit.pipelines.predict.common import inference_device, torch_threads
 from bertkit.progress import Tracker
 from bertkit.tasks.data import read_texts
 from bertkit.tasks.retrieval.data import is_beir_folder, read_corpus
@@ -27,7 +27,16 @@ from bertkit.tasks.retrieval.search import embed_ids, encode_texts, exact_search
 
 def search(model_path: Path, input_path: Path, corpus: Path, output: Path | None, top_k: int = 10,
            text_field: str | None = None, max_seq_len: int | None = None, batch_size: int = 32,
-           overwrite: bool = False, device: str = "auto", quiet: bool = False) -> dict[str, Any]:  # fmt: skip
+           overwrite: bool = False, device: str = "auto", quiet: bool = False,
+           threads: int = 0) -> dict[str, Any]:  # fmt: skip
+    with torch_threads(threads):
+        return _search(model_path, input_path, corpus, output, top_k, text_field, max_seq_len, batch_size, overwrite,
+                       device, quiet)  # fmt: skip
+
+
+def _search(model_path: Path, input_path: Path, corpus: Path, output: Path | None, top_k: int, text_field: str | None,
+            max_seq_len: int | None, batch_size: int, overwrite: bool, device: str,
+            quiet: bool) -> dict[str, Any]:  # fmt: skip
     if top_k < 1:
         raise BertkitError(f"--top-k must be at least 1, not {top_k}")
     if output is not None and output.exists() and not overwrite:
