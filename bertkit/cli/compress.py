@@ -85,41 +85,26 @@ def compress_command(
 
 
 def print_table(result: dict) -> None:
+    """The table to decide by: a classifier's (accuracy, sentences/s) or a bi-encoder's (nDCG@10, texts/s)."""
     from rich.console import Console
     from rich.table import Table
 
     info = result["inference"]
     if result.get("kind") == "bi-encoder":
-        print_bi_encoder_table(result)
-        return
-    table = Table(title=f"compress: {result['eval_examples']} held-out examples; inference batch {info['batch_size']}, "
-                  f"max length {info['max_length']}, {info['threads']} CPU threads, fp32")  # fmt: skip
-    for column in ("model", "params", "sent/s", "speed-up", "accuracy", "% of teacher"):
-        table.add_column(column, justify="left" if column == "model" else "right")
-    for row in result["rows"]:
-        share = f"{row['percent_of_teacher']:.1f}%"
-        table.add_row(row["model"], f"{row['parameters'] / 1e6:.1f}M", f"{row['sentences_per_s']:,.0f}",
-                      f"{row['speedup']:.2f}x", f"{row['accuracy']:.3f}", share)  # fmt: skip
-    console = Console()
-    console.print(table)
-    stages = ", ".join(f"{k} {v:.0f} s" for k, v in result["stage_seconds"].items())
-    console.print(f"student: {result['model_dir']}  ({stages}; {result['seconds']:.0f} s in all)")
-
-
-def print_bi_encoder_table(result: dict) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    info, held_out = result["inference"], result["eval_set"]
-    table = Table(title=f"compress: {held_out['queries']} queries over {held_out['documents']} documents; "
-                  f"inference batch {info['batch_size']}, max length {info['max_length']}, {info['threads']} CPU "
-                  "threads, fp32")  # fmt: skip
-    for column in ("model", "params", "texts/s", "speed-up", "nDCG@10", "% of teacher"):
+        held_out = result["eval_set"]
+        scored = f"{held_out['queries']} queries over {held_out['documents']} documents"
+        speed, speed_label, score, score_label, digits = "texts_per_s", "texts/s", "ndcg@10", "nDCG@10", 4
+    else:
+        scored = f"{result['eval_examples']} held-out examples"
+        speed, speed_label, score, score_label, digits = "sentences_per_s", "sent/s", "accuracy", "accuracy", 3
+    table = Table(title=f"compress: {scored}; inference batch {info['batch_size']}, max length {info['max_length']}, "
+                  f"{info['threads']} CPU threads, fp32")  # fmt: skip
+    for column in ("model", "params", speed_label, "speed-up", score_label, "% of teacher"):
         table.add_column(column, justify="left" if column == "model" else "right")
     for row in result["rows"]:
         share = "-" if row["percent_of_teacher"] is None else f"{row['percent_of_teacher']:.1f}%"
-        table.add_row(row["model"], f"{row['parameters'] / 1e6:.1f}M", f"{row['texts_per_s']:,.0f}",
-                      f"{row['speedup']:.2f}x", f"{row['ndcg@10']:.4f}", share)  # fmt: skip
+        table.add_row(row["model"], f"{row['parameters'] / 1e6:.1f}M", f"{row[speed]:,.0f}",
+                      f"{row['speedup']:.2f}x", f"{row[score]:.{digits}f}", share)  # fmt: skip
     console = Console()
     console.print(table)
     stages = ", ".join(f"{k} {v:.0f} s" for k, v in result["stage_seconds"].items())

@@ -38,7 +38,13 @@ import torch
 
 from bertkit.errors import BertkitError
 from bertkit.fsutil import check_output_dir, write_json_atomic
-from bertkit.pipelines.compress_common import INFER_BATCH, INFER_MAX_LEN, INFER_ROUNDS, copy_layers
+from bertkit.pipelines.compress_common import (
+    INFER_BATCH,
+    INFER_MAX_LEN,
+    INFER_ROUNDS,
+    copy_layers,
+    relative_to_teacher,
+)
 from bertkit.pipelines.compress_common import check_layers as _check_layers
 from bertkit.progress import stderr_console
 
@@ -212,12 +218,7 @@ def _compress(teacher: Any, train_data: Any, train_file: Path, eval_file: Path, 
     eval_data = read_task_file(Path(eval_file), distill_recipe.task, distill_recipe.task.eval_split)  # type: ignore[attr-defined]
     rows = compare_models(models, eval_data.texts, eval_data.pairs, eval_data.labels or [])
     timed("table", begin)
-    reference = rows[0]
-    for row in rows:
-        row["speedup"] = round(row["sentences_per_s"] / reference["sentences_per_s"], 2)
-        row["percent_of_teacher"] = (
-            round(100 * row["accuracy"] / reference["accuracy"], 1) if reference["accuracy"] else None
-        )
+    relative_to_teacher(rows, "sentences_per_s", "accuracy")
 
     shutil.copytree(Path(distilled["model_dir"]), output / ".model.tmp")
     (output / ".model.tmp").rename(output / "model")
@@ -251,10 +252,15 @@ def _compress(teacher: Any, train_data: Any, train_file: Path, eval_file: Path, 
 
 def _is_bi_encoder(spec: str) -> bool:
     """A retrieval or similarity model of bertkit's, or a sentence-transformers directory: its metadata says how it
-    pools its vectors."""
-    from bertkit.modelio.modeldir import load_model_dir
+    pools its vectors (read from the metadata files alone: the weights are loaded once, by the compress that runs)."""
+    from bertkit.fsutil import read_json
+    from bertkit.modelio.layout import MODEL_META
+    from bertkit.modelio.modeldir import resolve_model_path
 
-    return bool(load_model_dir(spec, hub=True)[1].get("embedding"))
+    model_dir = resolve_model_path(spec, hub=True)
+    if (model_dir / MODEL_META).is_file():
+        return bool(read_json(model_dir / MODEL_META, "model metadata").get("embedding"))
+    return (model_dir / "modules.json").is_file()
 
 
 def _suffix(path: Path) -> str:

@@ -32,3 +32,12 @@ def copy_layers(teacher: Any, layers: int, out: Path) -> None:
     init_from_teacher(student, teacher.state_dict(), teacher.config, chosen)
     save_model_dir(out / "model", student.kept_module(), cfg, "pretraining", teacher.tokenizer,
                    {"copied_layers": chosen, "distilled_from": teacher.source, "method": "tinybert"})  # fmt: skip
+
+
+def relative_to_teacher(rows: list[dict[str, Any]], speed: str, score: str) -> None:
+    """Each row's `speedup` (its `speed` over the teacher's, the first row) and `percent_of_teacher` (its `score` as a
+    share of the teacher's; None when the teacher scores 0), in place."""
+    reference = rows[0]
+    for row in rows:
+        row["speedup"] = round(row[speed] / reference[speed], 2)
+        row["percent_of_teacher"] = round(100 * row[score] / reference[score], 1) if reference[score] else None

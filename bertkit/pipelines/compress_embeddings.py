@@ -30,7 +30,13 @@ def compress_bi_encoder(teacher_spec: str, train_file: Path, eval_file: Path, ou
     from bertkit.config.recipe import load_recipe
     from bertkit.distill.teacher import Teacher
     from bertkit.modelio.modeldir import load_model_dir
-    from bertkit.pipelines.compress_common import INFER_BATCH, INFER_MAX_LEN, check_layers, copy_layers
+    from bertkit.pipelines.compress_common import (
+        INFER_BATCH,
+        INFER_MAX_LEN,
+        check_layers,
+        copy_layers,
+        relative_to_teacher,
+    )
     from bertkit.pipelines.finetune.run import finetune
 
     if opts.student is not None:
@@ -84,12 +90,7 @@ def compress_bi_encoder(teacher_spec: str, train_file: Path, eval_file: Path, ou
         models.append(("student, distilled", Path(distilled["model_dir"])))
         rows = compare_bi_encoders(models, Path(eval_file), distill_recipe, INFER_BATCH, INFER_MAX_LEN)
         seconds["table"] = round(time.perf_counter() - begin, 1)
-        reference = rows[0]
-        for row in rows:
-            row["speedup"] = round(row["texts_per_s"] / reference["texts_per_s"], 2)
-            row["percent_of_teacher"] = (
-                round(100 * row["ndcg@10"] / reference["ndcg@10"], 1) if reference["ndcg@10"] else None
-            )
+        relative_to_teacher(rows, "texts_per_s", "ndcg@10")
         shutil.copytree(Path(distilled["model_dir"]), output / ".model.tmp")
         (output / ".model.tmp").rename(output / "model")
         summary = {

@@ -11,24 +11,17 @@ is the pairs file with a `negative` column, one text, or a list of `negatives` t
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from bertkit.engine.checkpoint import load_state
 from bertkit.errors import BertkitError
-from bertkit.modelio.modeldir import encoder_weights, load_model_dir
-from bertkit.modelio.st_dir import trained_pooling
-from bertkit.models.pretraining import build_encoder
-from bertkit.models.sentence import SentenceEncoder
-from bertkit.pipelines.predict.common import inference_device
+from bertkit.pipelines.predict.common import inference_device, jsonl_sink
 from bertkit.progress import Tracker
-from bertkit.tasks.data import read_texts
-from bertkit.tasks.retrieval.data import is_beir_folder, read_corpus, read_pairs
+from bertkit.tasks.kinds.embedding import load_sentence_encoder
+from bertkit.tasks.retrieval.data import read_pairs, read_passages
 from bertkit.tasks.retrieval.search import embed_ids, encode_texts
 
 
@@ -59,19 +52,14 @@ def mine_negatives(
     pairs = read_pairs(train_file, query_field, positive_field)
     candidates = list(dict.fromkeys(pairs.positives))
     if corpus is not None:
-        candidates = list(dict.fromkeys([*candidates, *_corpus_texts(corpus)]))
+        candidates = list(dict.fromkeys([*candidates, *read_passages(corpus)[1]]))
     needed = negatives + skip_top + 1
     if len(candidates) < needed + 1:
         raise BertkitError(f"{len(candidates)} candidate passages cannot give {negatives} negatives after skipping "
                            f"{skip_top}; give more pairs or a --corpus")  # fmt: skip
-    model_dir, meta, cfg, weights, tokenizer = load_model_dir(model_path)
-    trained = meta.get("embedding") or {}
-    model = SentenceEncoder(build_encoder(cfg), trained_pooling(meta, model_dir) or "mean", True)
-    load_state(model.encoder, encoder_weights(weights), str(model_dir))
     target = inference_device(device)
-    model = model.to(target).eval()
-    limit = cfg.max_position_embeddings - cfg.position_offset
-    max_len = min(max_seq_len or trained.get("max_seq_length") or limit, limit)
+    loaded = load_sentence_encoder(model_path, target, max_seq_len)
+    model, tokenizer, max_len = loaded.model, loaded.tokenizer, loaded.max_len
     queries = list(dict.fromkeys(pairs.queries))
     with Tracker("mine-negatives", total=len(queries) + len(candidates), quiet=quiet, unit="texts") as tracker:
         query_vectors = embed_ids(model, encode_texts(queries, tokenizer, max_len), tokenizer.pad_id, target,
@@ -104,26 +92,8 @@ def mine_negatives(
         rows.append({query_field: query, positive_field: positive, "negative": texts[0] if negatives == 1 else texts})
     if not rows:
         raise BertkitError(f"no query kept {negatives} negatives under --max-relative {max_relative}; raise it")
-    _write_jsonl(output, rows)
-    return {"output": str(output), "model": str(model_dir), "pairs": len(pairs), "written": len(rows),
+    with jsonl_sink(output) as sink:
+        sink.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+    return {"output": str(output), "model": str(loaded.model_dir), "pairs": len(pairs), "written": len(rows),
             "dropped": short, "candidates": len(candidates), "negatives": negatives,
             "skipped_as_too_close": skipped_close, "max_relative": max_relative, "skip_top": skip_top}  # fmt: skip
-
-
-def _corpus_texts(path: Path) -> list[str]:
-    """The passages of `--corpus`: a BEIR folder's corpus.jsonl, or text lines / a table's `text` column."""
-    if is_beir_folder(path):
-        return read_corpus(path)[1]
-    return read_texts(path, "text", None, False).texts
-
-
-def _write_jsonl(output: Path, rows: list[dict[str, Any]]) -> None:
-    output.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{output.name}.tmp-", dir=output.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
-        os.replace(name, output)
-    except BaseException:
-        Path(name).unlink(missing_ok=True)
-        raise

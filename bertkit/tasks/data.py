@@ -122,12 +122,7 @@ def read_task_data(
     labels (multi-label) from a JSON/Parquet list, or from a string joined by `label_separator` (CSV/TSV):
     stripped, duplicates dropped, first occurrence first. An empty list `[]` is a row without labels; an empty
     string or an empty part (`a||b`) is a bad row."""
-    path = Path(path)
-    if not path.exists():
-        raise BertkitError(f"task file not found: {path}")
-    kind = file_format(path)
-    if path.is_dir() and kind != "dataset":
-        raise BertkitError(f"{path} is a directory but not a datasets directory written by save_to_disk")
+    path, kind = _existing_task_file(path)
     if kind != "dataset" and split is not None:
         raise BertkitError(f"--split {split} applies to datasets directories; {path} is a {kind} file")
     if columns is not None and kind not in ("csv", "tsv", "text"):
@@ -179,6 +174,17 @@ def read_task_data(
     return data
 
 
+def _existing_task_file(path: Path) -> tuple[Path, str]:
+    """(path, its format): one line when it is missing, or a directory that is not a datasets directory."""
+    path = Path(path)
+    if not path.exists():
+        raise BertkitError(f"task file not found: {path}")
+    kind = file_format(path)
+    if path.is_dir() and kind != "dataset":
+        raise BertkitError(f"{path} is a directory but not a datasets directory written by save_to_disk")
+    return path, kind
+
+
 def read_rows(
     path: Path, fields: list[str], split: str | None = None, quoting: Quoting = "csv"
 ) -> tuple[Iterator[tuple[str, Any]], list[str] | None]:
@@ -186,12 +192,7 @@ def read_rows(
     (where, its fields) or (where, what is wrong with it); columns are None for JSON lines, whose rows name their
     own fields. `fields` are the columns a Parquet or datasets reader loads. For readers of other row shapes than
     `read_task_data`'s (retrieval pairs)."""
-    path = Path(path)
-    if not path.exists():
-        raise BertkitError(f"task file not found: {path}")
-    kind = file_format(path)
-    if path.is_dir() and kind != "dataset":
-        raise BertkitError(f"{path} is a directory but not a datasets directory written by save_to_disk")
+    path, kind = _existing_task_file(path)
     if kind in ("csv", "tsv", "text"):
         return _csv_rows(path, "\t" if kind == "tsv" else ",", quoting=quoting)
     if kind == "jsonl":

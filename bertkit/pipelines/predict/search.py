@@ -5,23 +5,16 @@ corpus (exact search by cosine), one JSON line per query in input order: `{"quer
 from __future__ import annotations
 
 import json
-import os
-import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from bertkit.engine.checkpoint import load_state
 from bertkit.errors import BertkitError
-from bertkit.modelio.modeldir import encoder_weights, load_model_dir
-from bertkit.modelio.st_dir import trained_pooling
-from bertkit.models.pretraining import build_encoder
-from bertkit.models.sentence import SentenceEncoder
-from bertkit.pipelines.predict.common import inference_device, torch_threads
+from bertkit.pipelines.predict.common import inference_device, jsonl_sink, torch_threads
 from bertkit.progress import Tracker
 from bertkit.tasks.data import read_texts
-from bertkit.tasks.retrieval.data import is_beir_folder, read_corpus
+from bertkit.tasks.kinds.embedding import load_sentence_encoder
+from bertkit.tasks.retrieval.data import read_passages
 from bertkit.tasks.retrieval.search import embed_ids, encode_texts, exact_search
 
 
@@ -43,23 +36,14 @@ def _search(model_path: Path, input_path: Path, corpus: Path, output: Path | Non
         raise BertkitError(f"output {output} already exists; pass --overwrite to replace it or choose another path")
     if not Path(corpus).exists():
         raise BertkitError(f"--corpus {corpus} not found")
-    model_dir, meta, cfg, weights, tokenizer = load_model_dir(model_path)
-    embedding = meta.get("embedding")
-    if not embedding:
+    target = inference_device(device)
+    loaded = load_sentence_encoder(model_path, target, max_seq_len)
+    model_dir, model, tokenizer, max_len = loaded.model_dir, loaded.model, loaded.tokenizer, loaded.max_len
+    if not loaded.meta.get("embedding"):
         raise BertkitError(f"{model_dir} is not a bi-encoder (no pooling recorded): --corpus searches with a model of "
                            "`finetune --task retrieval|similarity` or a sentence-transformers directory")  # fmt: skip
     queries = read_texts(input_path, text_field or "text").texts
-    if is_beir_folder(Path(corpus)):
-        ids, passages = read_corpus(Path(corpus))
-    else:
-        passages = read_texts(Path(corpus), "text").texts
-        ids = [str(i) for i in range(1, len(passages) + 1)]
-    model = SentenceEncoder(build_encoder(cfg), trained_pooling(meta, model_dir) or "mean", True)
-    load_state(model.encoder, encoder_weights(weights), str(model_dir))
-    target = inference_device(device)
-    model = model.to(target).eval()
-    limit = cfg.max_position_embeddings - cfg.position_offset
-    max_len = min(max_seq_len or embedding.get("max_seq_length") or limit, limit)
+    ids, passages = read_passages(Path(corpus))
     started = time.perf_counter()
     with Tracker("search", total=len(queries) + len(passages), quiet=quiet, unit="texts") as tracker:
         query_vectors = embed_ids(model, encode_texts(queries, tokenizer, max_len), tokenizer.pad_id, target,
@@ -71,18 +55,8 @@ def _search(model_path: Path, input_path: Path, corpus: Path, output: Path | Non
                                                    for s, j in zip(row_scores.tolist(), row.tolist(), strict=True)]},
                         ensure_ascii=False)
              for query, row_scores, row in zip(queries, scores, found, strict=True)]  # fmt: skip
-    if output is None:
-        sys.stdout.write("".join(line + "\n" for line in lines))
-    else:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix=f".{output.name}.tmp-", dir=output.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.writelines(line + "\n" for line in lines)
-            os.replace(name, output)
-        except BaseException:
-            Path(name).unlink(missing_ok=True)
-            raise
+    with jsonl_sink(output) as sink:
+        sink.writelines(line + "\n" for line in lines)
     seconds = round(time.perf_counter() - started, 2)
     return {"output": str(output) if output else "-", "model": str(model_dir), "rows": len(queries),
             "corpus": len(passages), "top_k": min(top_k, len(passages)), "seconds": seconds,

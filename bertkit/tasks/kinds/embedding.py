@@ -3,6 +3,8 @@ from the task and the checkpoint, and the parts of the kind contract they do not
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -12,6 +14,7 @@ from bertkit.errors import BertkitError
 from bertkit.modelio.st_dir import trained_pooling
 from bertkit.models.sentence import SentenceEncoder
 from bertkit.tasks.kinds.base import FineTuned, Part, PredictRequest, RowPredictor
+from bertkit.tokenizers.base import Tokenizer
 
 
 def checkpoint_task(task: TaskConfig, meta: dict[str, Any]) -> TaskConfig:
@@ -25,6 +28,36 @@ def checkpoint_task(task: TaskConfig, meta: dict[str, Any]) -> TaskConfig:
         "pooling": pooling,
         "normalize": bool(saved.get("normalize", True)) if task.normalize is None else task.normalize,
     })  # fmt: skip
+
+
+@dataclass
+class LoadedEncoder:
+    """A bi-encoder ready to embed: pooled as it was trained, unit vectors, in eval mode on its device, with the
+    tokenizer and the window it reads."""
+
+    model: SentenceEncoder
+    model_dir: Path
+    meta: dict[str, Any]
+    config: ModelConfig
+    tokenizer: Tokenizer
+    max_len: int
+
+
+def load_sentence_encoder(model_path: Path | str, device: torch.device,
+                          max_seq_len: int | None = None) -> LoadedEncoder:  # fmt: skip
+    """The model at `model_path` as a bi-encoder (`mine-negatives`, `predict --corpus`, a distillation teacher):
+    pooled as it records (mean otherwise), normalised, reading `max_seq_len` tokens, else the window it records, else
+    its positions."""
+    from bertkit.engine.checkpoint import load_state
+    from bertkit.modelio.modeldir import encoder_weights, load_model_dir
+    from bertkit.models.pretraining import build_encoder
+
+    model_dir, meta, cfg, weights, tokenizer = load_model_dir(str(model_path))
+    model = SentenceEncoder(build_encoder(cfg), trained_pooling(meta, model_dir) or "mean", True)
+    load_state(model.encoder, encoder_weights(weights), str(model_dir))
+    limit = cfg.max_position_embeddings - cfg.position_offset
+    window = max_seq_len or (meta.get("embedding") or {}).get("max_seq_length") or limit
+    return LoadedEncoder(model.to(device).eval(), model_dir, meta, cfg, tokenizer, min(window, limit))
 
 
 def check_bi_encoder(task: TaskConfig, model_cfg: ModelConfig) -> None:

@@ -17,7 +17,13 @@ from bertkit.corpus.loader import split_indices
 from bertkit.errors import BertkitError
 from bertkit.objectives.contrastive import RankingObjective
 from bertkit.tasks.kinds.base import Evaluate, Prepared, window
-from bertkit.tasks.kinds.embedding import NotServed, check_bi_encoder, embedding_meta, sentence_encoder
+from bertkit.tasks.kinds.embedding import (
+    NotServed,
+    check_bi_encoder,
+    embedding_meta,
+    load_sentence_encoder,
+    sentence_encoder,
+)
 from bertkit.tasks.retrieval.batches import PairBatches, TeacherVectors, text_keys
 from bertkit.tasks.retrieval.data import Pairs, RetrievalSet, pairs_as_set, read_eval_set, read_pairs
 from bertkit.tasks.retrieval.metrics import deepest_cut, score_run
@@ -136,22 +142,12 @@ class RetrievalKind(NotServed):
 def teacher_vectors(task: TaskConfig, train: Pairs, student_cfg: ModelConfig, max_len: int) -> TeacherVectors:
     """The teacher's unit vectors of every training text, computed once (as a classifier teacher's logits are
     cached), pooled as the teacher was trained; its width must be the student's."""
-    from bertkit.engine.checkpoint import load_state
-    from bertkit.modelio.modeldir import encoder_weights, load_model_dir
-    from bertkit.modelio.st_dir import trained_pooling
-    from bertkit.models.pretraining import build_encoder
-    from bertkit.models.sentence import SentenceEncoder
-
-    teacher_dir, meta, cfg, weights, tokenizer = load_model_dir(str(task.teacher))
-    if cfg.hidden_size != student_cfg.hidden_size:
-        raise BertkitError(f"the teacher {teacher_dir} gives {cfg.hidden_size}-wide vectors and the student "
-                           f"{student_cfg.hidden_size}-wide; distil into a student of the teacher's width "
+    teacher = load_sentence_encoder(str(task.teacher), torch.device("cpu"), max_len)
+    if teacher.config.hidden_size != student_cfg.hidden_size:
+        raise BertkitError(f"the teacher {teacher.model_dir} gives {teacher.config.hidden_size}-wide vectors and the "
+                           f"student {student_cfg.hidden_size}-wide; distil into a student of the teacher's width "
                            "(bertkit compress copies its layers)")  # fmt: skip
-    pooling = trained_pooling(meta, teacher_dir) or "mean"
-    model = SentenceEncoder(build_encoder(cfg), pooling, True)
-    load_state(model.encoder, encoder_weights(weights), str(teacher_dir))
-    device = torch.device("cpu")
-    window = min(max_len, cfg.max_position_embeddings - cfg.position_offset)
+    model, tokenizer, device, window = teacher.model, teacher.tokenizer, torch.device("cpu"), teacher.max_len
 
     def vectors(texts: list[str]) -> torch.Tensor:
         unique = list(dict.fromkeys(texts))

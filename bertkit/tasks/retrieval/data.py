@@ -14,7 +14,7 @@ from typing import Any
 
 from bertkit.errors import BertkitError
 from bertkit.inputs.sources import read_text, split_lines
-from bertkit.tasks.data import read_rows
+from bertkit.tasks.data import read_rows, read_texts
 
 BEIR_FILES = ("corpus.jsonl", "queries.jsonl")
 
@@ -160,6 +160,16 @@ def read_beir(folder: Path, split: str = "test") -> RetrievalSet:
 def read_corpus(folder: Path) -> tuple[list[str], list[str]]:
     """(ids, texts) of a BEIR folder's corpus, each text its title and text joined."""
     return _jsonl_texts(Path(folder) / BEIR_FILES[0], title=True)
+
+
+def read_passages(path: Path) -> tuple[list[str], list[str]]:
+    """(ids, texts) of passages to search: a BEIR folder's corpus (its ids), or text lines or a table's `text` column
+    (ids are row numbers from 1)."""
+    path = Path(path)
+    if is_beir_folder(path):
+        return read_corpus(path)
+    texts = read_texts(path, "text").texts
+    return [str(i) for i in range(1, len(texts) + 1)], texts
 
 
 def _jsonl_texts(path: Path, title: bool) -> tuple[list[str], list[str]]:
