@@ -68,7 +68,12 @@ def finetune_command(
         "scores a BEIR folder or a pairs file; similarity reads scored sentence pairs (both train a bi-encoder).",
     ),
     pool: str | None = typer.Option(None, "--pool", metavar="cls|mean", help="Sentence representation (task.pool)."),
-    feature_based: bool = typer.Option(False, "--feature-based", help="Freeze the encoder; train only the head."),
+    feature_based: bool = typer.Option(
+        False,
+        "--feature-based",
+        help="Freeze the encoder and fit a linear head on its features by L-BFGS (a probe; "
+        "task.head_solver=optimizer trains the head with the recipe's optimizer instead).",
+    ),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
     engine: str | None = typer.Option(None, "--engine", metavar=ENGINES, help=ENGINE_HELP),
     budget: str | None = typer.Option(None, "--budget", help=BUDGET_HELP),

@@ -563,13 +563,14 @@ LOWER_IS_BETTER = {"mse"}
 # anything but its default is refused (TaskConfig.refuse_fields_of_other_kinds).
 COMMON_TASK_FIELDS = frozenset({"kind", "metric", "early_stopping_patience", "eval_fraction", "max_seq_len"})
 _SEQUENCE_FIELDS = frozenset({"text_field", "text_pair_field", "label_field", "split", "eval_split", "skip_bad_rows",
-                              "columns", "quoting", "pool", "classifier_dropout", "mode"})  # fmt: skip
+                              "columns", "quoting", "pool", "classifier_dropout", "mode", "head_solver",
+                              "probe_l2"})  # fmt: skip
 TASK_FIELDS: dict[str, frozenset[str]] = {
     "classification": _SEQUENCE_FIELDS,
     "multi-label": _SEQUENCE_FIELDS | {"label_separator", "threshold"},
     "regression": _SEQUENCE_FIELDS,
     # CoNLL / CoNLL-U / JSON lines of tokens and tags: no columns to name; the encoder may be frozen.
-    "token-classification": frozenset({"tag_scheme", "classifier_dropout", "mode"}),
+    "token-classification": frozenset({"tag_scheme", "classifier_dropout", "mode", "head_solver", "probe_l2"}),
     # SQuAD JSON (or JSON lines of it): windows over the context, and how answers are read off them.
     "question-answering": frozenset({"skip_bad_rows", "doc_stride", "n_best", "max_answer_length", "null_threshold"}),
     # Pairs files (any table format) or a BEIR folder to score on; the vectors and the ranking loss.
@@ -674,7 +675,8 @@ class TaskConfig(StrictModel):
     # a line (GLUE's TSV files, whose sentences hold unbalanced quotes). CSV/TSV files only.
     quoting: Literal["csv", "none"] = "csv"
     # Sentence representation the head reads: the [CLS] token (through the pooler when the model has one),
-    # or the mean of the last hidden states over non-padding tokens (what sentence-embedding models train).
+    # or the mean of the last hidden states over non-padding tokens (what sentence-embedding models train). Unset
+    # with mode feature: as the checkpoint pools (a sentence-transformers Pooling module), else the mean.
     pool: Literal["cls", "mean"] = "cls"
     # Evaluation metric that picks the best model (model/ holds the best evaluation's weights);
     # None: accuracy for classification, pearson for regression.
@@ -689,6 +691,13 @@ class TaskConfig(StrictModel):
     classifier_dropout: float = Field(0.1, ge=0.0, lt=1.0)
     # "finetune" trains encoder and head; "feature" freezes the encoder and trains the head alone.
     mode: Literal["finetune", "feature"] = "finetune"
+    # Feature mode: how the head is trained. lbfgs fits it to the optimum of its L2-regularised loss on features
+    # computed once (a linear probe, as SentEval's; least squares in closed form), with no rate or epochs;
+    # optimizer trains it with the recipe's optimizer, rate and epochs, as fine-tuning trains.
+    head_solver: Literal["lbfgs", "optimizer"] = "lbfgs"
+    # Feature mode with lbfgs: the L2 strengths tried (the one with the lowest loss on a held-out tenth of the
+    # training examples wins); None: 1e-4, 1e-3, 1e-2, 0.03, 0.1, 0.3 and 1.
+    probe_l2: list[float] | None = None
     # Token classification: how the tags mark entities. auto detects it from the training file; iob1 and
     # iobes are converted to BIO (what the model learns and predicts); none is plain tags (POS: accuracy only).
     tag_scheme: Literal["auto", "bio", "iob1", "iobes", "none"] = "auto"
@@ -771,6 +780,13 @@ class TaskConfig(StrictModel):
             raise ValueError(f"task.metric '{self.metric}' is not a {self.kind} metric; use one of {', '.join(valid)}")
         if self.kind == "question-answering":
             self._check_qa_window()
+        if self.mode != "feature" and {"head_solver", "probe_l2"} & self.model_fields_set:
+            raise ValueError(
+                "task.head_solver and task.probe_l2 train the head of a frozen encoder: set "
+                "task.mode=feature (bertkit finetune --feature), or remove them"
+            )
+        if self.probe_l2 is not None and (not self.probe_l2 or min(self.probe_l2) <= 0):
+            raise ValueError("task.probe_l2 must list positive strengths (e.g. [1e-4, 1e-3, 1e-2]), or be left unset")
         if self.matryoshka_dims is not None and (not self.matryoshka_dims or min(self.matryoshka_dims) < 1):
             raise ValueError("task.matryoshka_dims must list positive widths (e.g. [256, 128, 64]), or be left unset")
         return self

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
@@ -38,12 +38,16 @@ def lower_is_better(metric: str) -> bool:
 
 
 class ProbeSettings(StrictModel):
-    """What `--probe` changes: the encoder is frozen and only a linear head learns, so it takes its own rates and
-    epochs (a head alone wants a higher rate and more passes than full fine-tuning)."""
+    """What `--probe` changes: the encoder is frozen and only a linear head learns. By default the head is fitted to
+    convergence by L-BFGS on features computed once (SentEval's protocol: no rate, no epochs, one cell a seed);
+    `solver: optimizer` trains it with the recipe's optimizer instead, over its own rates and epochs (a head alone
+    wants a higher rate and more passes than full fine-tuning)."""
 
-    # The learning-rate grid of the head; None: the suite's (or task's) `lrs`.
+    # lbfgs: a regularised linear model fitted to its optimum (bertkit/tasks/probe.py); optimizer: the loop's.
+    solver: Literal["lbfgs", "optimizer"] = "lbfgs"
+    # With solver optimizer: the learning-rate grid of the head; None: the suite's (or task's) `lrs`.
     lrs: list[float] | None = None
-    # Epochs of head training; None: the suite's (or task's) `epochs`.
+    # With solver optimizer: epochs of head training; None: the suite's (or task's) `epochs`.
     epochs: int | None = Field(None, gt=0)
     # Recipe overrides (dotted keys, as `--set`) for probe cells, after the task's own `set`.
     set: list[str] = Field(default_factory=list)
@@ -191,7 +195,26 @@ class Suite(StrictModel):
                     "from a task listed before it"
                 )
             seen.append(task.name)
+        for task in self.tasks:
+            own = task.probe
+            if own is not None and (own.lrs or own.epochs) and self.probe_solver(task) == "lbfgs":
+                raise ValueError(
+                    f"task '{task.name}': probe lrs and epochs train the head with the optimizer, but "
+                    "its probe is fitted by L-BFGS; add `solver: optimizer` to its probe, or remove them"
+                )
+        shared = self.probe
+        if (shared.lrs or shared.epochs) and all(self.probe_solver(task) == "lbfgs" for task in self.tasks):
+            raise ValueError(
+                "probe lrs and epochs train the head with the optimizer, but the probe is fitted by "
+                "L-BFGS (solver lbfgs, the default); add `solver: optimizer` to `probe:`, or remove them"
+            )
         return self
+
+    def probe_solver(self, task: SuiteTask) -> str:
+        """How `task`'s probe head is trained: the task's own `probe: solver`, else the suite's."""
+        if task.probe is not None and "solver" in task.probe.model_fields_set:
+            return task.probe.solver
+        return self.probe.solver
 
     def grid(self, task: SuiteTask, probe: bool) -> tuple[list[float], list[int], int | None, list[str]]:
         """(rates, seeds, epochs, overrides) of `task`'s cells in this mode."""
@@ -204,12 +227,22 @@ class Suite(StrictModel):
                 if settings is not None:
                     lrs, epochs = settings.lrs or lrs, settings.epochs or epochs
                     overrides += _for_kind(settings.set, task.kind) if shared else settings.set
+            if self.probe_solver(task) == "lbfgs":  # no rate and no epochs: one cell a seed, at the first rate
+                lrs, epochs = lrs[:1], None
+            else:
+                overrides.append("task.head_solver=optimizer")
         return lrs, task.seeds or self.seeds, epochs, overrides
 
     def with_rates(self, lrs: list[float], probe: bool) -> Suite:
         """This suite with `lrs` as every task's rate grid in one mode (`bertkit evaluate --lrs`): the probe's with
         `probe`, full fine-tuning's without; the other mode's rates stay as they are."""
         if probe:
+            if all(self.probe_solver(task) == "lbfgs" for task in self.tasks):
+                raise BertkitError(
+                    f"--lrs with --probe sets the rates of a probe head trained by the optimizer, but suite "
+                    f"'{self.name}' fits its probe heads by L-BFGS, without a rate; leave --lrs out, or give the suite "
+                    "`probe: {solver: optimizer}`"
+                )
             tasks = [t.model_copy(update={"probe": t.probe.model_copy(update={"lrs": None})}) if t.probe else t
                      for t in self.tasks]  # fmt: skip
             return self.model_copy(update={"probe": self.probe.model_copy(update={"lrs": list(lrs)}), "tasks": tasks})
@@ -282,8 +315,7 @@ def check_rate_option(lrs: list[float] | tuple[float, ...], text: str | None = N
     except ValueError:
         given = text if text is not None else ",".join(f"{lr:g}" for lr in lrs)
         raise BertkitError(
-            f"--lrs '{given}': give finite learning rates above 0, each once, separated by commas (e.g. "
-            "5e-5,1e-4,3e-4)"
+            f"--lrs '{given}': give finite learning rates above 0, each once, separated by commas (e.g. 5e-5,1e-4,3e-4)"
         ) from None
 
 

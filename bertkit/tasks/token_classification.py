@@ -465,6 +465,30 @@ class TokenClassifier(nn.Module):
         return {"logits": self.classifier(self.dropout(hidden))}
 
 
+@torch.no_grad()
+def word_features(
+    model: TokenClassifier, examples: TokenExamples, device: torch.device, pad_id: int, batch_size: int = 32
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """What the frozen tagger's classifier layer reads at every labelled position (each word's first sub-word),
+    and the tag there: ((words, hidden), (words,)), on the CPU. Sentences go through in order of length, so a batch
+    pads little; the encoder and its head are in evaluation mode (no dropout)."""
+    was_training = model.training
+    model.eval().to(device)
+    batches = TokenBatches(examples, batch_size, pad_id, 0)
+    order = sorted(range(len(examples.input_ids)), key=lambda i: len(examples.input_ids[i]))
+    features, tags = [], []
+    for start in range(0, len(order), batch_size):
+        batch = batches.batch_of(order[start : start + batch_size])
+        hidden = model.encoder(batch["input_ids"].to(device), batch["attention_mask"].to(device)).last_hidden_state
+        if model.head is not None:
+            hidden = model.head(hidden)
+        labelled = batch["labels"] != IGNORE
+        features.append(hidden[labelled.to(device)].float().cpu())
+        tags.append(batch["labels"][labelled])
+    model.train(was_training)
+    return torch.cat(features), torch.cat(tags)
+
+
 class TokenClassificationObjective(Objective):
     """Cross-entropy over the labelled positions (each word's first sub-word). Target: a labelled position,
     counted from the batch alone, so the loop divides the sum by the global number of labelled words."""

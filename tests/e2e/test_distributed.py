@@ -383,7 +383,8 @@ def test_feature_based_finetune_under_zero3_matches_ddp(
     for engine in ("ddp", "deepspeed"):
         outputs[engine] = tmp_path / engine
         bertkit("finetune", "-r", "finetune-tiny", "--model", str(pretrained_run), "--train", str(sentiment_csv),
-                "-o", str(outputs[engine]), "--feature-based", "--engine", engine,
+                "-o", str(outputs[engine]), "--feature-based", "--set", "task.head_solver=optimizer",
+                "--engine", engine,
                 "--set", "engine.deepspeed.zero_stage=3", "--set", "train.steps=4", "--set", "train.batch_size=8",
                 "--set", "train.log_every=1", "--set", "engine.threads=1", procs=2)  # fmt: skip
     assert_same_weights(outputs["deepspeed"], outputs["ddp"])

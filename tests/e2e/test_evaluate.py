@@ -28,7 +28,7 @@ SUITE = {
     "lrs": [3.0e-4, 1.0e-3],
     "epochs": 1,
     "set": ["train.log_every=5"],
-    "probe": {"lrs": [3.0e-3], "epochs": 2},
+    "probe": {"solver": "optimizer", "lrs": [3.0e-3], "epochs": 2},
     "tasks": [
         {"name": "sentiment", "kind": "classification", "train": "sentiment/train.csv", "eval": "sentiment/eval.csv",
          "recipe": "finetune-tiny"},
@@ -466,8 +466,9 @@ def test_a_hub_name_from_an_offline_cache(tmp_path, suite_dir, minilm_dir, monke
     monkeypatch.setenv("HF_HOME", str(home))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.delenv("HF_HUB_CACHE", raising=False)
-    probe = {"lrs": [3.0e-3], "epochs": 5, "set": ["task.pool=mean"]}  # what the model was trained for
-    suite = {**SUITE, "name": "hub", "seeds": [0], "probe": probe, "tasks": [SUITE["tasks"][0]]}
+    # no probe block: the head is fitted by L-BFGS on the states pooled as the checkpoint pools them (mean)
+    suite = {**SUITE, "name": "hub", "seeds": [0], "tasks": [SUITE["tasks"][0]]}
+    del suite["probe"]
     path = _write_suite(suite_dir, suite)
     args = ["evaluate", "--model", REPO, "--suite", str(path), "--probe"]
     line = run_error(*args, "--output", str(tmp_path / "none"))
@@ -476,3 +477,32 @@ def test_a_hub_name_from_an_offline_cache(tmp_path, suite_dir, minilm_dir, monke
     result = run_json(*args, "--output", str(tmp_path / "out"))
     sentiment = result["models"][REPO]["tasks"]["sentiment"]
     assert result["cells"]["done"] == 1 and sentiment["metrics"]["accuracy"] > 60  # a real encoder, probed
+    [path] = (tmp_path / "out" / "cells").rglob("summary.json")
+    summary = json.loads(path.read_text())
+    assert summary["pool"] == "mean" and summary["probe"]["solver"] == "lbfgs"
+
+
+def test_default_probe_fits_one_head_a_seed_without_a_rate(tmp_path, suite_dir, pretrained_run):
+    """A suite that says nothing of probing: one cell a seed, the head fitted by L-BFGS, no rate in the table, and
+    --lrs refused with --probe (there is no rate to set)."""
+    suite = {**SUITE, "name": "plain"}
+    del suite["probe"]
+    common = ["evaluate", "--model", str(pretrained_run), "--suite", str(_write_suite(suite_dir, suite)), "--probe"]
+    result = run_json(*common, "--output", str(tmp_path / "plain"))
+    assert result["cells"] == {"total": 4, "done": 4, "failed": 0, "resumed": 0, "ran": 4}  # 2 tasks x 2 seeds
+    assert {name.split("/", 1)[1] for name in _cell_results(tmp_path / "plain")} == {
+        "sentiment/lr0.0003-seed0",
+        "sentiment/lr0.0003-seed1",
+        "sts/lr0.0003-seed0",
+        "sts/lr0.0003-seed1",
+    }
+    protocol = result["protocol"]["tasks"]
+    assert protocol["sentiment"]["head"] == "lbfgs" and protocol["sentiment"]["epochs"] is None
+    report = (tmp_path / "plain" / "report.md").read_text()
+    assert "head fitted by L-BFGS" in report and "| sentiment | " in report
+    assert all("| — |" in line for line in report.splitlines() if line.startswith("| sentiment | "))
+    # the features do not depend on the seed, and neither does the fit but for its held-out tenth
+    sts = result["models"][str(pretrained_run)]["tasks"]["sts"]
+    assert sts["std"] < 5
+    line = run_error(*common, "--lrs", "1e-3", "--output", str(tmp_path / "rated"))
+    assert "fits its probe heads by L-BFGS, without a rate" in line and not (tmp_path / "rated").exists()

@@ -92,18 +92,42 @@ def test_grid_defaults_and_probe_settings():
         seeds=[0, 1],
         epochs=2,
         set=["train.batch_size=16"],
-        probe={"lrs": [1e-3], "epochs": 9, "set": ["task.pool=mean"]},
+        probe={"solver": "optimizer", "lrs": [1e-3], "epochs": 9, "set": ["task.pool=mean"]},
     )
     suite = validate_suite(raw, "s")
     task = suite.tasks[0]
     assert suite.grid(task, probe=False) == ([1e-5, 2e-5], [0, 1], 2, ["train.batch_size=16"])
-    assert suite.grid(task, probe=True) == ([1e-3], [0, 1], 9, ["train.batch_size=16", "task.pool=mean"])
+    assert suite.grid(task, probe=True) == (
+        [1e-3],
+        [0, 1],
+        9,
+        ["train.batch_size=16", "task.pool=mean", "task.head_solver=optimizer"],
+    )
+    # The default probe fits its head by L-BFGS: one cell a seed, no epochs, the finetune default solver
+    raw["probe"] = {"set": ["task.pool=mean"]}
+    fitted = validate_suite(raw, "s")
+    assert fitted.grid(fitted.tasks[0], probe=True) == ([1e-5], [0, 1], None, ["train.batch_size=16", "task.pool=mean"])
+
+
+def test_probe_rates_without_the_optimizer_and_lrs_with_an_lbfgs_probe_are_refused():
+    for probe in ({"lrs": [1e-3]}, {"epochs": 3}):
+        with pytest.raises(BertkitError, match="add `solver: optimizer` to `probe:`"):
+            validate_suite({**_suite(), "probe": probe}, "s")
+    raw = _suite()
+    raw["tasks"][0]["probe"] = {"lrs": [1e-3]}
+    with pytest.raises(BertkitError, match="task 'a'.*add `solver: optimizer` to its probe"):
+        validate_suite(raw, "s")
+    raw["tasks"][0]["probe"] = {"lrs": [1e-3], "solver": "optimizer"}  # the task's own solver takes its rates
+    suite = validate_suite(raw, "s")
+    assert suite.probe_solver(suite.tasks[0]) == "optimizer" and suite.grid(suite.tasks[0], True)[0] == [1e-3]
+    with pytest.raises(BertkitError, match="fits its probe heads by L-BFGS, without a rate"):
+        validate_suite(_suite(), "s").with_rates([1e-3], probe=True)
 
 
 def test_rates_of_one_mode_replace_every_tasks_grid_in_that_mode_only():
     raw = _suite(lrs=[1e-5, 2e-5], probe={"lrs": [1e-2]})
     raw["tasks"].append({**raw["tasks"][0], "name": "b", "lrs": None, "probe": None})
-    raw.update(lrs=[3e-5], probe={"lrs": [1e-3], "epochs": 9})
+    raw.update(lrs=[3e-5], probe={"solver": "optimizer", "lrs": [1e-3], "epochs": 9})
     suite = validate_suite(raw, "s")
     a, b = suite.tasks
     assert [suite.grid(t, False)[0] for t in (a, b)] == [[1e-5, 2e-5], [3e-5]]
@@ -112,7 +136,7 @@ def test_rates_of_one_mode_replace_every_tasks_grid_in_that_mode_only():
     assert [full.grid(t, False)[0] for t in full.tasks] == [[5e-5, 1e-4]] * 2
     assert [full.grid(t, True) for t in full.tasks] == [suite.grid(t, True) for t in suite.tasks]
     probe = suite.with_rates([3e-3], probe=True)
-    assert [probe.grid(t, True) for t in probe.tasks] == [([3e-3], [0, 1, 2], 9, [])] * 2
+    assert [probe.grid(t, True) for t in probe.tasks] == [([3e-3], [0, 1, 2], 9, ["task.head_solver=optimizer"])] * 2
     assert [probe.grid(t, False) for t in probe.tasks] == [suite.grid(t, False) for t in suite.tasks]
     assert suite.grid(a, False)[0] == [1e-5, 2e-5]  # the suite itself is left as it was
 

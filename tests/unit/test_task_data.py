@@ -184,12 +184,15 @@ def test_a_key_another_kind_reads_is_refused() -> None:
 
 
 def test_suite_wide_settings_reach_only_the_kinds_that_read_them() -> None:
-    """The local suite's probe sets task.pool=mean for every task: the sentence tasks get it, the tagger does not
+    """A suite's probe that sets task.pool=mean for every task: the sentence tasks get it, the tagger does not
     (it has no pooling); a task's own setting its kind does not read is refused."""
-    from bertkit.config.suite import load_suite, validate_suite
+    from bertkit.config.suite import validate_suite
     from bertkit.errors import BertkitError
 
-    suite, _ = load_suite("local")
+    suite = validate_suite({"name": "s", "set": ["task.max_seq_len=128"], "probe": {"set": ["task.pool=mean"]},
+                            "tasks": [{"name": "sentiment", "kind": "classification", "train": "a", "eval": "b"},
+                                      {"name": "ner", "kind": "token-classification", "train": "c", "eval": "d"}]},
+                           "s")  # fmt: skip
     assert "task.pool=mean" in suite.grid(suite.task("sentiment"), probe=True)[3]
     assert "task.pool=mean" not in suite.grid(suite.task("ner"), probe=True)[3]
     assert "task.max_seq_len=128" in suite.grid(suite.task("ner"), probe=True)[3]

@@ -52,7 +52,8 @@ def markdown(report: dict[str, Any], suite: Suite, tasks: list[SuiteTask]) -> st
         for model, entry in report["models"].items():
             t = entry["tasks"][task.name]
             metrics = ", ".join(f"{k} {v:.2f}" for k, v in t["metrics"].items())
-            lr = "—" if t["lr"] is None else f"{t['lr']:g}"
+            head = report["protocol"]["tasks"][task.name].get("head")  # a fitted or absent head has no rate
+            lr = "—" if t["lr"] is None or head in ("lbfgs", "none") else f"{t['lr']:g}"
             seeds = ", ".join(f"{s:.2f}" for s in t["scores"]) or "—"
             failed = f" ({t['failed_cells']} failed cells)" if t["failed_cells"] else ""
             median = "—" if t["median"] is None else f"{t['median']:.2f}"
@@ -61,10 +62,16 @@ def markdown(report: dict[str, Any], suite: Suite, tasks: list[SuiteTask]) -> st
     lines += ["", "## Protocol", "", protocol["text"], ""]
     for name, p in protocol["tasks"].items():
         warm = f"; warm start from {p['warm_start']}" if p["warm_start"] else ""
+        if p.get("head") == "lbfgs":
+            schedule = "head fitted by L-BFGS on features computed once (L2 chosen on a held-out tenth of train)"
+        elif p.get("head") == "none":
+            schedule = "scored as it is (no training)"
+        else:
+            rates = ", ".join(f"{lr:g}" for lr in p["lrs"])
+            schedule = f"rates {rates}, epochs {p['epochs'] or 'from the recipe'}"
         lines.append(
-            f"- {name}: {p['kind']}, ranked by {p['metric']}, rates {', '.join(f'{lr:g}' for lr in p['lrs'])}, "
-            f"seeds {', '.join(map(str, p['seeds']))}, epochs {p['epochs'] or 'from the recipe'}, recipe {p['recipe']}"
-            f"{warm}"
+            f"- {name}: {p['kind']}, ranked by {p['metric']}, {schedule}, seeds {', '.join(map(str, p['seeds']))}, "
+            f"recipe {p['recipe']}{warm}"
         )
     if protocol.get("rates_from") == "--lrs":
         lines.append("- every task's rates are those of --lrs, in place of the suite's")
@@ -190,7 +197,8 @@ def plot_suite_curve(evaluation: Path, output: Path, overwrite: bool = False) ->
     save_figure(fig, output)
     return {
         "output": str(output),
-        "snapshots": [{"steps": p[2], "tokens": p[0], "train_seconds": p[1], "average": p[3]["average"]["mean"]}
-                      for p in points],  # fmt: skip
+        "snapshots": [
+            {"steps": p[2], "tokens": p[0], "train_seconds": p[1], "average": p[3]["average"]["mean"]} for p in points
+        ],  # fmt: skip
         "left_out": left_out,
     }

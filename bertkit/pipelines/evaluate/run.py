@@ -395,8 +395,9 @@ def evaluate(
         if options.tasks:
             raise BertkitError(f"--tasks {','.join(options.tasks)}: --probe runs none of them (question answering "
                                "and bi-encoder tasks fine-tune)")  # fmt: skip
-        raise BertkitError(f"suite '{suite.name}' has no task that --probe can run (question answering and "
-                          "bi-encoder tasks fine-tune)")
+        raise BertkitError(
+            f"suite '{suite.name}' has no task that --probe can run (question answering and bi-encoder tasks fine-tune)"
+        )
     for spec, model_dir in model_dirs.items():
         _check_model(spec, model_dir, suite, tasks)
     cells = plan_cells(suite, tasks, model_dirs, keys, output, data, options.probe)
@@ -491,6 +492,7 @@ def _task_protocol(suite: Suite, task: SuiteTask, probe: bool) -> dict[str, Any]
     lrs, seeds, epochs, overrides = suite.grid(task, probe)
     return {
         "kind": task.kind,
+        "head": (suite.probe_solver(task) if probe else "fine-tuned") if task.train is not None else "none",
         "metric": task.rank_metric,
         "score": task.score_metrics,
         "lrs": lrs,

@@ -23,6 +23,7 @@ from bertkit.errors import BertkitError
 from bertkit.modelio.modeldir import encoder_weights, load_model_dir, save_model_dir
 from bertkit.models.pretraining import build_encoder
 from bertkit.pipelines.finetune.common import BestModel, plan_epochs, training_summary
+from bertkit.pipelines.finetune.probe import fit_probe
 from bertkit.pipelines.rundir import join_job, prepare_run_dir, write_summary
 from bertkit.tasks.kinds import task_kind
 from bertkit.tasks.kinds.embedding import checkpoint_task
@@ -65,6 +66,11 @@ def finetune(
             f"task.cache_chunk runs under engine.backend=single; under {recipe.engine.backend} leave it at 0 and "
             "give each process a batch that fits"
         )
+    fitted = task.mode == "feature" and task.head_solver == "lbfgs"
+    if fitted and (prepared.probe is None or recipe.engine.backend != "single"):
+        why = "runs in one process" if prepared.probe is not None else f"has no {task.kind} head to fit"
+        raise BertkitError(f"the L-BFGS probe (task.head_solver=lbfgs) {why}: set engine.backend=single, or "
+                           "task.head_solver=optimizer to train the head with the recipe's optimizer")  # fmt: skip
     # Everything is read and valid: only now does the run directory appear.
     resumed = prepare_run_dir(output, recipe, overwrite, resume)
 
@@ -72,19 +78,26 @@ def finetune(
     model = prepared.build(build_encoder(prepared.model_cfg))
     own = encoder_weights(weights)
     load_state(model.encoder, own, str(model_dir), strict=all(key in own for key in prepared.fresh))
-    micro = train_cfg.batch_size // train_cfg.grad_accum
-    source, evaluate = prepared.sources(model, micro, train_cfg.seed, resolve_device(recipe.engine))
-    best = BestModel.start(output, prepared.metric, task.early_stopping_patience, resumed) if evaluate else None
-    result = train(
-        model, prepared.objective, source, output, train_cfg, recipe.optim, recipe.schedule, recipe.engine, evaluate,
-        resume=resumed, quiet=quiet, description="finetune", on_eval=best,
-    )  # fmt: skip
+    device = resolve_device(recipe.engine)
+    best: BestModel | None = None
+    if fitted:
+        entries = fit_probe(model, prepared, task, device, recipe.train.seed, quiet)
+        last_step = 0
+    else:
+        micro = train_cfg.batch_size // train_cfg.grad_accum
+        source, evaluate = prepared.sources(model, micro, train_cfg.seed, device)
+        best = BestModel.start(output, prepared.metric, task.early_stopping_patience, resumed) if evaluate else None
+        result = train(
+            model, prepared.objective, source, output, train_cfg, recipe.optim, recipe.schedule, recipe.engine,
+            evaluate, resume=resumed, quiet=quiet, description="finetune", on_eval=best,
+        )  # fmt: skip
+        entries, last_step = training_summary(result, best, train_cfg, steps_per_epoch), result.steps
     saved = output / "model"
     best_info = best.info if best is not None else None
     if is_main():  # under a distributed engine only rank 0 writes
         model = model.cpu()
         if best is not None:
-            best.finish(model, result.steps)
+            best.finish(model, last_step)
         extra = {"labels": prepared.labels, "task": prepared.task_meta, "best": best_info, **prepared.model_meta}
         save_model_dir(saved, model, prepared.model_cfg, kind.architecture, tokenizer, extra)
     summary: dict[str, Any] = {
@@ -93,7 +106,7 @@ def finetune(
         "task": task.kind,
         "recipe": recipe.name,  # the task's own (finetune-KIND) unless --recipe named one
         **prepared.summary,
-        **training_summary(result, best, train_cfg, steps_per_epoch),
+        **entries,
     }
     write_summary(output, summary)
     return summary

@@ -52,6 +52,10 @@ class Prepared:
     # The loss compares the examples of a batch with each other (in-batch negatives, CoSENT): the batch must be
     # one pass, so gradient accumulation is refused.
     whole_batch: bool = False
+    # The frozen encoder's features of every training target, for a head fitted by L-BFGS (task.mode=feature,
+    # task.head_solver=lbfgs): (model, device) -> ProbeData (bertkit/tasks/probe.py); None: the kind has no head
+    # of that kind to fit.
+    probe: Callable[[nn.Module, torch.device], Any] | None = None
 
 
 @dataclass

@@ -19,7 +19,11 @@ from bertkit.tokenizers.base import Tokenizer
 
 def checkpoint_task(task: TaskConfig, meta: dict[str, Any]) -> TaskConfig:
     """`task` with pooling "auto" and normalize unset taken from how the checkpoint pools (a sentence-transformers
-    directory's modules, a bertkit bi-encoder's `embedding`), else the mean, normalised. Other kinds unchanged."""
+    directory's modules, a bertkit bi-encoder's `embedding`), else the mean, normalised. A frozen encoder's head
+    (mode feature) with `pool` unset reads the states pooled as the checkpoint pools them, else their mean (a
+    pooler or [CLS] state never trained for sentences is a poor feature). Other kinds unchanged."""
+    if task.mode == "feature" and task_field_applies("pool", task.kind) and "pool" not in task.model_fields_set:
+        return task.model_copy(update={"pool": trained_pooling(meta, "the model") or "mean"})
     if not task_field_applies("pooling", task.kind) or (task.pooling != "auto" and task.normalize is not None):
         return task
     saved = meta.get("embedding") or {}

@@ -44,6 +44,7 @@ from bertkit.tasks.kinds.base import (
     shared_window,
     window,
 )
+from bertkit.tasks.probe import ProbeData
 from bertkit.tokenizers.base import Tokenizer
 
 _OBJECTIVES = {
@@ -142,6 +143,21 @@ class SequenceKind:
             return source, lambda m: evaluate_sequence(self.name, m, held_out, device, task.threshold)
 
         outputs = 1 if self.name == "regression" else len(labels)
+
+        def probe(model: nn.Module, device: torch.device) -> ProbeData:
+            """What the classifier layer of the frozen model reads for each training example, computed once."""
+            features = sentence_features(model, ClassificationBatches(train_examples, 64, pad, 0, use_types, xlnet),
+                                         device)  # fmt: skip
+            if model.head is not None:  # ModernBERT's dense-activation-norm head, frozen at its initial weights
+                with torch.no_grad():
+                    features = model.head.eval().to(device)(features.to(device)).float().cpu()
+            evaluate = None
+            if eval_examples is not None:
+                held_out = ClassificationBatches(eval_examples, 64, pad, 0, use_types, xlnet)
+                evaluate = lambda m: evaluate_sequence(self.name, m, held_out, device, task.threshold)  # noqa: E731
+            loss = {"classification": "softmax", "multi-label": "sigmoid"}.get(self.name, "squared")
+            return ProbeData(features, torch.from_numpy(train_examples.labels), loss, outputs, evaluate)  # type: ignore[arg-type]
+
         summary: dict[str, Any] = {
             "labels": labels,
             "rows_read": train_data.rows_read,
@@ -167,6 +183,7 @@ class SequenceKind:
             summary=summary,
             # A pretrained XLNet has no summary layer yet: it starts fresh, as transformers starts it.
             fresh=("pooler.dense.weight", "pooler.dense.bias") if xlnet else (),
+            probe=probe,
         )
 
     # -- distillation: one distribution over the classes per sequence ---------------------------------------
@@ -199,8 +216,9 @@ class SequenceKind:
             input_ids=train.input_ids,
             token_types=train.token_type_ids,
             batches=lambda micro, seed: ClassificationBatches(train, micro, pad, seed, use_types),
-            student=lambda: EncoderWithHeads(student_cfg, num_labels=len(labels),
-                                             classifier_dropout=task.classifier_dropout, pool=task.pool),  # fmt: skip
+            student=lambda: EncoderWithHeads(
+                student_cfg, num_labels=len(labels), classifier_dropout=task.classifier_dropout, pool=task.pool
+            ),  # fmt: skip
             evaluate=evaluate,
             train_count=len(train_part),
             eval_count=len(eval_data),

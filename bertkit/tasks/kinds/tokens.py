@@ -27,6 +27,7 @@ from bertkit.tasks.kinds.base import (
     shared_window,
     window,
 )
+from bertkit.tasks.probe import ProbeData
 from bertkit.tasks.token_classification import (
     IGNORE,
     TokenBatches,
@@ -41,6 +42,7 @@ from bertkit.tasks.token_classification import (
     tag_indices_check,
     tag_record,
     token_classification_objective,
+    word_features,
     word_offsets,
 )
 from bertkit.tokenizers.base import Tokenizer
@@ -85,6 +87,14 @@ class TokenKind:
                 return source, None
             return source, lambda m: evaluate_tagger(m, eval_examples, eval_tags, names, device, pad, with_entities)
 
+        def probe(model: nn.Module, device: torch.device) -> ProbeData:
+            """Every training word's features under the frozen encoder, and its tag, computed once."""
+            features, tags = word_features(model, train_examples, device, pad)
+            evaluate = None
+            if eval_examples is not None:
+                evaluate = lambda m: evaluate_tagger(m, eval_examples, eval_tags, names, device, pad, with_entities)  # noqa: E731
+            return ProbeData(features, tags, "softmax", len(names), evaluate)
+
         summary: dict[str, Any] = {
             "tag_scheme": scheme,
             "labels": names,
@@ -109,6 +119,7 @@ class TokenKind:
             sources=sources,
             task_meta={**task.model_dump(mode="json"), "tag_scheme": scheme, "metric": metric},
             summary=summary,
+            probe=probe,
         )
 
     # -- distillation ------------------------------------------------------------------------------------------
