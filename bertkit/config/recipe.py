@@ -24,6 +24,7 @@ from bertkit.config.schema import (
     check_engine_optimizer,
     check_model_objective,
 )
+from bertkit.config.task_kinds import SPECS, kinds_that
 from bertkit.config.track import TrackConfig
 from bertkit.errors import BertkitError
 
@@ -125,8 +126,6 @@ _KINDS: dict[str, type[StrictModel]] = {
 
 TASK_KINDS: tuple[str, ...] = get_args(TaskConfig.model_fields["kind"].annotation)
 DEFAULT_FOR = ("finetune", "distill")
-# Teachers the task stage distils besides classifiers, each with a recipe of its own (distill-task-KIND).
-DISTILLED_KINDS = ("token-classification", "question-answering")
 
 
 def default_recipe(command: str, task: str | None = None) -> str:
@@ -135,17 +134,16 @@ def default_recipe(command: str, task: str | None = None) -> str:
     distill-task for classifiers, distill-task-KIND for taggers and QA models (the general stage is built from
     --student instead). `bertkit recipes show --for COMMAND [--task KIND]` shows it."""
     if command == "finetune":
-        kind = task or "classification"
+        kind = task or TASK_KINDS[0]
         if kind not in TASK_KINDS:
             raise BertkitError(f"--task '{kind}' is not a task bertkit fine-tunes; use one of {', '.join(TASK_KINDS)}")
         return f"finetune-{kind}"
     if command == "distill":
-        if task in (None, "classification"):
-            return "distill-task"
-        if task in DISTILLED_KINDS:
-            return f"distill-task-{task}"
+        recipe = SPECS[task].distill_recipe if task in SPECS else None
+        if task is None or recipe is not None:
+            return recipe or "distill-task"
         raise BertkitError(
-            f"the distillation task stage distils {', '.join(('classification', *DISTILLED_KINDS))}, not --task {task}"
+            f"the distillation task stage distils {', '.join(kinds_that('distill_recipe'))}, not --task {task}"
         )
     if command == "pretrain":
         raise BertkitError("pretrain has no default recipe: --recipe is required (see `bertkit recipes list`)")

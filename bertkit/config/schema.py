@@ -19,6 +19,7 @@ from bertkit.config.model import (  # noqa: F401  (the model section's names, im
     Sharing,
 )
 from bertkit.config.strict import StrictModel
+from bertkit.config.task_kinds import COMMON_TASK_FIELDS, SPECS
 
 
 class MaskingConfig(StrictModel):
@@ -541,77 +542,14 @@ class DistillConfig(StrictModel):
         return self.temperature if self.temperature is not None else (2.0 if method == "distilbert" else 1.0)
 
 
-# Metrics a task can select the best model by; every other one is "higher is better".
-TASK_METRICS = {
-    # mcc: Matthews correlation (GLUE's CoLA metric); f1: the positive class's F1 (index 1 of the sorted labels)
-    # of a two-class task only (GLUE's MRPC and QQP metric).
-    "classification": ("accuracy", "macro_f1", "mcc", "f1"),
-    # Per (example, label) decisions at task.threshold: micro/macro F1 over the labels, and exact-match accuracy.
-    "multi-label": ("micro_f1", "macro_f1", "subset_accuracy"),
-    "regression": ("pearson", "spearman", "mse"),
-    # Entity-level micro precision/recall/F1 by exact span (seqeval's default), and word-level tag accuracy.
-    "token-classification": ("f1", "precision", "recall", "accuracy"),
-    # SQuAD's exact match and token F1 (percent), each the maximum over a question's gold answers.
-    "question-answering": ("f1", "exact_match"),
-    # Ranking metrics of exact search over the corpus, as trec_eval (pytrec_eval, BEIR) computes them.
-    "retrieval": ("ndcg@10", "mrr@10", "recall@100", "map@100"),
-    # Correlation of the cosine similarity with the gold score (MTEB scores STS by Spearman).
-    "similarity": ("spearman", "pearson"),
-}
+# Metrics a task can select the best model by, and the task keys each kind reads beyond those every kind reads: from
+# each kind's description (config/task_kinds.py). A key of another kind set to anything but its default is refused
+# (TaskConfig.refuse_fields_of_other_kinds). Every metric but these is "higher is better".
+TASK_METRICS: dict[str, tuple[str, ...]] = {name: spec.metrics for name, spec in SPECS.items()}
+TASK_FIELDS: dict[str, frozenset[str]] = {name: spec.fields for name, spec in SPECS.items()}
 LOWER_IS_BETTER = {"mse"}
-# The task keys each kind reads, beyond those every kind reads (COMMON_TASK_FIELDS): a key of another kind set to
-# anything but its default is refused (TaskConfig.refuse_fields_of_other_kinds).
-COMMON_TASK_FIELDS = frozenset({"kind", "metric", "early_stopping_patience", "eval_fraction", "max_seq_len"})
-_SEQUENCE_FIELDS = frozenset({"text_field", "text_pair_field", "label_field", "split", "eval_split", "skip_bad_rows",
-                              "columns", "quoting", "pool", "classifier_dropout", "mode", "head_solver",
-                              "probe_l2"})  # fmt: skip
-TASK_FIELDS: dict[str, frozenset[str]] = {
-    "classification": _SEQUENCE_FIELDS,
-    "multi-label": _SEQUENCE_FIELDS | {"label_separator", "threshold"},
-    "regression": _SEQUENCE_FIELDS,
-    # CoNLL / CoNLL-U / JSON lines of tokens and tags: no columns to name; the encoder may be frozen.
-    "token-classification": frozenset({"tag_scheme", "classifier_dropout", "mode", "head_solver", "probe_l2"}),
-    # SQuAD JSON (or JSON lines of it): windows over the context, and how answers are read off them.
-    "question-answering": frozenset({"skip_bad_rows", "doc_stride", "n_best", "max_answer_length", "null_threshold"}),
-    # Pairs files (any table format) or a BEIR folder to score on; the vectors and the ranking loss.
-    "retrieval": frozenset(
-        {
-            "query_field",
-            "positive_field",
-            "negative_field",
-            "qrels_split",
-            "split",
-            "eval_split",
-            "skip_bad_rows",
-            "pooling",
-            "normalize",
-            "scale",
-            "symmetric",
-            "matryoshka_dims",
-            "cache_chunk",
-            "gather_negatives",
-            "teacher",
-            "distill_weight",
-            "distill_loss",
-        }
-    ),
-    "similarity": frozenset(
-        {
-            "text_field",
-            "text_pair_field",
-            "label_field",
-            "split",
-            "eval_split",
-            "skip_bad_rows",
-            "columns",
-            "quoting",
-            "pooling",
-            "normalize",
-            "scale",
-            "similarity_loss",
-        }
-    ),
-}
+# The kinds `task.kind` takes: those config/task_kinds.py describes, in its order.
+TaskKindName = Literal[tuple(SPECS)]  # type: ignore[valid-type]
 
 
 def task_field_applies(field: str, kind: str) -> bool:
@@ -652,8 +590,7 @@ class TaskConfig(StrictModel):
     # retrieval: a bi-encoder trained on (query, positive[, negative]) pairs with in-batch negatives, scored by
     # exact search over a BEIR folder or a pairs file. similarity: a bi-encoder trained on scored sentence pairs
     # (CoSENT), scored by the Spearman correlation of the cosine (MTEB's STS protocol).
-    kind: Literal["classification", "multi-label", "regression", "token-classification", "question-answering",
-                  "retrieval", "similarity"] = "classification"  # fmt: skip
+    kind: TaskKindName = "classification"
     # Column / field holding the text (the question, for question answering).
     text_field: str = "text"
     # Column / field holding the second text of a pair (the context, for question answering); None: single texts.
@@ -778,9 +715,9 @@ class TaskConfig(StrictModel):
         valid = TASK_METRICS[self.kind]
         if self.metric is not None and self.metric not in valid:
             raise ValueError(f"task.metric '{self.metric}' is not a {self.kind} metric; use one of {', '.join(valid)}")
-        if self.kind == "question-answering":
+        if "doc_stride" in TASK_FIELDS[self.kind]:  # a kind that reads windows over a context
             self._check_qa_window()
-        if self.mode != "feature" and {"head_solver", "probe_l2"} & self.model_fields_set:
+        if self.mode != "feature" and (self.head_solver != "lbfgs" or self.probe_l2 is not None):
             raise ValueError(
                 "task.head_solver and task.probe_l2 train the head of a frozen encoder: set "
                 "task.mode=feature (bertkit finetune --feature), or remove them"

@@ -23,12 +23,11 @@ from bertkit.config.schema import (
     TaskConfig,
     task_field_applies,
 )
+from bertkit.config.task_kinds import SPECS, kinds_that
 from bertkit.errors import BertkitError
 
 SUITE_DIR = Path(__file__).resolve().parent.parent / "suites"
 TaskKind = TaskConfig.model_fields["kind"].annotation
-# Sequence-level kinds: the ones whose fine-tuned model can score more dev sets (`extra_eval`).
-EXTRA_EVAL_KINDS = ("classification", "multi-label", "regression")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -117,8 +116,8 @@ class SuiteTask(StrictModel):
         valid = TASK_METRICS[self.kind]
         if self.metric is not None and self.metric not in valid:
             raise ValueError(f"metric '{self.metric}' is not a {self.kind} metric; use one of {', '.join(valid)}")
-        if self.extra_eval and self.kind not in EXTRA_EVAL_KINDS:
-            raise ValueError(f"extra_eval applies to {', '.join(EXTRA_EVAL_KINDS)} tasks, not {self.kind}")
+        if self.extra_eval and not SPECS[self.kind].extra_eval:
+            raise ValueError(f"extra_eval applies to {', '.join(kinds_that('extra_eval'))} tasks, not {self.kind}")
         for name in self.extra_eval:
             if not _NAME.match(name):
                 raise ValueError(f"extra_eval name '{name}' must be letters, digits, '.', '_' or '-'")

@@ -13,9 +13,8 @@ import statistics
 from typing import Any
 
 from bertkit.config.suite import Suite, SuiteTask, lower_is_better
+from bertkit.config.task_kinds import SPECS
 
-# Metrics that a task reports in percent already (SQuAD's exact match and F1, as the official script gives them).
-PERCENT_KINDS = ("question-answering",)
 PROTOCOL = (
     "Each cell (task, learning rate, seed) fine-tunes with the task's recipe and keeps its best dev evaluation "
     "by the task's metric; the rate is picked by the mean over seeds on dev; mean, standard deviation (n-1) and "
@@ -26,7 +25,7 @@ PROTOCOL = (
 
 def points(task: SuiteTask, metric: str, value: float) -> float:
     """`value` of `metric` on the report's scale: percent points (lower-is-better metrics as they are)."""
-    if task.kind in PERCENT_KINDS or lower_is_better(metric):
+    if SPECS[task.kind].percent or lower_is_better(metric):  # SQuAD's script gives percentages already
         return value
     return value * 100.0
 

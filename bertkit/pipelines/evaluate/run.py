@@ -33,6 +33,7 @@ from bertkit.config.suite import (
     load_suite,
     lower_is_better,
 )
+from bertkit.config.task_kinds import SPECS, kinds_that
 from bertkit.config.track import TRACKERS, TrackConfig
 from bertkit.errors import BertkitError
 from bertkit.fsutil import check_output_dir, hash_file_into, read_json, write_json_atomic
@@ -43,8 +44,6 @@ from bertkit.progress import Tracker
 PLAN = "plan.json"
 CELLS = "cells"
 REPORT_JSON = "report.json"
-# Kinds --probe skips: question answering fine-tunes, and a bi-encoder's vectors are what it learns (no head to fit).
-NO_PROBE_KINDS = ("question-answering", "retrieval", "similarity")
 
 
 @dataclass(frozen=True)
@@ -123,36 +122,16 @@ def _data_path(data_dir: Path, relative: str, task: SuiteTask, what: str) -> Pat
 
 def _check_task_data(task: SuiteTask, recipe: Any, files: dict[str, Path]) -> None:
     """Read each file as its cells will, so a missing column or a bad row fails now, not hours later."""
-    from bertkit.tasks.data import read_task_file
     from bertkit.tasks.kinds import task_kind
-    from bertkit.tasks.qa import read_qa_file
-    from bertkit.tasks.token_classification import detect_scheme, read_token_file
 
-    kind = task_kind(task.kind)
+    metrics = []  # what the suite ranks and scores it by, an extra dev set's metrics by their own name
+    for metric in (task.rank_metric, *task.score_metrics):
+        for extra in task.extra_eval:
+            metric = metric.removeprefix(f"{extra}_")
+        metrics.append(metric)
     for what, path in files.items():
         try:
-            if task.kind == "token-classification":
-                data = read_token_file(path)
-                if what == "train" and task.rank_metric != "accuracy" and detect_scheme(data) == "none":
-                    raise BertkitError(
-                        f"its tags are plain (no entity scheme), which only have accuracy: set the task's "
-                        f"metric: accuracy (it is ranked by {task.rank_metric})"
-                    )
-            elif task.kind == "question-answering":
-                read_qa_file(path, recipe.task.skip_bad_rows)
-            elif hasattr(kind, "check_data"):  # a kind that reads its own files (retrieval, similarity)
-                kind.check_data(recipe.task, path, what)
-            else:
-                split = recipe.task.split if what == "train" else recipe.task.eval_split
-                data = read_task_file(path, recipe.task, split)
-                binary = {"f1", *(f"{extra}_f1" for extra in task.extra_eval)}  # the positive class's F1
-                wants_f1 = bool(binary & {task.rank_metric, *task.score_metrics})
-                classes = len(set(data.labels or [])) if task.kind == "classification" else 2
-                if what == "train" and wants_f1 and classes != 2:
-                    raise BertkitError(
-                        f"f1 is the positive class's F1 of a two-class task, and this one has {classes} classes; "
-                        "rank and score it by macro_f1 or accuracy"
-                    )
+            task_kind(task.kind).check_data(recipe.task, path, what, tuple(metrics))
         except BertkitError as err:
             raise BertkitError(f"task '{task.name}' ({what}): {err}") from None
 
@@ -166,7 +145,7 @@ def _check_model(spec: str, model_dir: Path, suite: Suite, tasks: list[SuiteTask
     except BertkitError as err:
         raise BertkitError(f"--model {spec}: {err}") from None
     for task in tasks:
-        if task.kind in ("question-answering", "retrieval", "similarity") and cfg.family == "xlnet":
+        if cfg.family == "xlnet" and not SPECS[task.kind].xlnet:
             raise BertkitError(
                 f"--model {spec} is an XLNet, which bertkit does not fine-tune for {task.kind} (task "
                 f"'{task.name}' of suite '{suite.name}'); evaluate it on a suite without such tasks (--tasks)"
@@ -178,14 +157,14 @@ def plan_cells(
     data_dir: Path, probe: bool,
 ) -> dict[str, list[CellSpec]]:  # fmt: skip
     """Every cell by task, checked: files found and readable, recipes valid with every override."""
-    from bertkit.tasks.kinds import task_kind
 
     sources = {t.warm_start for t in tasks if t.warm_start}
     cells: dict[str, list[CellSpec]] = {}
     for task in tasks:
-        if task.train is None and not getattr(task_kind(task.kind), "scores_as_is", False):
+        if task.train is None and not SPECS[task.kind].scores_as_is:
+            as_is = " and ".join(kinds_that("scores_as_is"))
             raise BertkitError(f"task '{task.name}' has no train file; a {task.kind} task trains before it is scored "
-                               "(only retrieval and similarity tasks score a model as it is)")  # fmt: skip
+                               f"(only {as_is} tasks score a model as it is)")  # fmt: skip
         if task.train is None and task.name in sources:
             raise BertkitError(f"a task warm-starts from '{task.name}', which trains nothing (it has no train file)")
         train = _data_path(data_dir, task.train, task, "train") if task.train is not None else None
@@ -386,7 +365,8 @@ def evaluate(
             model_dirs[spec] = resolve_model_path(spec, hub=True)
         except BertkitError as err:
             raise BertkitError(f"--model {spec}: {err}") from None
-    skipped = [t.name for t in suite.tasks if options.probe and t.kind in NO_PROBE_KINDS]
+    # --probe skips question answering (it fine-tunes) and bi-encoders (their vectors are what they learn)
+    skipped = [t.name for t in suite.tasks if options.probe and not SPECS[t.kind].probe]
     for task in suite.tasks:  # a task that starts from a skipped one is skipped with it
         if task.warm_start in skipped:
             skipped.append(task.name)

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from bertkit.config.recipe import FinetuneRecipe
+from bertkit.config.task_kinds import SPECS
 from bertkit.engine.checkpoint import load_state
 from bertkit.engine.device import resolve_device
 from bertkit.errors import BertkitError
@@ -43,7 +44,7 @@ def score_as_is(model_path: Path, eval_file: Path, recipe: FinetuneRecipe) -> di
     model is the encoder itself with its pooling (retrieval, similarity) score it directly."""
     task = recipe.task
     kind = task_kind(task.kind)
-    if not getattr(kind, "scores_as_is", False):
+    if not SPECS[task.kind].scores_as_is:
         raise BertkitError(f"a {task.kind} task trains a head before it can be scored; give the task a train file")
     model_dir, meta, cfg, weights, tokenizer = load_model_dir(model_path)
     task = checkpoint_task(task, meta)

@@ -1,7 +1,7 @@
 """The registry of task kinds: one object per `task.kind`, which `finetune`, `evaluate` (through finetune), the
 scoring of extra dev sets, `predict` and the distillation task stage look up, by kind or by the architecture a
-fine-tuned model records. A new kind is one file beside these and one line here (and its keys in config/schema.py's
-TASK_FIELDS and TASK_METRICS)."""
+fine-tuned model records. A new kind is one file beside these and one line here, and its description (metrics, task
+keys, what the commands may do with it) in config/task_kinds.py."""
 
 from __future__ import annotations
 

@@ -151,6 +151,11 @@ class TaskKind(Protocol):
     # What `bertkit predict` reads for it: rows (tables, JSON lines, text lines), or SQuAD's question files.
     predicts_from: Literal["rows", "questions"]
 
+    def check_data(self, task: TaskConfig, path: Path, what: str, metrics: tuple[str, ...]) -> None:
+        """Read a suite's `what` file (train, eval, an extra dev set) as its cells will, so that `bertkit evaluate`
+        fails before the first cell; `metrics` are what the suite ranks and scores the task by, the first ranking."""
+        ...
+
     def prepare(self, task: TaskConfig, model_cfg: ModelConfig, tokenizer: Tokenizer, train_file: Path,
                 eval_file: Path | None, seed: int) -> Prepared: ...  # fmt: skip
 

@@ -87,12 +87,11 @@ def embedding_meta(task: TaskConfig) -> dict[str, Any]:
 
 
 class NotServed:
-    """What the bi-encoder kinds share beyond `prepare`: a model that is the encoder and its pooling, so it can be
-    scored as it is (`scores_as_is`: a suite task without a train file, MTEB's zero-shot protocol), and the parts of
-    the kind contract (distillation, predict) they do not serve yet, each refused in one line."""
+    """What the bi-encoder kinds share beyond `prepare`: the parts of the kind contract (distillation, predict) they do
+    not serve yet, each refused in one line. (Their model is the encoder and its pooling, so it can be scored as it
+    is: `scores_as_is` in config/task_kinds.py.)"""
 
     name: str
-    scores_as_is = True
 
     def _refuse(self, what: str) -> BertkitError:
         return BertkitError(f"{what} does not serve {self.name} models yet; `bertkit embed` gives their vectors")

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertkit.config.schema import TASK_METRICS, ModelConfig, TaskConfig
+from bertkit.config.task_kinds import SPECS
 from bertkit.corpus.loader import split_indices
 from bertkit.errors import BertkitError
 from bertkit.objectives.contrastive import RankingObjective
@@ -62,10 +63,10 @@ def subset(pairs: Pairs, indices: np.ndarray) -> Pairs:
 
 class RetrievalKind(NotServed):
     name = "retrieval"
-    architecture = "retrieval-bi-encoder"
+    architecture = SPECS[name].architecture
     predicts_from = "rows"
 
-    def check_data(self, task: TaskConfig, path: Path, what: str) -> None:
+    def check_data(self, task: TaskConfig, path: Path, what: str, metrics: tuple[str, ...]) -> None:
         """Read a suite's file as a cell will (`bertkit evaluate` checks every file before the first cell)."""
         if what == "train":
             read_pairs(path, task.query_field, task.positive_field, task.negative_field, task.split, task.skip_bad_rows)

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from bertkit.config.schema import ModelConfig, TaskConfig
+from bertkit.config.task_kinds import kind_spec
 from bertkit.corpus.loader import split_indices
 from bertkit.errors import BertkitError
 from bertkit.models.with_heads import EncoderWithHeads
@@ -71,8 +72,7 @@ class SequenceKind:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.architecture = {"classification": "sequence-classification", "multi-label": "sequence-multi-label",
-                             "regression": "sequence-regression"}[name]  # fmt: skip
+        self.architecture = kind_spec(name).architecture
 
     # -- fine-tuning -------------------------------------------------------------------------------------------
     def labels_of(self, data: TaskData, task: TaskConfig, source: Path) -> list[str]:
@@ -104,6 +104,15 @@ class SequenceKind:
                 f"{len(labels)} labels; use task.metric=macro_f1 instead"
             )
         return labels
+
+    def check_data(self, task: TaskConfig, path: Path, what: str, metrics: tuple[str, ...]) -> None:
+        data = read_task_file(path, task, task.split if what == "train" else task.eval_split)
+        classes = len(set(data.labels or []))
+        if what == "train" and "f1" in metrics and classes != 2:  # f1: the positive class's, of two classes
+            raise BertkitError(
+                f"f1 is the positive class's F1 of a two-class task, and this one has {classes} classes; "
+                "rank and score it by macro_f1 or accuracy"
+            )
 
     def prepare(self, task: TaskConfig, model_cfg: ModelConfig, tokenizer: Tokenizer, train_file: Path,
                 eval_file: Path | None, seed: int) -> Prepared:  # fmt: skip

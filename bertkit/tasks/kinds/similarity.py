@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertkit.config.schema import ModelConfig, TaskConfig
+from bertkit.config.task_kinds import SPECS
 from bertkit.corpus.loader import split_indices
 from bertkit.errors import BertkitError
 from bertkit.objectives.contrastive import SimilarityObjective
@@ -57,10 +58,10 @@ def subset(data: TaskData, indices: np.ndarray) -> TaskData:
 
 class SimilarityKind(NotServed):
     name = "similarity"
-    architecture = "similarity-bi-encoder"
+    architecture = SPECS[name].architecture
     predicts_from = "rows"
 
-    def check_data(self, task: TaskConfig, path: Path, what: str) -> None:
+    def check_data(self, task: TaskConfig, path: Path, what: str, metrics: tuple[str, ...]) -> None:
         """Read a suite's file as a cell will (`bertkit evaluate` checks every file before the first cell)."""
         read_scored_pairs(path, task, task.split if what == "train" else task.eval_split)
 

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from bertkit.config.schema import ModelConfig, TaskConfig, qa_doc_stride
+from bertkit.config.task_kinds import SPECS
 from bertkit.errors import BertkitError
 from bertkit.models.pretraining import build_encoder
 from bertkit.tasks.kinds.base import (
@@ -23,7 +24,15 @@ from bertkit.tasks.kinds.base import (
     window,
 )
 from bertkit.tasks.kinds.sequence import skipped_summary
-from bertkit.tasks.qa import QABatches, QuestionAnswerer, encode_qa, evaluate_qa, qa_objective, read_qa_split
+from bertkit.tasks.qa import (
+    QABatches,
+    QuestionAnswerer,
+    encode_qa,
+    evaluate_qa,
+    qa_objective,
+    read_qa_file,
+    read_qa_split,
+)
 from bertkit.tokenizers.base import Tokenizer
 
 # A logit no softmax can pick, finite so that 0 * log p stays 0 at any temperature (-inf would give NaN).
@@ -32,10 +41,13 @@ MASKED = -1.0e4
 
 class SpanKind:
     name = "question-answering"
-    architecture = "question-answering"
+    architecture = SPECS[name].architecture
     predicts_from = "questions"  # SQuAD JSON or JSON lines of question and context (bertkit/pipelines/predict/qa.py)
 
     # -- fine-tuning -------------------------------------------------------------------------------------------
+    def check_data(self, task: TaskConfig, path: Path, what: str, metrics: tuple[str, ...]) -> None:
+        read_qa_file(path, task.skip_bad_rows)
+
     def prepare(self, task: TaskConfig, model_cfg: ModelConfig, tokenizer: Tokenizer, train_file: Path,
                 eval_file: Path | None, seed: int) -> Prepared:  # fmt: skip
         if model_cfg.family == "xlnet":

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from bertkit.config.schema import ModelConfig, TaskConfig
+from bertkit.config.task_kinds import SPECS
 from bertkit.corpus.loader import split_indices
 from bertkit.errors import BertkitError
 from bertkit.models.pretraining import build_encoder
@@ -33,6 +34,7 @@ from bertkit.tasks.token_classification import (
     TokenBatches,
     TokenClassifier,
     TokenData,
+    detect_scheme,
     encode_sentences,
     encode_words,
     evaluate_tagger,
@@ -50,10 +52,18 @@ from bertkit.tokenizers.base import Tokenizer
 
 class TokenKind:
     name = "token-classification"
-    architecture = "token-classification"
+    architecture = SPECS[name].architecture
     predicts_from = "rows"
 
     # -- fine-tuning -------------------------------------------------------------------------------------------
+    def check_data(self, task: TaskConfig, path: Path, what: str, metrics: tuple[str, ...]) -> None:
+        data = read_token_file(path)
+        if what == "train" and metrics[0] != "accuracy" and detect_scheme(data) == "none":
+            raise BertkitError(
+                f"its tags are plain (no entity scheme), which only have accuracy: set the task's metric: accuracy "
+                f"(it is ranked by {metrics[0]})"
+            )
+
     def prepare(self, task: TaskConfig, model_cfg: ModelConfig, tokenizer: Tokenizer, train_file: Path,
                 eval_file: Path | None, seed: int) -> Prepared:  # fmt: skip
         split = _read(train_file, eval_file, task.tag_scheme, task.eval_fraction, seed)

@@ -1,0 +1,92 @@
+"""One description per task kind (bertkit/config/task_kinds.py) and one runtime object per kind (bertkit/tasks/kinds):
+they name the same kinds and architectures, and the commands ask them instead of comparing kind names.
+
+The source scan counts the places that compare a kind's or an architecture's name as a string outside the two
+registries. Configuration, `evaluate` and `finetune` have none; the model-building layers (the distillation teacher,
+the ONNX export, transformers interop, the task architectures) still dispatch on architecture names, and their
+counts may only fall."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import get_args
+
+import pytest
+
+from bertkit.config.schema import TASK_FIELDS, TASK_METRICS, TaskConfig
+from bertkit.config.task_kinds import SPECS, kind_spec, kinds_that
+from bertkit.errors import BertkitError
+
+PACKAGE = Path(__file__).resolve().parents[2] / "bertkit"
+REGISTRIES = ("config/task_kinds.py", "tasks/kinds/")
+# Where names are still compared, and how often: each count may fall, never rise. data/local_suite.py names its data
+# sets after the tasks they feed, and interop/hf.py maps transformers' problem types onto architectures.
+STILL_COMPARED = {
+    "data/local_suite.py": 2,
+    "distill/teacher.py": 6,
+    "export/onnx.py": 1,
+    "export/onnx_quantize.py": 4,
+    "interop/hf.py": 10,
+    "pipelines/compress.py": 1,
+    "pipelines/distill/task.py": 3,
+    "pipelines/distill/task_data.py": 2,
+    "tasks/architectures.py": 3,
+    "tasks/classification.py": 4,
+    "tasks/data.py": 1,
+}
+
+
+def _comparisons() -> dict[str, int]:
+    names = set(SPECS) | {spec.architecture for spec in SPECS.values()}
+    alternatives = "|".join(re.escape(name) for name in sorted(names, key=len, reverse=True))
+    quoted = re.compile(rf"""["']({alternatives})["']""")
+    compared = re.compile(r"==|!=|\bin\b|\.get\(")
+    counts: dict[str, int] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).as_posix()
+        if rel.startswith(REGISTRIES):
+            continue
+        for line in path.read_text("utf-8").splitlines():
+            code = line.split("#")[0]
+            found = quoted.findall(code)
+            if found and (compared.search(code) or len(found) > 1):  # a comparison, or a list of kinds
+                counts[rel] = counts.get(rel, 0) + 1
+    return counts
+
+
+def test_the_description_and_the_runtime_kind_agree() -> None:
+    from bertkit.tasks.kinds import BY_ARCHITECTURE, KINDS
+
+    assert list(SPECS) == list(KINDS) == list(get_args(TaskConfig.model_fields["kind"].annotation))
+    for name, spec in SPECS.items():
+        assert KINDS[name].architecture == spec.architecture and BY_ARCHITECTURE[spec.architecture] is KINDS[name]
+        assert TASK_METRICS[name] == spec.metrics and TASK_FIELDS[name] == spec.fields
+        assert callable(KINDS[name].check_data) and callable(KINDS[name].prepare)
+    assert kinds_that("probe") == ["classification", "multi-label", "regression", "token-classification"]
+    assert kinds_that("scores_as_is") == ["retrieval", "similarity"]
+    with pytest.raises(BertkitError, match="'ner' is not a task kind; use one of classification"):
+        kind_spec("ner")
+
+
+def test_no_kind_name_is_compared_outside_the_registries_but_where_listed() -> None:
+    counts = _comparisons()
+    unlisted = {rel: n for rel, n in counts.items() if rel not in STILL_COMPARED}
+    assert not unlisted, f"compare kinds through config/task_kinds.py or the kind object, not by name: {unlisted}"
+    grown = {rel: (counts.get(rel, 0), n) for rel, n in STILL_COMPARED.items() if counts.get(rel, 0) > n}
+    assert not grown, f"(found, allowed): {grown}"
+    assert not {rel for rel in counts if rel.startswith(("config/", "pipelines/evaluate/", "pipelines/finetune/"))}
+
+
+def test_the_capabilities_drive_the_commands() -> None:
+    from bertkit.config.recipe import default_recipe
+    from bertkit.config.suite import validate_suite
+
+    assert default_recipe("distill", "question-answering") == "distill-task-question-answering"
+    assert default_recipe("distill", None) == default_recipe("distill", "classification") == "distill-task"
+    with pytest.raises(BertkitError, match="distils classification, token-classification, question-answering, not"):
+        default_recipe("distill", "retrieval")
+    raw = {"name": "s", "tasks": [{"name": "t", "kind": "token-classification", "train": "a", "eval": "b",
+                                   "extra_eval": {"x": "c"}}]}  # fmt: skip
+    with pytest.raises(BertkitError, match="extra_eval applies to classification, multi-label, regression tasks"):
+        validate_suite(raw, "s")
