@@ -385,11 +385,11 @@ class EngineConfig(StrictModel):
     backend: Literal["single", "ddp", "fsdp", "deepspeed"] = "single"
     # auto: CUDA when available, else CPU.
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    # auto: bf16 autocast where the device runs bf16 natively (a CUDA GPU with bf16; a CPU with AVX512-BF16 or
-    # AMX), fp32 elsewhere; the run says which at start (bertkit/engine/device.py resolve_precision).
+    # auto: bf16 autocast on a CUDA GPU with bf16; on a CPU with AVX512-BF16 or AMX the faster of bf16 and fp32 at
+    # the model's width, timed at start; fp32 elsewhere. The run says which and why (engine/device.py).
     # fp16 uses dynamic loss scaling and needs a GPU; bf16 autocast runs on CPU and GPU.
     precision: Literal["auto", "fp32", "bf16", "fp16"] = Field(
-        "auto", description="auto (bf16 where the device runs it natively, else fp32), fp32, bf16 or fp16"
+        "auto", description="auto (bf16 where the device runs it natively and faster, else fp32), fp32, bf16 or fp16"
     )
     threads: int = Field(0, ge=0, description="torch CPU threads; 0 keeps torch's default")
     max_bad_steps: int = Field(5, gt=0, description="stop after this many NaN/inf steps in a row")

@@ -91,6 +91,47 @@ def bf16_slowdown(size: int = 256, repeats: int = 5) -> float:
     return _matmul_seconds(b, repeats) / max(_matmul_seconds(a, repeats), 1e-9)
 
 
+@dataclass(frozen=True)
+class LayerShape:
+    """The width of the model a run trains: what the precision calibration times."""
+
+    hidden: int
+    heads: int
+    intermediate: int
+    vocab: int  # the output projection over the vocabulary (a masked LM's decoder); 0: none
+
+
+def _step_seconds(layer: torch.nn.Module, decoder: torch.nn.Module | None, x: torch.Tensor, bf16: bool,
+                  repeats: int) -> float:  # fmt: skip
+    best = float("inf")
+    for _ in range(repeats + 1):  # the first is a warm-up (kernel choice, thread pool)
+        start = time.perf_counter()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            h = layer(x)
+            out = decoder(h[:, : h.shape[1] // 8]) if decoder is not None else h  # the masked eighth is decoded
+        out.float().square().mean().backward()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+@functools.cache
+def bf16_step_ratio(shape: LayerShape, tokens: int = 512, repeats: int = 2) -> float:
+    """bf16 autocast's time over fp32's for one transformer layer's forward and backward at `shape`, on `tokens`
+    tokens (4 sequences of 128), with the vocabulary projection of an eighth of them (the masked ones) when there is
+    one: a calibration of about a second at base size. Whether bf16 pays on a CPU depends on the CPU and on the
+    width (casts cost more than they save on small matrices), so it is measured, not assumed. Global random state
+    is left as it was."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        layer = torch.nn.TransformerEncoderLayer(shape.hidden, shape.heads, shape.intermediate, dropout=0.0,
+                                                 activation="gelu", batch_first=True)  # fmt: skip
+        decoder = torch.nn.Linear(shape.hidden, shape.vocab) if shape.vocab else None
+        x = torch.randn(max(1, tokens // 128), min(128, tokens), shape.hidden)
+        fp32 = _step_seconds(layer, decoder, x, False, repeats)
+        bf16 = _step_seconds(layer, decoder, x, True, repeats)
+    return bf16 / max(fp32, 1e-9)
+
+
 def bf16_warning() -> str | None:
     """One warning line when bf16 autocast would be emulated on this CPU, else None. The flags decide
     first (no probe on a CPU with native bf16); the probe confirms and gives the figure."""

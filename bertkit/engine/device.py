@@ -8,6 +8,7 @@ import os
 import torch
 
 from bertkit.config.schema import EngineConfig
+from bertkit.engine.cpu import LayerShape
 from bertkit.errors import BertkitError
 
 
@@ -53,8 +54,11 @@ def cpu_runs_bf16() -> bool:
     return cpu_info().native_bf16
 
 
-def resolve_precision(requested: str, device: torch.device) -> tuple[str, str | None]:
-    """The precision a run trains in, and for `auto` the one line that says what it picked and why."""
+def resolve_precision(requested: str, device: torch.device,
+                      shape: LayerShape | None = None) -> tuple[str, str | None]:  # fmt: skip
+    """The precision a run trains in, and for `auto` the one line that says what it picked and why. On a CPU that
+    runs bf16 natively, `auto` times bf16 autocast against fp32 at the model's `shape` (bf16_step_ratio) and picks
+    the faster; BERTKIT_CPU_BF16 decides without timing."""
     if requested != "auto":
         return requested, None
     if device.type == "cuda":
@@ -68,9 +72,19 @@ def resolve_precision(requested: str, device: torch.device) -> tuple[str, str | 
             "for half precision with loss scaling)"
         )
     if cpu_runs_bf16():
-        return "bf16", (
-            "precision: bf16 autocast (engine.precision=auto; this CPU runs bf16 natively: AMX or AVX512-BF16)"
-        )
+        forced = os.environ.get(CPU_BF16_ENV, "").strip() == "1"
+        if forced or shape is None:
+            why = f"{CPU_BF16_ENV}=1" if forced else "this CPU runs bf16 natively: AMX or AVX512-BF16"
+            return "bf16", f"precision: bf16 autocast (engine.precision=auto; {why})"
+        from bertkit.engine.cpu import bf16_step_ratio
+
+        ratio = bf16_step_ratio(shape)
+        width = f"a layer {shape.hidden} wide" + (f" and a {shape.vocab:,}-token output" if shape.vocab else "")
+        if ratio < 1.0:
+            return "bf16", (f"precision: bf16 autocast (engine.precision=auto; measured {1 / ratio:.1f}x faster than "
+                            f"fp32 on this CPU for {width})")  # fmt: skip
+        return "fp32", (f"precision: fp32 (engine.precision=auto; bf16 autocast measured {ratio:.1f}x slower than fp32 "
+                        f"on this CPU for {width})")  # fmt: skip
     return "fp32", (
         "precision: fp32 (engine.precision=auto; this CPU has no native bf16 (AVX512-BF16 or AMX), where bf16 "
         "autocast would be emulated and many times slower)"

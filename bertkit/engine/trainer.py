@@ -30,6 +30,7 @@ from bertkit.engine.checkpoint import load_state
 from bertkit.engine.checkpointer import Checkpointer
 from bertkit.engine.clock import RunProgress, TrainingClock
 from bertkit.engine.contracts import DataSource, Evaluator, Objective, OnEval, OnSnapshot
+from bertkit.engine.cpu import LayerShape
 from bertkit.engine.device import resolve_device, resolve_precision
 from bertkit.engine.flops import non_embedding_parameters, peak_flops, training_flops
 from bertkit.engine.log_window import LogWindow
@@ -92,6 +93,15 @@ class Hooks:
     target_metric: str | None = None  # what train.target_acc is compared with
 
 
+def layer_shape(model: nn.Module, with_vocab: bool) -> LayerShape | None:
+    """The width of `model`'s encoder layers (and its vocabulary, for a masked LM's output), for the precision
+    calibration; None when the model names no configuration."""
+    cfg = getattr(model, "config", None) or getattr(getattr(model, "encoder", None), "config", None)
+    if cfg is None or not hasattr(cfg, "hidden_size"):
+        return None
+    return LayerShape(cfg.hidden_size, cfg.num_heads, cfg.intermediate_size, cfg.vocab_size if with_vocab else 0)
+
+
 class Trainer:
     def __init__(
         self,
@@ -109,9 +119,12 @@ class Trainer:
         self.train_cfg, self.optim_cfg, self.schedule_cfg, self.engine_cfg = cfg
         self.hooks, self.resume, self.description = hooks, resume, description
         self.device = resolve_device(self.engine_cfg)
-        self.precision, self.precision_line = resolve_precision(self.engine_cfg.precision, self.device)
+        shape = layer_shape(model, with_vocab=description == "pretrain")
+        self.precision, self.precision_line = resolve_precision(self.engine_cfg.precision, self.device, shape)
         self.backend = create_backend(self.engine_cfg, self.device)
         self.rank, self.world = self.backend.rank, self.backend.world_size
+        if self.engine_cfg.precision == "auto" and self.world > 1:  # a measured choice: every rank takes rank 0's
+            self.precision, self.precision_line = dist.broadcast_object((self.precision, self.precision_line))
         self.main = self.rank == 0
         self.quiet = quiet or not self.main
         self._check_inputs()

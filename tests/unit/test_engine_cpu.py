@@ -92,6 +92,37 @@ def test_auto_precision_follows_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None
     assert resolve_precision("auto", here)[0] == "bf16"
 
 
+def test_auto_precision_on_a_native_bf16_cpu_takes_what_it_measures(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the model's width, `auto` times bf16 autocast against fp32 (a CPU with AMX ran a tiny model 2.2x slower
+    in bf16) and keeps the faster, saying the figure; BERTKIT_CPU_BF16=1 takes bf16 without timing."""
+    from bertkit.engine.cpu import LayerShape
+    from bertkit.engine.device import resolve_precision
+
+    here, shape = torch.device("cpu"), LayerShape(128, 2, 512, 0)
+    monkeypatch.delenv("BERTKIT_CPU_BF16", raising=False)
+    fake(monkeypatch, "AVX512", {"avx512f", "amx_bf16"})
+    ratios = iter([2.2, 0.5])
+    monkeypatch.setattr(cpu, "bf16_step_ratio", lambda _: next(ratios))
+    precision, line = resolve_precision("auto", here, shape)
+    assert precision == "fp32" and "bf16 autocast measured 2.2x slower than fp32" in (line or "")
+    precision, line = resolve_precision("auto", here, shape)
+    assert precision == "bf16" and "measured 2.0x faster than fp32" in (line or "") and "128 wide" in (line or "")
+    monkeypatch.setenv("BERTKIT_CPU_BF16", "1")
+    assert resolve_precision("auto", here, shape) == ("bf16", "precision: bf16 autocast (engine.precision=auto; "
+                                                       "BERTKIT_CPU_BF16=1)")  # fmt: skip
+
+
+def test_the_calibration_measures_without_touching_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real timing at a small width (what a run measures at start): a positive ratio, and the global random state
+    (dropout masks, data order) exactly as it was."""
+    from bertkit.engine.cpu import LayerShape, bf16_step_ratio
+
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    ratio = bf16_step_ratio.__wrapped__(LayerShape(64, 2, 128, 1000), tokens=256, repeats=1)
+    assert ratio > 0 and torch.equal(torch.get_rng_state(), before)
+
+
 def test_this_cpu_gets_what_its_flags_say(monkeypatch: pytest.MonkeyPatch) -> None:
     """On the machine running the tests, without the override: bf16 exactly where the CPU has native bf16."""
     from bertkit.engine.device import resolve_precision
