@@ -235,6 +235,9 @@ STEPS_OR_EPOCHS = (
 class TrainConfig(StrictModel):
     """How long to train, on what batches, and when to log, evaluate and checkpoint."""
 
+    # Activation checkpointing: every k-th encoder layer keeps only its input and runs again in the backward pass
+    # (1: every layer; 0: none), trading about a third more compute for the activations of long sequences.
+    activation_checkpointing: int = Field(0, ge=0)
     # Optimizer steps. Left out (null) with `epochs` unset, it is 1000; with `epochs` set, the fine-tuning
     # pipeline derives it: epochs x ceil(training examples / batch_size).
     steps: int | None = Field(None, gt=0)

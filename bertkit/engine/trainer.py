@@ -24,6 +24,7 @@ from torch import nn
 
 from bertkit.config.schema import EngineConfig, OptimConfig, ScheduleConfig, TrainConfig
 from bertkit.engine import dist
+from bertkit.engine.activation_checkpointing import configure_activation_checkpointing
 from bertkit.engine.backends import create_backend
 from bertkit.engine.budget import ramped_micro_steps
 from bertkit.engine.checkpoint import load_state
@@ -231,6 +232,9 @@ class Trainer:
         """The engine wraps (or shards) the model and builds the optimizer; then the parts a checkpoint keeps."""
         self.flops_params = non_embedding_parameters(self.model)
         configure_unpad(self.model, self.engine_cfg.unpad)  # before any engine wraps or shards the model
+        # and so is activation checkpointing: checkpointing, then compile, then DDP/FSDP2/ZeRO (backend.setup),
+        # then the optimizer over the wrapped model
+        configure_activation_checkpointing(self.model, self.train_cfg.activation_checkpointing)
         self.backend.setup(self.model, self.optim_cfg, self.train_cfg)
         if hasattr(self.objective, "attach"):
             self.objective.attach(self.backend)  # frozen modules the objective reads (a teacher), placed by the engine

@@ -64,6 +64,9 @@ class BertEncoder(nn.Module):
         self.pooler = Pooler(cfg.hidden_size) if cfg.pooler else None
         # engine.unpad: "auto", True or False (bertkit/engine/unpad.py sets it); see `_packing`.
         self.unpad: bool | Literal["auto"] = "auto"
+        # train.activation_checkpointing: recompute every k-th layer in the backward pass (0: none); set by
+        # bertkit/engine/activation_checkpointing.py.
+        self.checkpoint_every = 0
         self.apply(init_weights)
 
     def forward(
@@ -122,7 +125,7 @@ class BertEncoder(nn.Module):
             layer = first if len(self.layers) == 1 else self.layers[i]
             return layer(h, mask, need_weights=weights, shared=first, attention_only=stop)
 
-        x, stopped = run_layers(x, layers, call, capture, padded)
+        x, stopped = run_layers(x, layers, call, capture, padded, self.checkpoint_every)
         if stopped:
             return EncoderOutput(x, None)
         if self.final_norm is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from bertkit.models.attention import AttentionOutput
 
@@ -83,15 +84,25 @@ def run_layers(
     call: LayerCall,
     capture: LayerCapture | None,
     padded: Callable[[torch.Tensor], torch.Tensor],
+    checkpoint_every: int = 0,
 ) -> tuple[torch.Tensor, bool]:
     """The layer loop of every encoder: each layer in turn, the capture told what each one gave. Returns the last
-    output and whether the loop stopped at the last layer's attention (its output then is the layer's input)."""
+    output and whether the loop stopped at the last layer's attention (its output then is the layer's input).
+
+    Activation checkpointing (`checkpoint_every` k > 0, set by bertkit/engine/activation_checkpointing.py from
+    train.activation_checkpointing): while gradients are recorded, every k-th layer keeps only its input and runs
+    again in the backward pass, its dropout replayed from the same random state, so the step is the same with less
+    memory. A capture (distillation, attention maps) reads every layer as it runs, so it turns it off."""
     if capture is not None:
         capture.record(x, padded, None)
     stopped = False
+    recompute = checkpoint_every > 0 and capture is None and torch.is_grad_enabled()
     for i in range(num_layers):
         stopped = capture is not None and capture.stops_at(i)
         weights = capture is not None and i in capture.layers
+        if recompute and i % checkpoint_every == 0:
+            x = checkpoint(lambda h, i=i: call(i, h, False, False)[0], x, use_reentrant=False)
+            continue
         x, attn = call(i, x, weights, stopped)
         if capture is not None:
             capture.record(x, padded, attn)

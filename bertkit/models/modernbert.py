@@ -214,6 +214,8 @@ class ModernBertEncoder(nn.Module):
         self.pooler = None  # ModernBERT has none; classifiers put their own head on [CLS] or the mean
         # engine.unpad: "auto", True or False (bertkit/engine/unpad.py sets it), as BertEncoder's.
         self.unpad: bool | Literal["auto"] = "auto"
+        # train.activation_checkpointing: recompute every k-th layer in the backward pass (0: none).
+        self.checkpoint_every = 0
         init_modernbert(self, cfg)
 
     # Every layer is per-token apart from attention, and varlen attention takes the sliding window.
@@ -283,7 +285,7 @@ class ModernBertEncoder(nn.Module):
             kind = layer.is_global
             return layer(h, masks[kind], ropes[kind], need_weights=weights, attention_only=stop)
 
-        x, stopped = run_layers(x, cfg.num_layers, call, capture, padded)
+        x, stopped = run_layers(x, cfg.num_layers, call, capture, padded, self.checkpoint_every)
         if stopped:  # only on the padded path (it asks for scores)
             return EncoderOutput(x, None)
         return EncoderOutput(padded(self.final_norm(x)), None)

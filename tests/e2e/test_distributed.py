@@ -561,3 +561,16 @@ def test_new_families_on_two_processes_make_the_same_steps(
     assert summary["family"] == recipe.removesuffix("-tiny") and summary["steps"] == STEPS
     assert_same_curve(output, reference)
     assert_same_weights(output, reference)
+
+
+@pytest.mark.parametrize("engine", ["single", "ddp", "fsdp"])
+def test_activation_checkpointing_trains_as_without(corpus_dir: Path, single_run: Path, tmp_path: Path,
+                                                    engine: str) -> None:  # fmt: skip
+    """Every layer recomputed in the backward pass: the same curve and weights as the reference, in one process and
+    under DDP and FSDP2 (checkpointing is set before the engine wraps or shards the model)."""
+    output = tmp_path / engine
+    launch = ["--engine", engine] if engine != "single" else []
+    pretrain(corpus_dir, output, *sets(**{"train.activation_checkpointing": 1}), *launch,
+             procs=1 if engine == "single" else 2)  # fmt: skip
+    assert_same_curve(output, single_run)
+    assert_same_weights(output, single_run)
