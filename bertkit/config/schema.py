@@ -235,6 +235,14 @@ STEPS_OR_EPOCHS = (
 class TrainConfig(StrictModel):
     """How long to train, on what batches, and when to log, evaluate and checkpoint."""
 
+    # Continued pretraining (--init-from) of a checkpoint without the head the objective needs (a sentence encoder
+    # without its MLM head): the first N optimizer steps train the new head alone, everything else frozen, so its
+    # first, nearly random gradients do not move the encoder. None: a tenth of train.steps when --init-from adds a
+    # head, else 0. One process only (engine.backend=single).
+    head_warmup_steps: int | None = Field(None, ge=0)
+    # Parameter-name prefixes frozen for the whole run (e.g. [encoder.embeddings.] or [encoder.layers.0.]); each
+    # must name some parameter of the model.
+    freeze: list[str] = Field(default_factory=list)
     # Activation checkpointing: every k-th encoder layer keeps only its input and runs again in the backward pass
     # (1: every layer; 0: none), trading about a third more compute for the activations of long sequences.
     activation_checkpointing: int = Field(0, ge=0)
@@ -293,6 +301,11 @@ class TrainConfig(StrictModel):
             self.__dict__["steps"] = 1000
         if self.batch_size % self.grad_accum:
             raise ValueError(f"batch_size {self.batch_size} is not divisible by grad_accum {self.grad_accum}")
+        if self.head_warmup_steps and self.steps is not None and self.head_warmup_steps >= self.steps:
+            raise ValueError(
+                f"head_warmup_steps {self.head_warmup_steps} leaves none of the {self.steps} steps to the whole "
+                "model; give it fewer steps than train.steps"
+            )
         if self.batch_ramp > 0 and self.grad_accum == 1:
             raise ValueError(
                 f"batch_ramp {self.batch_ramp} grows the batch one micro-batch at a time, and grad_accum 1 makes "

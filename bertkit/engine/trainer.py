@@ -34,6 +34,7 @@ from bertkit.engine.contracts import DataSource, Evaluator, Objective, OnEval, O
 from bertkit.engine.cpu import LayerShape
 from bertkit.engine.device import resolve_device, resolve_precision
 from bertkit.engine.flops import non_embedding_parameters, peak_flops, training_flops
+from bertkit.engine.freezing import freeze
 from bertkit.engine.log_window import LogWindow
 from bertkit.engine.metrics_log import MetricsLog
 from bertkit.engine.optim import BudgetScheduler, build_scheduler
@@ -92,6 +93,10 @@ class Hooks:
     on_eval: OnEval | None = None
     on_snapshot: OnSnapshot | None = None
     target_metric: str | None = None  # what train.target_acc is compared with
+    # The parameters (name prefixes of the plain model) that alone learn during the first train.head_warmup_steps
+    # optimizer steps, everything else frozen: the parts a continued pretraining's checkpoint did not have (a new
+    # MLM head), so that their first gradients do not move the encoder.
+    warm_only: tuple[str, ...] = ()
 
 
 def layer_shape(model: nn.Module, with_vocab: bool) -> LayerShape | None:
@@ -136,6 +141,8 @@ class Trainer:
         self.log = MetricsLog(run_dir, self.main, self.engine_cfg.tensorboard)
         self.consecutive_bad = 0
         self.marks: dict[str, int] = {}
+        self._warming = False  # within train.head_warmup_steps: only the new head learns
+        self._frozen_for_good: set[str] = set()
 
     # -- the run, top to bottom ------------------------------------------------------------------------
     def train(self) -> TrainResult:
@@ -207,6 +214,13 @@ class Trainer:
             )
         if world > 1:
             self.source.shard(self.rank, world)
+        if train_cfg.head_warmup_steps and self.hooks.warm_only and self.backend.name != "single":
+            raise BertkitError(
+                f"train.head_warmup_steps freezes and thaws the encoder within the run, which engine.backend="
+                f"{self.backend.name} cannot follow; warm the head up in a one-process run first, or set "
+                "train.head_warmup_steps=0"
+            )
+
         if self.main and self.device.type == "cpu" and self.precision == "bf16":
             from bertkit.engine.cpu import bf16_warning
 
@@ -235,6 +249,9 @@ class Trainer:
         # and so is activation checkpointing: checkpointing, then compile, then DDP/FSDP2/ZeRO (backend.setup),
         # then the optimizer over the wrapped model
         configure_activation_checkpointing(self.model, self.train_cfg.activation_checkpointing)
+        freeze(self.model, self.train_cfg.freeze)
+        # parameters frozen before the run (train.freeze, a teacher, a pooler no head reads) stay frozen
+        self._frozen_for_good = {name for name, p in self.model.named_parameters() if not p.requires_grad}
         self.backend.setup(self.model, self.optim_cfg, self.train_cfg)
         if hasattr(self.objective, "attach"):
             self.objective.attach(self.backend)  # frozen modules the objective reads (a teacher), placed by the engine
@@ -275,8 +292,20 @@ class Trainer:
             f"checkpoint saved in {saved}; continue with --resume"
         )
 
+    def _head_warmup(self) -> None:
+        """Freeze what is not new for the first train.head_warmup_steps steps, and thaw it after (a function of
+        the step alone, so a resumed run freezes exactly as the uninterrupted one)."""
+        warming = self.counters.step < (self.train_cfg.head_warmup_steps or 0) and bool(self.hooks.warm_only)
+        if warming == self._warming:
+            return
+        self._warming = warming
+        for name, parameter in self.model.named_parameters():
+            if name not in self._frozen_for_good and not name.startswith(self.hooks.warm_only):
+                parameter.requires_grad_(not warming)
+
     def _optimizer_step(self) -> bool:
         """One global batch, one update; False when the step was skipped (no update was applied)."""
+        self._head_warmup()
         train_cfg = self.train_cfg
         micro_steps = ramped_micro_steps(self.progress.value, train_cfg.grad_accum, train_cfg.batch_ramp)
         batches = [_to_device(self.source.next_batch(), self.device) for _ in range(micro_steps)]

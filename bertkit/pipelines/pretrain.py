@@ -31,6 +31,7 @@ from bertkit.corpus.permutation import PermutationSpec
 from bertkit.corpus.remote import with_local_corpora
 from bertkit.corpus.shards import Corpus
 from bertkit.engine.dist import is_main
+from bertkit.engine.freezing import check_freeze
 from bertkit.engine.loop import TrainResult, train
 from bertkit.errors import BertkitError
 from bertkit.modelio.modeldir import save_model_dir
@@ -55,6 +56,9 @@ _OPTION_DEFAULTS = {"format": "full-sentences", "mask_strategy": "token", "layou
 EVAL_SPLIT_SEED = 0
 EVAL_MASK_SEED = 1234
 EVAL_MASKING = MaskingConfig()
+
+# The share of the steps a new head trains alone when --init-from adds one and train.head_warmup_steps is unset.
+HEAD_WARMUP_SHARE = 0.1
 
 
 def _say_init(init_from: str | Path, report: dict[str, Any]) -> None:
@@ -370,17 +374,26 @@ def pretrain(
     )
     plan = plan_pretraining(recipe, init_from, model_keys)
     recipe, tokenizer, init, model_cfg = plan.recipe, plan.tokenizer, plan.init, plan.recipe.model
+    if recipe.train.freeze:  # the names a model of this shape has, without its weights: before the run directory
+        with torch.device("meta"):
+            names = [name for name, _ in build_pretraining_model(model_cfg, recipe.objective).named_parameters()]
+        check_freeze(names, recipe.train.freeze)
     resumed = prepare_run_dir(output, recipe, overwrite, resume)
 
     torch.manual_seed(recipe.train.seed)  # reproducible initial weights (and the same on every rank)
     model = build_pretraining_model(model_cfg, recipe.objective)
     init_report = None
+    warm_only: tuple[str, ...] = ()
     if init is not None:
         new_weights = init.load_into(model, str(init_from))
+        # the new head's parameters (a pooler no head reads stays frozen anyway)
+        warm_only = tuple(name for name in new_weights if ".pooler." not in f".{name}")
+        recipe = _with_head_warmup(recipe, warm_only)
         init_report = {
             "source": str(init.source),
             "model_from": "checkpoint" if init.from_checkpoint else f"recipe '{recipe.name}' (warm start)",
             "new_weights": new_weights,  # initialised as BERT initialises them (an MLM head's decoder is tied)
+            "head_warmup_steps": recipe.train.head_warmup_steps or 0,
             "extended": init.extended,
         }
         if not quiet and is_main():
@@ -426,6 +439,7 @@ def pretrain(
         description="pretrain",
         target_metric=_target_metric(recipe.objective),
         on_snapshot=_snapshot_writer(output, model, model_cfg, tokenizer, recipe.name),
+        warm_only=warm_only,
     )
     model_dir = output / "model"
     if is_main():  # under a distributed engine only rank 0 writes
@@ -440,6 +454,15 @@ def pretrain(
     summary = _summary(plan, output, model, result, init_from, init_report)
     write_summary(output, summary)
     return summary
+
+
+def _with_head_warmup(recipe: PretrainRecipe, new: tuple[str, ...]) -> PretrainRecipe:
+    """train.head_warmup_steps resolved: unset, a tenth of the steps when the checkpoint lacked a head, else 0."""
+    if recipe.train.head_warmup_steps is not None:
+        return recipe
+    steps = recipe.train.steps or 0
+    warmup = math.ceil(HEAD_WARMUP_SHARE * steps) if new and steps > 1 and not recipe.train.budget else 0
+    return recipe.model_copy(update={"train": recipe.train.model_copy(update={"head_warmup_steps": warmup})})
 
 
 def _summary(plan: PretrainPlan, output: Path, model: nn.Module, result: TrainResult, init_from: str | Path | None,

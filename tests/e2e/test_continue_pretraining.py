@@ -9,6 +9,7 @@ Reference: tiny random transformers *ForMaskedLM models (tests/hf_helpers.py) an
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -195,3 +196,66 @@ def test_tsv_text_is_read_as_written(tmp_path: Path, sentiment_csv: Path) -> Non
     path = tmp_path / "reviews.tsv"
     path.write_text("label\ttext\n" + "".join(f"x\t{text}\n" for text in rows), encoding="utf-8")
     assert [document[0] for document in iter_documents([path])] == rows
+
+
+def test_a_new_head_warms_up_alone_then_the_encoder_learns(tmp_path: Path, minilm_dir: Path, text_file: Path) -> None:
+    """all-MiniLM-L6-v2 has no MLM head: for train.head_warmup_steps the new head alone learns (the encoder, its
+    tied word embeddings included, is the checkpoint's at that step's checkpoint), then the whole model; unset, a
+    tenth of the steps; killed inside the warm-up and resumed, the run ends on the uninterrupted one's weights."""
+    from bertkit.modelio.hf_dir import load_hf_dir
+    from bertkit.modelio.weights import read_weights
+
+    corpus = tmp_path / "corpus"
+    run_json("build-corpus", "-i", str(text_file), "--tokenizer", str(minilm_dir), "-o", str(corpus),
+             "--max-seq-len", "32")  # fmt: skip
+    common = ["pretrain", "-r", "continue-mlm-tiny", "-c", str(corpus), "--init-from", str(minilm_dir),
+              "--set", "train.steps=4", "--set", "train.batch_size=8", "--set", "train.grad_accum=1",
+              "--set", "train.eval_batches=1", "--set", "train.checkpoint_every=1", "--set", "train.keep_last=4",
+              "--set", "optim.lr=1e-3"]  # fmt: skip
+    out = run_json(*common, "-o", str(tmp_path / "warm"), "--set", "train.head_warmup_steps=2")
+    assert out["init"]["head_warmup_steps"] == 2
+    real = load_hf_dir(minilm_dir).weights
+    at_two = read_weights(tmp_path / "warm" / "checkpoints" / "step-2" / "model.safetensors")
+    final = read_weights(tmp_path / "warm" / "model" / "model.safetensors")
+    encoder = [key for key in real if key.startswith("encoder.") and "pooler" not in key]
+    assert encoder and all(torch.equal(at_two[key], real[key]) for key in encoder)  # frozen while the head warms
+    assert not torch.equal(at_two["mlm_head.dense.weight"], final["mlm_head.dense.weight"])
+    moved = [key for key in encoder if not torch.equal(final[key], real[key])]
+    assert "encoder.layers.5.attention.qkv.weight" in moved  # then the whole model learns
+    # stopped at step 1, inside the warm-up, and resumed: the same weights as without the interruption
+    resumed = tmp_path / "resumed"
+    shutil.copytree(tmp_path / "warm", resumed)
+    shutil.rmtree(resumed / "model")
+    for step in (2, 3, 4):
+        shutil.rmtree(resumed / "checkpoints" / f"step-{step}")
+    again = run_json(*common, "-o", str(resumed), "--set", "train.head_warmup_steps=2", "--resume", "last")
+    assert again["steps"] == 4
+    for key, value in read_weights(resumed / "model" / "model.safetensors").items():
+        assert torch.equal(value, final[key]), key
+    default = run_json(*common, "-o", str(tmp_path / "default"), "--set", "train.steps=10")
+    assert default["init"]["head_warmup_steps"] == 1  # a tenth of 10 steps
+
+
+def test_freeze_keeps_a_named_part_and_bad_settings_are_one_line(
+    tmp_path: Path, minilm_dir: Path, text_file: Path
+) -> None:
+    from bertkit.modelio.hf_dir import load_hf_dir
+    from bertkit.modelio.weights import read_weights
+
+    corpus = tmp_path / "corpus"
+    run_json("build-corpus", "-i", str(text_file), "--tokenizer", str(minilm_dir), "-o", str(corpus),
+             "--max-seq-len", "32")  # fmt: skip
+    common = ["pretrain", "-r", "continue-mlm-tiny", "-c", str(corpus), "--init-from", str(minilm_dir),
+              "--set", "train.steps=2", "--set", "train.eval_batches=1", "--set", "optim.lr=1e-3"]  # fmt: skip
+    run_json(*common, "-o", str(tmp_path / "frozen"), "--set", "train.freeze=[encoder.layers.0.]",
+             "--set", "train.head_warmup_steps=0")  # fmt: skip
+    real, trained = load_hf_dir(minilm_dir).weights, read_weights(tmp_path / "frozen" / "model" / "model.safetensors")
+    assert all(torch.equal(trained[k], real[k]) for k in real if k.startswith("encoder.layers.0."))
+    qkv = "encoder.layers.1.attention.qkv.weight"
+    assert not torch.equal(trained[qkv], real[qkv])
+    error = run_error(*common, "-o", str(tmp_path / "bad"), "--set", "train.freeze=[encoder.layer.0.]")
+    assert "train.freeze: no parameter of this model starts with 'encoder.layer.0.'" in error
+    assert not (tmp_path / "bad").exists()
+    error = run_error(*common, "-o", str(tmp_path / "long"), "--set", "train.head_warmup_steps=2")
+    assert "head_warmup_steps 2 leaves none of the 2 steps to the whole model" in error
+    assert not (tmp_path / "long").exists()
