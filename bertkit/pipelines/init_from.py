@@ -4,8 +4,9 @@ tokenizer it takes; the recipe gives objectives, optimiser and schedule.
 MODEL is a bertkit run or model directory, a local Hugging Face checkpoint directory or a hub name (through the
 hub cache, as `distill --teacher` takes one). The model section is the checkpoint's: the recipe file's gives way
 to it. A model key given with `--set` must agree with the checkpoint where it fixes the weights or what they
-compute (shapes, activation, norms, positions); dropout, the attention pattern and the pooler may differ, and the
-position and token-type tables may grow (new rows copied). A recipe of another family is refused, bar BigBird's
+compute (shapes, activation, norms, positions); dropout, the attention pattern and the pooler may differ, the
+position and token-type tables may grow (new rows copied), and a context extension may raise ModernBERT's rotary
+bases and change its local window (CONTEXT_KEYS). A recipe of another family is refused, bar BigBird's
 warm start from RoBERTa, which keeps the recipe's model (block-sparse attention, 4,096 positions) and must match
 the checkpoint's shapes. A recipe that names no family (`continue-mlm`) takes the checkpoint's.
 """
@@ -39,6 +40,9 @@ SHAPE_KEYS = {"embedding_dim": "embedding_size", "layer_sharing": "sharing"}  # 
 # weights mean (dropout), or are built fresh when absent (the pooler, ELECTRA's generator).
 FREE_KEYS = {"hidden_dropout", "attention_dropout", "attention", "block_size", "num_random_blocks", "pooler",
              "generator"}  # fmt: skip
+# Model keys a context extension changes (ModernBERT's: the global rotary base raised, 10k to 160k, for 8,192 tokens;
+# the local one and its window kept apart): rotary positions have no table to grow, so the bases are what extends.
+CONTEXT_KEYS = {"global_rope_theta", "local_rope_theta", "local_attention"}
 # Model keys the tokenizer owns, as it does from scratch: the checkpoint's (or, extended, the corpus tokenizer's).
 TOKENIZER_KEYS = {"vocab_size", "pad_token_id"}
 # Tables a checkpoint may have fewer rows of than the recipe asks for: the missing rows are copied (see
@@ -104,6 +108,13 @@ def load_init_checkpoint(
     else:
         cfg = _checkpoint_model(recipe_cfg, init_cfg, spec, recipe, model_keys)
     weights, extended = extend_tables(init_cfg, cfg, weights)
+    changed = [f"{key} {getattr(init_cfg, key):g} -> {getattr(cfg, key):g}" for key in sorted(CONTEXT_KEYS)
+               if hasattr(init_cfg, key) and getattr(init_cfg, key) != getattr(cfg, key)]  # fmt: skip
+    if changed:
+        extended["context"] = ", ".join(changed)
+    if init_cfg.max_position_embeddings < cfg.max_position_embeddings and "positions" not in extended:
+        before, after = init_cfg.max_position_embeddings, cfg.max_position_embeddings
+        extended["positions"] = f"{before} -> {after} positions (rotary: no table to grow)"
     if grown:
         assert tokenizer.extends is not None  # checked above: it extends the checkpoint's tokenizer
         weights, rows = grow_vocabulary(weights, tokenizer.extends, tokenizer.vocab_size)
@@ -171,7 +182,7 @@ def _checkpoint_model(
     theirs = init_cfg.model_dump()
     conflicts = []
     for key, ours in given.items():
-        if key in FREE_KEYS or key not in theirs or ours == theirs[key]:
+        if key in FREE_KEYS or key in CONTEXT_KEYS or key not in theirs or ours == theirs[key]:
             continue
         if key in EXTENDABLE and ours > theirs[key]:
             continue

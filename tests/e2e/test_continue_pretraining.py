@@ -259,3 +259,26 @@ def test_freeze_keeps_a_named_part_and_bad_settings_are_one_line(
     error = run_error(*common, "-o", str(tmp_path / "long"), "--set", "train.head_warmup_steps=2")
     assert "head_warmup_steps 2 leaves none of the 2 steps to the whole model" in error
     assert not (tmp_path / "long").exists()
+
+
+def test_a_context_extension_raises_the_rotary_base_and_a_shrinking_one_is_refused(
+    tmp_path: Path, corpus_dir: Path
+) -> None:
+    """ModernBERT's context extension: --init-from its own run with the global rotary base raised and more positions
+    (rotary: no table to grow), the local base and window kept; the summary says what changed. Fewer positions than
+    the checkpoint has is one line, and nothing is written."""
+    from bertkit.modelio.modeldir import load_model_dir
+
+    tiny = ["--set", "train.steps=2", "--set", "train.eval_batches=1", "--set", "train.batch_size=8"]
+    run_json("pretrain", "-r", "modernbert-tiny", "-c", str(corpus_dir), "-o", str(tmp_path / "stable"), *tiny)
+    out = run_json("pretrain", "-r", "modernbert-tiny", "-c", str(corpus_dir), "-o", str(tmp_path / "long"),
+                   "--init-from", str(tmp_path / "stable"), *tiny, "--set", "model.global_rope_theta=320000",
+                   "--set", "model.max_position_embeddings=1024")  # fmt: skip
+    assert out["init"]["extended"]["context"] == "global_rope_theta 160000 -> 320000"
+    assert out["init"]["extended"]["positions"] == "512 -> 1024 positions (rotary: no table to grow)"
+    _, _, cfg, _, _ = load_model_dir(tmp_path / "long")
+    assert (cfg.global_rope_theta, cfg.local_rope_theta, cfg.max_position_embeddings) == (320000.0, 10000.0, 1024)
+    error = run_error("pretrain", "-r", "modernbert-tiny", "-c", str(corpus_dir), "-o", str(tmp_path / "short"),
+                      "--init-from", str(tmp_path / "stable"), *tiny, "--set", "model.max_position_embeddings=256")
+    assert "--set model.max_position_embeddings=256 (the checkpoint has 512) contradicts" in error
+    assert not (tmp_path / "short").exists()
