@@ -40,6 +40,13 @@ def pretrain_command(
         "(e.g. sentence-transformers/all-MiniLM-L6-v2, through the hub cache); it gives the model's family, shapes "
         "and tokenizer (see the continue-mlm recipe).",
     ),
+    decay_from: Path | None = typer.Option(
+        None,
+        "--decay-from",
+        help="Decay a warmup-stable-decay run from one of its checkpoints (RUN/checkpoints/step-N): its weights and "
+        "optimizer state, the recipe's decay alone over this run's steps or budget, its data order continued on "
+        "its own corpus.",
+    ),
     report_to: list[str] = typer.Option([], "--report-to", metavar=TRACKERS, help=REPORT_TO_HELP),
     engine: str | None = typer.Option(None, "--engine", metavar=ENGINES, help=ENGINE_HELP),
     budget: str | None = typer.Option(None, "--budget", help=BUDGET_HELP),
@@ -65,5 +72,5 @@ def pretrain_command(
     overrides += [f"train.target_acc={target_acc}"] if target_acc is not None else []
     loaded = load_recipe(recipe, overrides, kind="pretrain")
     summary = pretrain(loaded, output, init_from, overwrite, resume, quiet,  # type: ignore[arg-type]
-                       model_keys=override_keys(set_, "model"))  # fmt: skip
+                       model_keys=override_keys(set_, "model"), decay_from=decay_from)  # fmt: skip
     emit_main(summary, json_out, "pretraining done")

@@ -267,6 +267,9 @@ class TrainConfig(StrictModel):
     checkpoint_every: int = Field(0, ge=0, description="0 saves only the final model")
     # Checkpoints kept in the run directory; older ones are deleted.
     keep_last: int = Field(2, gt=0)
+    # Checkpoints at multiples of this step count are kept besides the last ones (0: none): the points a stable
+    # phase can later be decayed from (`pretrain --decay-from RUN/checkpoints/step-N`).
+    keep_every: int = Field(0, ge=0)
     # A time, token or FLOP budget: 30m, 2h, 5Mtok, 2e13flop or 20Tflop (training FLOPs as bertkit/engine/flops.py
     # counts them: 6 x non-embedding parameters + attention, per token; load cannot skew it, so runs on different
     # machines spend the same compute). None trains for `steps`. With `budget_schedule` (the default)

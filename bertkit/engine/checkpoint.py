@@ -63,6 +63,7 @@ def save_checkpoint(
     training_state: dict[str, Any],
     trainer_state: dict[str, Any],
     keep_last: int,
+    keep_every: int = 0,
 ) -> Path:
     """Write `step-N/` (called on rank 0 only). Built under `.step-N.tmp` and renamed, so a crash or a
     full disk never leaves a checkpoint that looks complete, and never touches an older one."""
@@ -92,8 +93,9 @@ def save_checkpoint(
             f"could not write checkpoint step-{step} in {directory}: {err.strerror or err}; "
             f"existing checkpoints are untouched ({', '.join(kept) or 'none'}); free space and --resume"
         ) from None
-    for _, old in list_checkpoints(directory)[:-keep_last]:
-        shutil.rmtree(old, ignore_errors=True)
+    for old_step, old in list_checkpoints(directory)[:-keep_last]:
+        if not (keep_every and old_step % keep_every == 0):
+            shutil.rmtree(old, ignore_errors=True)
     return final
 
 

@@ -8,6 +8,7 @@ were added, so a part may read the ones before it (the budget reads the counters
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -26,8 +27,8 @@ class Part(Protocol):
 
 
 class Checkpointer:
-    def __init__(self, directory: Path, keep_last: int, main: bool) -> None:
-        self.directory, self.keep_last, self.main = directory, keep_last, main
+    def __init__(self, directory: Path, keep_last: int, main: bool, keep_every: int = 0) -> None:
+        self.directory, self.keep_last, self.main, self.keep_every = directory, keep_last, main, keep_every
         self.records: dict[str, Part] = {}  # -> trainer_state.json
         self.tensors: dict[str, Part] = {}  # -> training_state.pt
 
@@ -50,7 +51,7 @@ class Checkpointer:
         if self.main:
             records = {key: value for part in self.records.values() for key, value in part.state_dict().items()}
             try:
-                save_checkpoint(self.directory, step, model_state, tensors, records, self.keep_last)
+                save_checkpoint(self.directory, step, model_state, tensors, records, self.keep_last, self.keep_every)
             except BertkitError as err:
                 error = str(err)
         error = dist.broadcast_object(error)
@@ -58,14 +59,18 @@ class Checkpointer:
             raise BertkitError(error)
         return self.directory / f"step-{step}"
 
-    def restore(self, path: Path, tensors: dict[str, Any], records: dict[str, Any]) -> None:
+    def restore(self, path: Path, tensors: dict[str, Any], records: dict[str, Any],
+                only: Collection[str] | None = None) -> None:  # fmt: skip
         """Every part from a checkpoint read with `read` (the weights go into the model before the engine wraps
-        it; this restores the rest, after)."""
+        it; this restores the rest, after), or the parts named in `only` (a decay from another run's checkpoint
+        takes its optimizer state, not its counters or schedule)."""
         try:
-            for part in self.records.values():
-                part.load_state_dict(records)
+            for name, part in self.records.items():
+                if only is None or name in only:
+                    part.load_state_dict(records)
             for name, part in self.tensors.items():
-                part.load_state_dict(tensors.get(name))
+                if only is None or name in only:
+                    part.load_state_dict(tensors.get(name))
         except Mismatch as err:
             raise BertkitError(f"checkpoint {path} {err}") from None
         except (KeyError, ValueError, RuntimeError, IndexError) as err:

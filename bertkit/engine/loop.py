@@ -34,13 +34,16 @@ def train(
     target_metric: str | None = None,
     on_snapshot: OnSnapshot | None = None,
     warm_only: tuple[str, ...] = (),
+    start_from: Path | None = None,
+    carry_data: bool = False,
 ) -> TrainResult:
     """Train `model` for `train_cfg.steps` optimizer steps of `train_cfg.batch_size` sequences over all
     processes; `source` serves micro-batches of `batch_size / grad_accum` sequences (this rank takes its
     share). Rank 0 writes metrics.jsonl and checkpoints under `run_dir`; `resume` continues from its newest
     checkpoint. On return `model` holds the trained weights (on any backend). `train_cfg.target_acc` stops at
     the first evaluation whose `target_metric` reaches it. `warm_only` names the parameters that alone learn during
-    the first `train_cfg.head_warmup_steps` steps."""
-    hooks = Hooks(evaluate, on_eval, on_snapshot, target_metric, warm_only)
+    the first `train_cfg.head_warmup_steps` steps. `start_from` is another run's checkpoint whose weights and
+    optimizer state (and with `carry_data` its data position and random state) a fresh run starts from."""
+    hooks = Hooks(evaluate, on_eval, on_snapshot, target_metric, warm_only, start_from, carry_data)
     cfg = (train_cfg, optim_cfg, schedule_cfg, engine_cfg)
     return Trainer(model, objective, source, run_dir, cfg, hooks, resume, quiet, description).train()

@@ -97,6 +97,10 @@ class Hooks:
     # optimizer steps, everything else frozen: the parts a continued pretraining's checkpoint did not have (a new
     # MLM head), so that their first gradients do not move the encoder.
     warm_only: tuple[str, ...] = ()
+    # Another run's checkpoint this run starts from (`pretrain --decay-from`): its weights and optimizer state, and
+    # with `carry_data` its data position and random state too (the same corpus, continued).
+    start_from: Path | None = None
+    carry_data: bool = False
 
 
 def layer_shape(model: nn.Module, with_vocab: bool) -> LayerShape | None:
@@ -137,7 +141,8 @@ class Trainer:
         self.result = TrainResult(steps=0, precision=self.precision)
         self.counters, self.clock, self.window = Counters(), TrainingClock(), LogWindow()
         self.progress = RunProgress(self.train_cfg, self.clock, self.counters)
-        self.checkpointer = Checkpointer(run_dir / "checkpoints", self.train_cfg.keep_last, self.main)
+        self.checkpointer = Checkpointer(run_dir / "checkpoints", self.train_cfg.keep_last, self.main,
+                                         self.train_cfg.keep_every)  # fmt: skip
         self.log = MetricsLog(run_dir, self.main, self.engine_cfg.tensorboard)
         self.consecutive_bad = 0
         self.marks: dict[str, int] = {}
@@ -150,12 +155,16 @@ class Trainer:
         budget, a target or early stopping ends it). Rank 0 writes metrics.jsonl and checkpoints under the run
         directory; on return the model holds the trained weights (on any backend)."""
         resumed = self._read_latest_checkpoint()  # weights go into the plain model before the engine wraps it
+        started = self._read_start() if resumed is None else None
         torch.manual_seed(self.train_cfg.seed + self.rank)
         self._set_up_engine()
         if self.precision_line and not self.quiet:  # said once the run is set up: a set-up error stays one line
             warn(self.precision_line)
         if resumed is not None:
             self.checkpointer.restore(*resumed)
+        elif started is not None:
+            carried = ("run", "optimizer", *(("data", "rng") if self.hooks.carry_data else ()))
+            self.checkpointer.restore(*started, only=carried)
         self.result.history = self.log.open(self.result.resumed_from, self.train_cfg.steps)
         self.clock.start()
         self.progress.update()
@@ -231,6 +240,15 @@ class Trainer:
                 f"train.target_acc applies to pretraining, whose held-out masked-token accuracy it is compared with; "
                 f"drop --set train.target_acc={train_cfg.target_acc} for {self.description}"
             )
+
+    def _read_start(self) -> tuple[Path, dict[str, Any], dict[str, Any]] | None:
+        """Another run's checkpoint to start from (hooks.start_from): its weights now, the rest after set-up."""
+        path = self.hooks.start_from
+        if path is None:
+            return None
+        weights, tensors, records = self.checkpointer.read(path)
+        load_state(self.model, weights, str(path))
+        return path, tensors, records
 
     def _read_latest_checkpoint(self) -> tuple[Path, dict[str, Any], dict[str, Any]] | None:
         latest = self.checkpointer.latest() if self.resume else None

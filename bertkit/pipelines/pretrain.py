@@ -38,6 +38,7 @@ from bertkit.modelio.modeldir import save_model_dir
 from bertkit.models.pretraining import build_pretraining_model
 from bertkit.objectives import build_objective
 from bertkit.objectives.base import Objective
+from bertkit.pipelines.decay import decay_recipe
 from bertkit.pipelines.init_from import InitCheckpoint, load_init_checkpoint
 from bertkit.pipelines.rundir import join_job, prepare_run_dir, write_summary
 from bertkit.tokenizers.base import Tokenizer, load_tokenizer
@@ -356,12 +357,19 @@ def pretrain(
     resume: bool | str | None = False,
     quiet: bool = False,
     model_keys: set[str] | frozenset[str] = frozenset(),
+    decay_from: Path | None = None,
 ) -> dict[str, Any]:
     """Pretrain as `recipe` says into `output`. With `init_from`, the checkpoint gives the model; of the recipe's
     model section only its family and the keys named in `model_keys` (the command line's `--set model.KEY`) count,
-    and those must agree with the checkpoint (bertkit/pipelines/init_from.py)."""
+    and those must agree with the checkpoint (bertkit/pipelines/init_from.py). With `decay_from` (a training
+    checkpoint of a stable run), the run is that run's decay from there (bertkit/pipelines/decay.py)."""
     if recipe.data.train is None:
         raise BertkitError("no training corpus: pass --corpus DIR (or --set data.train=DIR)")
+    decay = None
+    if decay_from is not None:
+        if init_from is not None:
+            raise BertkitError("--decay-from continues a bertkit run's own checkpoint; leave out --init-from")
+        recipe, carry_data, decay = decay_recipe(recipe, Path(decay_from))
     if recipe.init_from_required and init_from is None:
         raise BertkitError(
             f"recipe '{recipe.name}' continues the pretraining of a checkpoint; pass --init-from MODEL (a bertkit run "
@@ -440,6 +448,8 @@ def pretrain(
         target_metric=_target_metric(recipe.objective),
         on_snapshot=_snapshot_writer(output, model, model_cfg, tokenizer, recipe.name),
         warm_only=warm_only,
+        start_from=Path(decay_from) if decay_from is not None else None,
+        carry_data=decay is not None and carry_data,
     )
     model_dir = output / "model"
     if is_main():  # under a distributed engine only rank 0 writes
@@ -452,6 +462,8 @@ def pretrain(
             {"recipe": recipe.name, "steps": result.steps, "objective": recipe.objective.model_dump(mode="json")},
         )
     summary = _summary(plan, output, model, result, init_from, init_report)
+    if decay is not None:
+        summary["decay"] = decay
     write_summary(output, summary)
     return summary
 
