@@ -36,6 +36,7 @@ def train(
     warm_only: tuple[str, ...] = (),
     start_from: Path | None = None,
     carry_data: bool = False,
+    final_checkpoint: bool = False,
 ) -> TrainResult:
     """Train `model` for `train_cfg.steps` optimizer steps of `train_cfg.batch_size` sequences over all
     processes; `source` serves micro-batches of `batch_size / grad_accum` sequences (this rank takes its
@@ -44,6 +45,6 @@ def train(
     the first evaluation whose `target_metric` reaches it. `warm_only` names the parameters that alone learn during
     the first `train_cfg.head_warmup_steps` steps. `start_from` is another run's checkpoint whose weights and
     optimizer state (and with `carry_data` its data position and random state) a fresh run starts from."""
-    hooks = Hooks(evaluate, on_eval, on_snapshot, target_metric, warm_only, start_from, carry_data)
+    hooks = Hooks(evaluate, on_eval, on_snapshot, target_metric, warm_only, start_from, carry_data, final_checkpoint)
     cfg = (train_cfg, optim_cfg, schedule_cfg, engine_cfg)
     return Trainer(model, objective, source, run_dir, cfg, hooks, resume, quiet, description).train()

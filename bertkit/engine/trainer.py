@@ -101,6 +101,9 @@ class Hooks:
     # with `carry_data` its data position and random state too (the same corpus, continued).
     start_from: Path | None = None
     carry_data: bool = False
+    # Save a checkpoint at the last step, whatever train.checkpoint_every says (the end of a phase, which the next
+    # phase starts from).
+    final_checkpoint: bool = False
 
 
 def layer_shape(model: nn.Module, with_vocab: bool) -> LayerShape | None:
@@ -196,6 +199,10 @@ class Trainer:
                         tracker.advance(1)
                         break
                     tracker.advance(1)
+                every = self.train_cfg.checkpoint_every
+                saved = bool(every) and self.counters.step % every == 0
+                if too_short is None and self.hooks.final_checkpoint and not saved:
+                    self._checkpoint()
                 if too_short is None and self.result.stopped not in ("early_stopping", "target"):
                     self._final_evaluation()
         finally:

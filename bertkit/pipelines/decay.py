@@ -19,9 +19,11 @@ from bertkit.errors import BertkitError
 from bertkit.pipelines.rundir import RECIPE_FILE
 
 
-def decay_recipe(recipe: PretrainRecipe, checkpoint: Path) -> tuple[PretrainRecipe, bool, dict[str, Any]]:
-    """The recipe with its schedule cut to the decay, whether the data order continues (the stable run's corpus),
-    and what the summary records; one line when `checkpoint` is not a bertkit training checkpoint."""
+def decay_recipe(recipe: PretrainRecipe, checkpoint: Path,
+                 decay: bool = True) -> tuple[PretrainRecipe, bool, dict[str, Any]]:  # fmt: skip
+    """The recipe with its schedule cut to the decay (`decay`; else as it is: a phase that continues the last one's
+    state on a schedule of its own), whether the data order continues (the stable run's corpus), and what the
+    summary records; one line when `checkpoint` is not a bertkit training checkpoint."""
     if not all((checkpoint / name).is_file() for name in (WEIGHTS, TRAINING_STATE, TRAINER_JSON)):
         raise BertkitError(
             f"--decay-from {checkpoint} is not a bertkit training checkpoint (RUN/checkpoints/step-N, with the "
@@ -38,9 +40,11 @@ def decay_recipe(recipe: PretrainRecipe, checkpoint: Path) -> tuple[PretrainReci
         str(stable_corpus) == ours or ("://" not in ours and Path(str(stable_corpus)).resolve() == Path(ours).resolve())
     )
     schedule = recipe.schedule
+    data = "continued from the checkpoint" if same_corpus else "this corpus, from its start"
+    if not decay:
+        return recipe, same_corpus, {"from": str(checkpoint), "data": data}
     shape = schedule.decay_shape if schedule.decay == "wsd" else "linear"
-    decay = schedule.model_copy(update={"warmup_steps": 0, "warmup_fraction": 0.0, "decay": "wsd",
-                                        "decay_fraction": 1.0, "decay_shape": shape})  # fmt: skip
-    entry = {"from": str(checkpoint), "shape": shape, "min_lr_ratio": schedule.min_lr_ratio,
-             "data": "continued from the checkpoint" if same_corpus else "this corpus, from its start"}  # fmt: skip
-    return recipe.model_copy(update={"schedule": decay}), same_corpus, entry
+    decayed = schedule.model_copy(update={"warmup_steps": 0, "warmup_fraction": 0.0, "decay": "wsd",
+                                          "decay_fraction": 1.0, "decay_shape": shape})  # fmt: skip
+    entry = {"from": str(checkpoint), "shape": shape, "min_lr_ratio": schedule.min_lr_ratio, "data": data}
+    return recipe.model_copy(update={"schedule": decayed}), same_corpus, entry

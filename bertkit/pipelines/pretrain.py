@@ -358,18 +358,23 @@ def pretrain(
     quiet: bool = False,
     model_keys: set[str] | frozenset[str] = frozenset(),
     decay_from: Path | None = None,
+    continue_from: Path | None = None,
+    final_checkpoint: bool = False,
 ) -> dict[str, Any]:
     """Pretrain as `recipe` says into `output`. With `init_from`, the checkpoint gives the model; of the recipe's
     model section only its family and the keys named in `model_keys` (the command line's `--set model.KEY`) count,
     and those must agree with the checkpoint (bertkit/pipelines/init_from.py). With `decay_from` (a training
-    checkpoint of a stable run), the run is that run's decay from there (bertkit/pipelines/decay.py)."""
+    checkpoint of a stable run), the run is that run's decay from there (bertkit/pipelines/decay.py); with
+    `continue_from`, it starts from such a checkpoint's state on its own schedule (a phase after the last one).
+    `final_checkpoint` saves a checkpoint at the last step (a phase's end, which the next phase starts from)."""
     if recipe.data.train is None:
         raise BertkitError("no training corpus: pass --corpus DIR (or --set data.train=DIR)")
-    decay = None
-    if decay_from is not None:
+    start, started = decay_from or continue_from, None
+    carry_data = False
+    if start is not None:
         if init_from is not None:
             raise BertkitError("--decay-from continues a bertkit run's own checkpoint; leave out --init-from")
-        recipe, carry_data, decay = decay_recipe(recipe, Path(decay_from))
+        recipe, carry_data, started = decay_recipe(recipe, Path(start), decay=decay_from is not None)
     if recipe.init_from_required and init_from is None:
         raise BertkitError(
             f"recipe '{recipe.name}' continues the pretraining of a checkpoint; pass --init-from MODEL (a bertkit run "
@@ -448,8 +453,9 @@ def pretrain(
         target_metric=_target_metric(recipe.objective),
         on_snapshot=_snapshot_writer(output, model, model_cfg, tokenizer, recipe.name),
         warm_only=warm_only,
-        start_from=Path(decay_from) if decay_from is not None else None,
-        carry_data=decay is not None and carry_data,
+        start_from=Path(start) if start is not None else None,
+        carry_data=carry_data,
+        final_checkpoint=final_checkpoint,
     )
     model_dir = output / "model"
     if is_main():  # under a distributed engine only rank 0 writes
@@ -462,8 +468,8 @@ def pretrain(
             {"recipe": recipe.name, "steps": result.steps, "objective": recipe.objective.model_dump(mode="json")},
         )
     summary = _summary(plan, output, model, result, init_from, init_report)
-    if decay is not None:
-        summary["decay"] = decay
+    if started is not None:
+        summary["decay" if decay_from is not None else "continued"] = started
     write_summary(output, summary)
     return summary
 
