@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import typer
@@ -21,16 +22,32 @@ from bertkit.cli.common import (
     guarded,
     report_overrides,
 )
+from bertkit.errors import BertkitError
 
 SET_HELP = "Override a recipe field with a dotted key, e.g. --set optim.lr=3e-4 (repeatable)."
+
+
+def split_corpora(given: list[str]) -> tuple[str | None, dict[str, str]]:
+    """--corpus values: the one without a name (the recipe's data.train) and those given as NAME=DIR."""
+    named, plain = {}, []
+    for value in given:
+        match = re.match(r"^([A-Za-z0-9_-]+)=(.+)$", value)
+        if match and "://" not in match.group(1):
+            named[match.group(1)] = match.group(2)
+        else:
+            plain.append(value)
+    if len(plain) > 1:
+        raise BertkitError(f"--corpus is given {len(plain)} times without a name; give one, or name each NAME=DIR")
+    return (plain[0] if plain else None), named
 
 
 @guarded
 def pretrain_command(
     recipe: str = typer.Option(..., "--recipe", "-r", help="Recipe name (see `bertkit recipes list`) or a .yaml path."),
     output: Path = typer.Option(..., "--output", "-o", help="Run directory to write."),
-    corpus: str | None = typer.Option(
-        None, "--corpus", "-c", help="Corpus directory from build-corpus, or its s3:// (fsspec) URL."
+    corpus: list[str] = typer.Option(
+        [], "--corpus", "-c", help="Corpus directory from build-corpus, or its s3:// (fsspec) URL; NAME=DIR names a "
+        "corpus a phase of a phased recipe trains on (repeatable)."
     ),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
     init_from: str | None = typer.Option(
@@ -67,10 +84,22 @@ def pretrain_command(
     from bertkit.pipelines.rundir import resume_mode
 
     resume_mode(resume, overwrite)  # a bad --resume fails before the corpus is read
+    plain, named = split_corpora(corpus)
     set_ = [*set_, *report_overrides(report_to)]
-    overrides = list(set_) + ([f"data.train={corpus}"] if corpus else []) + engine_overrides(engine, budget)
+    overrides = list(set_) + ([f"data.train={plain}"] if plain else []) + engine_overrides(engine, budget)
     overrides += [f"train.target_acc={target_acc}"] if target_acc is not None else []
     loaded = load_recipe(recipe, overrides, kind="pretrain")
-    summary = pretrain(loaded, output, init_from, overwrite, resume, quiet,  # type: ignore[arg-type]
-                       model_keys=override_keys(set_, "model"), decay_from=decay_from)  # fmt: skip
+    if loaded.phases:
+        from bertkit.pipelines.phases import pretrain_phases
+
+        if decay_from is not None:
+            raise BertkitError("--decay-from decays one run; a phased recipe decays in a phase of its own")
+        summary = pretrain_phases(loaded, output, named, init_from, overwrite, resume, quiet,  # type: ignore[arg-type]
+                                  model_keys=override_keys(set_, "model"))  # fmt: skip
+    else:
+        if named:
+            raise BertkitError(f"--corpus {next(iter(named))}=DIR names a corpus for a phase, and recipe "
+                               f"'{loaded.name}' has no phases; give the corpus directory alone")  # fmt: skip
+        summary = pretrain(loaded, output, init_from, overwrite, resume, quiet,  # type: ignore[arg-type]
+                           model_keys=override_keys(set_, "model"), decay_from=decay_from)  # fmt: skip
     emit_main(summary, json_out, "pretraining done")

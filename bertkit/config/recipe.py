@@ -37,6 +37,25 @@ def _tensorboard_from_track(recipe: Any) -> None:
         recipe.engine.tensorboard = True
 
 
+class PhaseConfig(StrictModel):
+    """One phase of a phased pretraining (a recipe's `phases:`): the phase before it (the first: the recipe) with
+    its own overrides, run from the state the phase before it ended in."""
+
+    # Names the phase (its run directory is RUN/phases/NN-NAME): letters, digits, '_' or '-'.
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+    # The corpus it trains on: a name given as `--corpus NAME=DIR`; None: the phase before it's (the first: the
+    # recipe's data.train).
+    corpus: str | None = None
+    # The decay alone from the last phase's state (its weights, optimizer state and, on its corpus, data order):
+    # from the peak rate to schedule.min_lr_ratio in the recipe's decay shape over this phase's steps or budget.
+    decay: bool = False
+    # Recipe overrides for this phase, as --set takes them: its length (train.steps=N or train.budget=2h), rate
+    # (optim.lr, schedule.*), masking (data.masking.prob) and what a phase may change of the model (its positions,
+    # ModernBERT's rotary bases and local window, dropout). A phase that changes the model starts from the last
+    # phase's weights with a fresh optimizer state; one that does not continues its optimizer state.
+    set: list[str] = Field(default_factory=list)
+
+
 class PretrainRecipe(StrictModel):
     # What the recipe trains: pretrain, finetune or distill (each kind accepts its own sections).
     kind: Literal["pretrain"] = "pretrain"
@@ -55,6 +74,24 @@ class PretrainRecipe(StrictModel):
     train: TrainConfig = TrainConfig()
     engine: EngineConfig = EngineConfig()
     track: TrackConfig = TrackConfig()
+    # Pretraining in phases (bertkit/pipelines/phases.py): the recipe above, then each phase's own overrides, run in
+    # order in one run directory; empty: one phase, the recipe as it is.
+    phases: list[PhaseConfig] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _phases_are_distinct(self) -> PretrainRecipe:
+        names = [phase.name for phase in self.phases]
+        if len(set(names)) != len(names):
+            raise ValueError("two phases share a name; give each phase its own")
+        if self.phases and self.phases[0].decay:
+            raise ValueError(f"phase '{names[0]}' decays, but it is the first phase: a decay continues a phase")
+        for phase in self.phases:
+            for item in phase.set:
+                key = item.partition("=")[0].strip()
+                if key.startswith(("phases", "data.train", "kind", "name")):
+                    raise ValueError(f"phase '{phase.name}': set '{item}' is not a phase setting (a phase's corpus is "
+                                     "its `corpus:`, named with --corpus NAME=DIR)")  # fmt: skip
+        return self
 
     @model_validator(mode="after")
     def _model_fits_objective(self) -> PretrainRecipe:
