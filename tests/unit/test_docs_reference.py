@@ -93,7 +93,10 @@ def schema_keys(schema: dict) -> set[str]:
             inner = sections_in(prop)
             for section in inner:
                 walk(section, f"{prefix}{name}.")
-            if not inner:
+            items = sections_in(resolve(prop).get("items", {})) if resolve(prop).get("type") == "array" else []
+            for section in items:  # a list of sections (a pretraining recipe's phases): NAME[].KEY
+                walk(section, f"{prefix}{name}[].")
+            if not inner and not items:
                 keys.add(prefix + name)
 
     walk(schema, "")
@@ -143,6 +146,8 @@ def test_every_listed_key_is_one_that_set_accepts(keys_page):
         return False
 
     for key, kinds in page_keys(keys_page).items():
+        if "[]" in key:  # a key of a list's items (phases[].name) is written in the recipe file, not with --set
+            continue
         for kind in kinds:
             assert not unknown(kind, key), (kind, key)
     assert unknown("pretrain", "model.hidden_sise") and unknown("finetune", "model.hidden_size")
