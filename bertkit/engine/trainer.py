@@ -4,7 +4,9 @@ They differ only in the model, the objective (model, batch -> loss, metrics) and
 (bertkit/engine/contracts.py), never in the trainer. How a step runs on one or many processes (DDP, FSDP2,
 DeepSpeed ZeRO) is the backend's business (bertkit/engine/backends); the trainer talks to its small interface.
 Its state is a table of parts (bertkit/engine/state.py, clock.py, log_window.py) that the checkpointer saves
-and restores by name: new state is a new part and one line in `_parts`.
+and restores by name: new state is a new part and one line in `_parts`. What changes the model or the run at a
+point of training (activation checkpointing, freezing, a head warm-up, a phase's closing checkpoint) reacts to the
+trainer's events (bertkit/engine/events.py: setup, step_start, end): a new behaviour is a new event part.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ from torch import nn
 
 from bertkit.config.schema import EngineConfig, OptimConfig, ScheduleConfig, TrainConfig
 from bertkit.engine import dist
-from bertkit.engine.activation_checkpointing import configure_activation_checkpointing
 from bertkit.engine.backends import create_backend
 from bertkit.engine.budget import ramped_micro_steps
 from bertkit.engine.checkpoint import load_state
@@ -33,8 +34,8 @@ from bertkit.engine.clock import RunProgress, TrainingClock
 from bertkit.engine.contracts import DataSource, Evaluator, Objective, OnEval, OnSnapshot
 from bertkit.engine.cpu import LayerShape
 from bertkit.engine.device import resolve_device, resolve_precision
+from bertkit.engine.events import ActivationCheckpointing, AtEnd, Freeze, HeadWarmup, Part
 from bertkit.engine.flops import non_embedding_parameters, peak_flops, training_flops
-from bertkit.engine.freezing import freeze
 from bertkit.engine.log_window import LogWindow
 from bertkit.engine.metrics_log import MetricsLog
 from bertkit.engine.optim import BudgetScheduler, build_scheduler
@@ -104,6 +105,8 @@ class Hooks:
     # Save a checkpoint at the last step, whatever train.checkpoint_every says (the end of a phase, which the next
     # phase starts from).
     final_checkpoint: bool = False
+    # More parts reacting to the trainer's events (bertkit/engine/events.py), after the trainer's own.
+    parts: tuple[Part, ...] = ()
 
 
 def layer_shape(model: nn.Module, with_vocab: bool) -> LayerShape | None:
@@ -149,8 +152,16 @@ class Trainer:
         self.log = MetricsLog(run_dir, self.main, self.engine_cfg.tensorboard)
         self.consecutive_bad = 0
         self.marks: dict[str, int] = {}
-        self._warming = False  # within train.head_warmup_steps: only the new head learns
-        self._frozen_for_good: set[str] = set()
+        # What reacts to the trainer's events (bertkit/engine/events.py), in this order: freezing before the head
+        # warm-up reads what is frozen for good; the caller's parts last.
+        train_cfg = self.train_cfg
+        self.parts: list[Part] = [
+            ActivationCheckpointing(train_cfg.activation_checkpointing),
+            Freeze(train_cfg.freeze),
+            HeadWarmup(hooks.warm_only, train_cfg.head_warmup_steps or 0),
+            *([AtEnd(self._closing_checkpoint)] if hooks.final_checkpoint else []),
+            *hooks.parts,
+        ]
 
     # -- the run, top to bottom ------------------------------------------------------------------------
     def train(self) -> TrainResult:
@@ -199,10 +210,9 @@ class Trainer:
                         tracker.advance(1)
                         break
                     tracker.advance(1)
-                every = self.train_cfg.checkpoint_every
-                saved = bool(every) and self.counters.step % every == 0
-                if too_short is None and self.hooks.final_checkpoint and not saved:
-                    self._checkpoint()
+                if too_short is None:
+                    for part in self.parts:
+                        part.end(self.model, self.counters.step)
                 if too_short is None and self.result.stopped not in ("early_stopping", "target"):
                     self._final_evaluation()
         finally:
@@ -273,10 +283,8 @@ class Trainer:
         configure_unpad(self.model, self.engine_cfg.unpad)  # before any engine wraps or shards the model
         # and so is activation checkpointing: checkpointing, then compile, then DDP/FSDP2/ZeRO (backend.setup),
         # then the optimizer over the wrapped model
-        configure_activation_checkpointing(self.model, self.train_cfg.activation_checkpointing)
-        freeze(self.model, self.train_cfg.freeze)
-        # parameters frozen before the run (train.freeze, a teacher, a pooler no head reads) stay frozen
-        self._frozen_for_good = {name for name, p in self.model.named_parameters() if not p.requires_grad}
+        for part in self.parts:  # activation checkpointing, freezing: on the plain model, before any engine wraps it
+            part.setup(self.model)
         self.backend.setup(self.model, self.optim_cfg, self.train_cfg)
         if hasattr(self.objective, "attach"):
             self.objective.attach(self.backend)  # frozen modules the objective reads (a teacher), placed by the engine
@@ -317,20 +325,16 @@ class Trainer:
             f"checkpoint saved in {saved}; continue with --resume"
         )
 
-    def _head_warmup(self) -> None:
-        """Freeze what is not new for the first train.head_warmup_steps steps, and thaw it after (a function of
-        the step alone, so a resumed run freezes exactly as the uninterrupted one)."""
-        warming = self.counters.step < (self.train_cfg.head_warmup_steps or 0) and bool(self.hooks.warm_only)
-        if warming == self._warming:
-            return
-        self._warming = warming
-        for name, parameter in self.model.named_parameters():
-            if name not in self._frozen_for_good and not name.startswith(self.hooks.warm_only):
-                parameter.requires_grad_(not warming)
+    def _closing_checkpoint(self, step: int) -> None:
+        """A checkpoint at the last step, unless train.checkpoint_every wrote one there (a phase's end)."""
+        every = self.train_cfg.checkpoint_every
+        if not (every and step % every == 0):
+            self._checkpoint()
 
     def _optimizer_step(self) -> bool:
         """One global batch, one update; False when the step was skipped (no update was applied)."""
-        self._head_warmup()
+        for part in self.parts:  # the head warm-up freezes and thaws here
+            part.step_start(self.model, self.counters.step)
         train_cfg = self.train_cfg
         micro_steps = ramped_micro_steps(self.progress.value, train_cfg.grad_accum, train_cfg.batch_ramp)
         batches = [_to_device(self.source.next_batch(), self.device) for _ in range(micro_steps)]
