@@ -173,6 +173,26 @@ def results_page(latest: dict[str, Record]) -> str:
         out += ["", f"bertkit trains {value(latest['engine-throughput-cpu'], 'speedup'):.2f} times as many tokens a "
                 "second as the plain loop on the same machine: it computes MLM logits only at the masked positions, "
                 "and steps a fused AdamW."]  # fmt: skip
+    if "precision-auto-cpu" in latest:
+        r = latest["precision-auto-cpu"]
+        out += ["", f"Precision on a CPU with native bf16 ({r['machine']['cpu']}, {r['machine']['cores']} cores, "
+                f"{r['date'][:10]}): tokens a second of a pretraining step at the shipped recipes' shapes, fp32, bf16 "
+                "autocast and what `engine.precision=auto` picked after timing both.", "",
+                "| recipe | fp32 | bf16 autocast | auto (its pick) |", "|---|---|---|---|"]  # fmt: skip
+        for recipe in r["settings"]["recipes"]:
+            key = recipe.replace("-", "_")
+            auto = r["figures"][f"{key}_auto_tokens_per_s"]
+            out.append(f"| `{recipe}` | {num(value(r, f'{key}_fp32_tokens_per_s'))} | "
+                       f"{num(value(r, f'{key}_bf16_tokens_per_s'))} | {num(auto['value'])} "
+                       f"({auto.get('note', '').removeprefix('auto picked ')}) |")  # fmt: skip
+        keys = [recipe.replace("-", "_") for recipe in r["settings"]["recipes"]]
+        faster = [value(r, f"{k}_bf16_tokens_per_s") > value(r, f"{k}_fp32_tokens_per_s") for k in keys]
+        where = "at every shape" if all(faster) else f"at {sum(faster)} of {len(keys)} shapes"
+        never_slower = all(value(r, f"{k}_auto_tokens_per_s") >= 0.95 * value(r, f"{k}_fp32_tokens_per_s")
+                           for k in keys)  # fmt: skip
+        out += ["", f"Here bf16 autocast is faster than fp32 {where}, and `auto` is "
+                f"{'never' if never_slower else 'sometimes'} slower than fp32; on a CPU where bf16 is slower at a "
+                "width, the same timing picks fp32 there."]  # fmt: skip
     out += ["", "On a GPU, pretraining throughput of the shipped recipes in bf16, eager and compiled:"]
     out += gpu_table(latest)
     out += ["", "Size a run on your GPUs: `make gpu-check` on one of them writes its record, and "
