@@ -121,16 +121,17 @@ def test_domain_and_task_adaptation_beat_direct_fine_tuning(minilm_dir: Path, tm
     assert QUICK or not problems, problems
 
 
-# TAPT's head warm-up lengths measured (train.head_warmup_steps), beside direct fine-tuning; 30 is the default (a
-# tenth of 300 steps). BERTKIT_HEAD_WARMUPS overrides the list.
-HEAD_WARMUPS = [int(x) for x in os.environ.get("BERTKIT_HEAD_WARMUPS", "30,150").split(",")]
+# TAPT's settings measured, WARMUP[:LR] each: the head warm-up (train.head_warmup_steps; 30 is the default, a tenth
+# of 300 steps) and the peak rate (optim.lr; continue-mlm's 1e-4 when left out), beside direct fine-tuning.
+# BERTKIT_HEAD_WARMUPS overrides the list.
+SETTINGS = [tuple(item.split(":")) for item in os.environ.get("BERTKIT_HEAD_WARMUPS", "30,150").split(",")]
 
 
 @pytest.mark.bench
 def test_tapt_with_the_new_head_warmed_up_first(minilm_dir: Path, tmp_path: Path, capsys) -> None:
-    """TAPT as above, with the new MLM head trained alone (encoder frozen) for each of HEAD_WARMUPS steps before the
-    whole model continues, against direct fine-tuning in the same evaluation. What must hold: the best setting is at
-    least level with direct fine-tuning within the seed spread (the larger standard deviation)."""
+    """TAPT as above, with the new MLM head trained alone (encoder frozen) for each setting's steps before the whole
+    model continues at its rate, against direct fine-tuning in the same evaluation. What must hold: the best setting
+    is at least level with direct fine-tuning within the seed spread (the larger standard deviation)."""
     from records import figure, write_record
 
     started = time.perf_counter()
@@ -139,10 +140,13 @@ def test_tapt_with_the_new_head_warmed_up_first(minilm_dir: Path, tmp_path: Path
     corpus = tmp_path / "corpus-tapt"
     run_json("build-corpus", "-i", str(data["train"]), "--tokenizer", minilm, "-o", str(corpus), "--max-seq-len", "128")
     runs, summaries = {}, {}
-    for warmup in HEAD_WARMUPS:
-        runs[warmup] = tmp_path / f"run-tapt-warm{warmup}"
-        summaries[warmup] = run_json("pretrain", "-r", "continue-mlm", "-c", str(corpus), "-o", str(runs[warmup]),
-                                     "--init-from", minilm, *ADAPT, "--set", f"train.head_warmup_steps={warmup}")
+    for setting in SETTINGS:
+        warmup, rate = setting[0], (setting[1] if len(setting) > 1 else None)
+        name = f"warm{warmup}" + (f"-lr{rate}" if rate else "")
+        runs[name] = tmp_path / f"run-tapt-{name}"
+        summaries[name] = run_json("pretrain", "-r", "continue-mlm", "-c", str(corpus), "-o", str(runs[name]),
+                                   "--init-from", minilm, *ADAPT, "--set", f"train.head_warmup_steps={warmup}",
+                                   *(["--set", f"optim.lr={rate}"] if rate else []))  # fmt: skip
     models = [minilm, *(str(path) for path in runs.values())]
     report = run_json("evaluate", *[arg for model in models for arg in ("--model", model)], "--suite",
                       str(data["suite"]), "--output", str(tmp_path / "eval"), "--jobs", "2")  # fmt: skip
@@ -156,18 +160,18 @@ def test_tapt_with_the_new_head_warmed_up_first(minilm_dir: Path, tmp_path: Path
         print(f"\n[bench] TAPT with a head warm-up: {STEPS} steps of 32 x 128; "
               f"{(time.perf_counter() - started) / 60:.1f} min on {os.cpu_count()} cores")  # fmt: skip
         print(f"[bench]   direct        {direct['mean']:6.2f} ± {direct['std']:5.2f}  {direct['per_seed']}")
-        for warmup, path in runs.items():
+        for name, path in runs.items():
             score = report["models"][str(path)]["tasks"]["sentiment"]["score"]
-            accuracy = summaries[warmup]["eval"].get("mlm_acc")
-            print(f"[bench]   warm-up {warmup:4}  {score['mean']:6.2f} ± {score['std']:5.2f}  {score['per_seed']}  gap "
+            accuracy = summaries[name]["eval"].get("mlm_acc")
+            print(f"[bench]   {name:16}  {score['mean']:6.2f} ± {score['std']:5.2f}  {score['per_seed']}  gap "
                   f"{score['mean'] - direct['mean']:+5.2f}  (held-out MLM acc {accuracy})")  # fmt: skip
-            figures[f"tapt_warmup{warmup}_accuracy"] = figure(score["mean"], "points", "bertkit",
-                                                              note=f"head warm-up {warmup} of {STEPS} steps")
-            figures[f"tapt_warmup{warmup}_std"] = figure(score["std"], "points (std over seeds)", "bertkit")
+            figures[f"tapt_{name}_accuracy"] = figure(score["mean"], "points", "bertkit",
+                                                      note=f"head warm-up and rate {name} ({STEPS} steps)")
+            figures[f"tapt_{name}_std"] = figure(score["std"], "points (std over seeds)", "bertkit")
             if best is None or score["mean"] > best["mean"]:
                 best = score
     assert report["cells"]["failed"] == 0
     write_record("continue-head-warmup", "pytest -m bench tests/bench/test_continue_bench.py -k head_warmed",
                  {"steps": STEPS, "batch": 32, "seq": 128, "train": TRAIN, "dev": DEV, "seeds": [0, 1, 2],
-                  "head_warmups": HEAD_WARMUPS, "recipe": "continue-mlm"}, figures, "fp32")  # fmt: skip
+                  "settings": [":".join(s) for s in SETTINGS], "recipe": "continue-mlm"}, figures, "fp32")  # fmt: skip
     assert QUICK or best["mean"] >= direct["mean"] - max(best["std"], direct["std"]), (best, direct)
