@@ -32,6 +32,8 @@ from records import figure, write_record
 HELD_OUT_EVERY = 20
 STABLE_STEPS = 600
 EXTRA_FLOPS = "1.5e12flop"  # about half the stable phase's compute
+# The extension's global rotary base (the stable phase's is 10,000); BERTKIT_EXTENSION_THETA overrides it.
+EXTENSION_THETA = float(os.environ.get("BERTKIT_EXTENSION_THETA", "80000"))
 COMMON = ["--set", "engine.precision=fp32", "--set", "train.batch_size=32", "--set", "train.grad_accum=1",
           "--set", "train.batch_ramp=0", "--set", "train.log_every=50", "--set", "train.eval_batches=4",
           "--set", "train.eval_every_share=0", "--set", "data.masking.prob=0.4"]  # fmt: skip
@@ -103,7 +105,7 @@ def test_context_extension_and_decays_from_two_points(text: dict[str, Path], tmp
              "--set", "schedule.decay=linear"]  # fmt: skip
     extended, plain = tmp_path / "extended", tmp_path / "plain"
     pretrain(extended, text["train-512"], *extra, "--set", "model.max_position_embeddings=512",
-             "--set", "model.global_rope_theta=80000", "--set", "train.batch_size=4")  # fmt: skip
+             "--set", f"model.global_rope_theta={EXTENSION_THETA:g}", "--set", "train.batch_size=4")  # fmt: skip
     pretrain(plain, text["train-64"], *extra, "--set", "model.max_position_embeddings=512")
     decays = {}
     for step in (200, 400):
@@ -130,7 +132,7 @@ def test_context_extension_and_decays_from_two_points(text: dict[str, Path], tmp
                     for step, value in decayed.items()})  # fmt: skip
     write_record("phases", "pytest -m bench tests/bench/test_phases_bench.py",
                  {"model": "crammed-bert-tiny", "stable_steps": STABLE_STEPS, "extra_compute": EXTRA_FLOPS,
-                  "extension": {"length": 512, "global_rope_theta": 80000}, "decay_steps": 100,
+                  "extension": {"length": 512, "global_rope_theta": EXTENSION_THETA}, "decay_steps": 100,
                   "text": "SQuAD v1.1 train articles, every 20th held out"}, figures, "fp32")  # fmt: skip
     assert scores["extended"][512] > scores["plain"][512], scores
     assert scores["extended"][64] >= scores["plain"][64] - 0.01, scores
