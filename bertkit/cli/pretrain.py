@@ -46,7 +46,7 @@ def pretrain_command(
     recipe: str = typer.Option(..., "--recipe", "-r", help="Recipe name (see `bertkit recipes list`) or a .yaml path."),
     output: Path = typer.Option(..., "--output", "-o", help="Run directory to write."),
     corpus: list[str] = typer.Option(
-        [], "--corpus", "-c", help="Corpus directory from build-corpus, or its s3:// (fsspec) URL; NAME=DIR names a "
+        [], "--corpus", "-c", metavar="DIR|NAME=DIR", help="Corpus directory from build-corpus, or its s3:// (fsspec) URL; NAME=DIR names a "
         "corpus a phase of a phased recipe trains on (repeatable)."
     ),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
@@ -60,6 +60,7 @@ def pretrain_command(
     decay_from: Path | None = typer.Option(
         None,
         "--decay-from",
+        metavar="RUN/checkpoints/step-N",
         help="Decay a warmup-stable-decay run from one of its checkpoints (RUN/checkpoints/step-N): its weights and "
         "optimizer state, the recipe's decay alone over this run's steps or budget, its data order continued on "
         "its own corpus.",
