@@ -46,8 +46,12 @@ def pretrain_command(
     recipe: str = typer.Option(..., "--recipe", "-r", help="Recipe name (see `bertkit recipes list`) or a .yaml path."),
     output: Path = typer.Option(..., "--output", "-o", help="Run directory to write."),
     corpus: list[str] = typer.Option(
-        [], "--corpus", "-c", metavar="DIR|NAME=DIR", help="Corpus directory from build-corpus, or its s3:// (fsspec) URL; NAME=DIR names a "
-        "corpus a phase of a phased recipe trains on (repeatable)."
+        [],
+        "--corpus",
+        "-c",
+        metavar="DIR|NAME=DIR",
+        help="Corpus directory from build-corpus, or its s3:// (fsspec) URL; NAME=DIR names a corpus a phase of a "
+        "phased recipe trains on (repeatable).",
     ),
     set_: list[str] = typer.Option([], "--set", help=SET_HELP),
     init_from: str | None = typer.Option(

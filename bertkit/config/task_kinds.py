@@ -35,6 +35,10 @@ class KindSpec:
     scores_as_is: bool = False  # its model is the encoder itself: a suite task without a train file scores it as is
     # The distillation task stage's recipe for a teacher of this kind; None: the stage does not distil it.
     distill_recipe: str | None = None
+    # What a row's label holds: one class name (str), a number (float) or a list of label names (list).
+    label_type: str = "str"
+    # The named outputs of its fine-tuned model (the ONNX export's output names).
+    outputs: tuple[str, ...] = ("logits",)
 
 
 SPECS: dict[str, KindSpec] = {
@@ -46,9 +50,9 @@ SPECS: dict[str, KindSpec] = {
                  probe=True, extra_eval=True, distill_recipe="distill-task"),
         # Per (example, label) decisions at task.threshold: micro/macro F1 over the labels, exact-match accuracy.
         KindSpec("multi-label", "sequence-multi-label", ("micro_f1", "macro_f1", "subset_accuracy"),
-                 _SEQUENCE_FIELDS | {"label_separator", "threshold"}, probe=True, extra_eval=True),
+                 _SEQUENCE_FIELDS | {"label_separator", "threshold"}, probe=True, extra_eval=True, label_type="list"),
         KindSpec("regression", "sequence-regression", ("pearson", "spearman", "mse"), _SEQUENCE_FIELDS, probe=True,
-                 extra_eval=True),
+                 extra_eval=True, label_type="float"),
         # Entity-level micro precision/recall/F1 by exact span (seqeval's default), and word-level tag accuracy.
         # CoNLL / CoNLL-U / JSON lines of tokens and tags: no columns to name; the encoder may be frozen.
         KindSpec("token-classification", "token-classification", ("f1", "precision", "recall", "accuracy"),
@@ -58,7 +62,8 @@ SPECS: dict[str, KindSpec] = {
         # the context, and how answers are read off them.
         KindSpec("question-answering", "question-answering", ("f1", "exact_match"),
                  frozenset({"skip_bad_rows", "doc_stride", "n_best", "max_answer_length", "null_threshold"}),
-                 xlnet=False, percent=True, distill_recipe="distill-task-question-answering"),
+                 xlnet=False, percent=True, distill_recipe="distill-task-question-answering",
+                 outputs=("start_logits", "end_logits")),
         # Ranking metrics of exact search over the corpus, as trec_eval (pytrec_eval, BEIR) computes them; pairs
         # files (any table format) or a BEIR folder to score on; the vectors and the ranking loss.
         KindSpec("retrieval", "retrieval-bi-encoder", ("ndcg@10", "mrr@10", "recall@100", "map@100"),
@@ -81,6 +86,14 @@ def kind_spec(name: str) -> KindSpec:
         return SPECS[name]
     except KeyError:
         raise BertkitError(f"'{name}' is not a task kind; use one of {', '.join(SPECS)}") from None
+
+
+def spec_of_architecture(architecture: str) -> KindSpec:
+    """The description of the kind whose fine-tuned models record `architecture`."""
+    for spec in SPECS.values():
+        if spec.architecture == architecture:
+            return spec
+    raise BertkitError(f"'{architecture}' is not the architecture of a task kind bertkit fine-tunes")
 
 
 def kinds_that(capability: str) -> list[str]:

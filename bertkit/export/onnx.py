@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from bertkit.config.task_kinds import spec_of_architecture
 from bertkit.errors import BertkitError
 from bertkit.export.onnx_runtime import ONNX_GRAPH, OnnxRunner, quiet_loggers, require_onnx
 from bertkit.fsutil import atomic_output_dir, check_output_dir, write_json_atomic
@@ -94,7 +95,7 @@ def export_onnx(
 
     if architecture in TASK_ARCHITECTURES:
         model = build_task_model(architecture, meta, cfg, weights, str(model_dir))
-        names = ["start_logits", "end_logits"] if architecture == "question-answering" else ["logits"]
+        names = list(spec_of_architecture(architecture).outputs)
     else:
         from bertkit.engine.checkpoint import load_state
         from bertkit.modelio.modeldir import encoder_weights

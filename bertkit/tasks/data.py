@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.config.schema import TaskConfig
+from bertkit.config.task_kinds import SPECS
 from bertkit.errors import BertkitError
 from bertkit.inputs.delimited import Quoting, delimited_rows
 from bertkit.inputs.sources import is_dataset_dir, read_text, split_lines
@@ -72,7 +73,7 @@ def read_task_file(path: Path, task: TaskConfig, split: str | None) -> TaskData:
         task.text_pair_field,
         split,
         task.skip_bad_rows,
-        {"regression": "float", "multi-label": "list"}.get(task.kind, "str"),
+        SPECS[task.kind].label_type,
         task.label_separator,
         columns=task.columns,
         quoting=task.quoting,

@@ -25,7 +25,6 @@ REGISTRIES = ("config/task_kinds.py", "tasks/kinds/")
 STILL_COMPARED = {
     "data/local_suite.py": 2,
     "distill/teacher.py": 6,
-    "export/onnx.py": 1,
     "export/onnx_quantize.py": 4,
     "interop/hf.py": 10,
     "pipelines/compress.py": 1,
@@ -33,7 +32,6 @@ STILL_COMPARED = {
     "pipelines/distill/task_data.py": 2,
     "tasks/architectures.py": 3,
     "tasks/classification.py": 4,
-    "tasks/data.py": 1,
 }
 
 
