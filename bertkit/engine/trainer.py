@@ -246,7 +246,6 @@ class Trainer:
                 f"{self.backend.name} cannot follow; warm the head up in a one-process run first, or set "
                 "train.head_warmup_steps=0"
             )
-
         if self.main and self.device.type == "cpu" and self.precision == "bf16":
             from bertkit.engine.cpu import bf16_warning
 
@@ -258,24 +257,23 @@ class Trainer:
                 f"drop --set train.target_acc={train_cfg.target_acc} for {self.description}"
             )
 
-    def _read_start(self) -> tuple[Path, dict[str, Any], dict[str, Any]] | None:
-        """Another run's checkpoint to start from (hooks.start_from): its weights now, the rest after set-up."""
-        path = self.hooks.start_from
-        if path is None:
-            return None
+    def _read_into_model(self, path: Path) -> tuple[Path, dict[str, Any], dict[str, Any]]:
+        """A checkpoint's weights into the plain model now (before the engine wraps it); the rest, for after set-up."""
         weights, tensors, records = self.checkpointer.read(path)
         load_state(self.model, weights, str(path))
         return path, tensors, records
+
+    def _read_start(self) -> tuple[Path, dict[str, Any], dict[str, Any]] | None:
+        """Another run's checkpoint to start from (hooks.start_from)."""
+        return self._read_into_model(self.hooks.start_from) if self.hooks.start_from is not None else None
 
     def _read_latest_checkpoint(self) -> tuple[Path, dict[str, Any], dict[str, Any]] | None:
         latest = self.checkpointer.latest() if self.resume else None
         if latest is None:
             return None
         step, path = latest
-        weights, tensors, records = self.checkpointer.read(path)
-        load_state(self.model, weights, str(path))
         self.result.resumed_from = step
-        return path, tensors, records
+        return self._read_into_model(path)
 
     def _set_up_engine(self) -> None:
         """The engine wraps (or shards) the model and builds the optimizer; then the parts a checkpoint keeps."""

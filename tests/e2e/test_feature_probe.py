@@ -16,13 +16,13 @@ from safetensors.torch import load_file
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def test_frozen_encoder_runs_once_per_example_and_the_model_predicts_as_scored(
-    tmp_path: Path, pretrained_run: Path, sentiment_csv: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _probe(tmp_path: Path, pretrained_run: Path, sentiment_csv: Path, monkeypatch: pytest.MonkeyPatch,
+           overrides: list[str]) -> tuple[dict, int, object, dict[str, Path]]:  # fmt: skip
+    """`finetune` of the tiny BERT in feature mode on 400 reviews (200 held out): its summary, the sequences its
+    encoder ran, the recipe and the split."""
     from bertkit.config.recipe import load_recipe
     from bertkit.models.bert import BertEncoder
     from bertkit.pipelines.finetune.run import finetune
-    from bertkit.pipelines.finetune.score import score_sequence_model
 
     split = split_reviews(sentiment_csv, tmp_path, 400)  # 400 to train on, 200 held out
     seen: list[int] = []
@@ -33,17 +33,31 @@ def test_frozen_encoder_runs_once_per_example_and_the_model_predicts_as_scored(
         return forward(self, input_ids, *args, **kwargs)
 
     monkeypatch.setattr(BertEncoder, "forward", counting)
-    recipe = load_recipe("finetune-tiny", ["task.mode=feature", "task.head_solver=optimizer", "train.epochs=4",
-                                           "optim.lr=3e-3"], kind="finetune")  # fmt: skip
+    recipe = load_recipe("finetune-tiny", ["task.mode=feature", *overrides], kind="finetune")
     summary = finetune(recipe, pretrained_run, split["train"], tmp_path / "probe", split["eval"], quiet=True)  # type: ignore[arg-type]
-    assert summary["steps"] == 4 * 13 and summary["eval_examples"] == 200
-    assert sum(seen) == 400 + 200  # each example once: not once per epoch, nor once per evaluation
     monkeypatch.setattr(BertEncoder, "forward", forward)
-    # the encoder is the pretrained one, and the saved model (encoder + head) scores the dev set as reported
-    tuned = load_file(str(tmp_path / "probe" / "model" / "model.safetensors"))
+    return summary, sum(seen), recipe, split
+
+
+def _encoder_is_the_pretrained_one(run: Path, pretrained_run: Path) -> dict:
+    tuned = load_file(str(run / "model" / "model.safetensors"))
     pretrained = load_file(str(pretrained_run / "model" / "model.safetensors"))
     encoder = [key for key in tuned if key.startswith("encoder.")]
     assert encoder and all(torch.equal(tuned[key], pretrained[key]) for key in encoder)
+    return tuned
+
+
+def test_frozen_encoder_runs_once_per_example_and_the_model_predicts_as_scored(
+    tmp_path: Path, pretrained_run: Path, sentiment_csv: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bertkit.pipelines.finetune.score import score_sequence_model
+
+    optimizer = ["task.head_solver=optimizer", "train.epochs=4", "optim.lr=3e-3"]
+    summary, seen, recipe, split = _probe(tmp_path, pretrained_run, sentiment_csv, monkeypatch, optimizer)
+    assert summary["steps"] == 4 * 13 and summary["eval_examples"] == 200
+    assert seen == 400 + 200  # each example once: not once per epoch, nor once per evaluation
+    # the encoder is the pretrained one, and the saved model (encoder + head) scores the dev set as reported
+    _encoder_is_the_pretrained_one(tmp_path / "probe", pretrained_run)
     rescored = score_sequence_model(tmp_path / "probe" / "model", split["eval"], recipe)  # type: ignore[arg-type]
     assert rescored["accuracy"] == summary["eval"]["accuracy"] and rescored["macro_f1"] == summary["eval"]["macro_f1"]
 
@@ -53,33 +67,16 @@ def test_lbfgs_probe_fits_the_head_on_features_computed_once(
 ) -> None:
     from sklearn.linear_model import LogisticRegression
 
-    from bertkit.config.recipe import load_recipe
-    from bertkit.models.bert import BertEncoder
-    from bertkit.pipelines.finetune.run import finetune
     from bertkit.pipelines.finetune.score import score_sequence_model
 
-    split = split_reviews(sentiment_csv, tmp_path, 400)
-    seen: list[int] = []
-    forward = BertEncoder.forward
-
-    def counting(self, input_ids, *args, **kwargs):
-        seen.append(int(input_ids.shape[0]))
-        return forward(self, input_ids, *args, **kwargs)
-
-    monkeypatch.setattr(BertEncoder, "forward", counting)
-    recipe = load_recipe("finetune-tiny", ["task.mode=feature", "train.epochs=4"], kind="finetune")
-    summary = finetune(recipe, pretrained_run, split["train"], tmp_path / "probe", split["eval"], quiet=True)  # type: ignore[arg-type]
-    monkeypatch.setattr(BertEncoder, "forward", forward)
-    assert sum(seen) == 400 + 200  # the training features once, the dev set once; no epochs
+    summary, seen, recipe, split = _probe(tmp_path, pretrained_run, sentiment_csv, monkeypatch, ["train.epochs=4"])
+    assert seen == 400 + 200  # the training features once, the dev set once; no epochs
     report = summary["probe"]
     assert summary["steps"] == 0 and summary["pool"] == "mean"  # unset with a frozen encoder: mean pooling
     assert report["solver"] == "lbfgs" and report["examples"] == 400 and len(report["held_out_loss"]) == 7
     # The fitted head is scikit-learn's logistic regression at the chosen strength on the same standardised
     # features (two classes: C = 2 / (l2 N)); the saved model scores the dev set as reported.
-    tuned = load_file(str(tmp_path / "probe" / "model" / "model.safetensors"))
-    pretrained = load_file(str(pretrained_run / "model" / "model.safetensors"))
-    encoder = [key for key in tuned if key.startswith("encoder.")]
-    assert encoder and all(torch.equal(tuned[key], pretrained[key]) for key in encoder)
+    tuned = _encoder_is_the_pretrained_one(tmp_path / "probe", pretrained_run)
     rescored = score_sequence_model(tmp_path / "probe" / "model", split["eval"], recipe)  # type: ignore[arg-type]
     assert rescored["accuracy"] == summary["eval"]["accuracy"]
     features, labels = _features(tmp_path / "probe" / "model", split["train"], recipe)
