@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from bertkit.config.schema import ModelConfig
+from bertkit.config.task_kinds import SPEC_BY_ARCHITECTURE, head_of, spec_of_architecture
 from bertkit.engine.checkpoint import load_state
 from bertkit.errors import BertkitError
 from bertkit.modelio.modeldir import load_model_dir
@@ -23,19 +24,23 @@ from bertkit.tokenizers.base import Tokenizer
 
 # The heads of fine-tuned taggers (`classifier.*` on every token) and QA models (`qa_outputs.*`).
 TASK_HEAD_KEYS = ("classifier.", "qa_outputs.", "head.")  # `head.`: ModernBERT's dense-act-norm before them
-TOKEN_HEADS = ("token-classification", "question-answering")
+# The task heads (config/task_kinds.py's KindSpec.head) read on every token: a teacher keeps them apart from the
+# sequence classifier EncoderWithHeads has, and `task_head` puts them back on its encoder.
+PER_TOKEN_HEADS = ("token", "span")
 
 
 def teacher_task(spec: str) -> str:
-    """What a fine-tuned teacher does, from its metadata alone (no weights read): `token-classification` or
-    `question-answering` for a bertkit tagger or QA model, else `classification` (the task stage then checks
-    that it is a classifier)."""
+    """What a fine-tuned teacher does, from its metadata alone (no weights read): the kind of a bertkit tagger or QA
+    model (`token-classification`, `question-answering`), else `classification` (the task stage then checks that
+    it is a classifier)."""
     from bertkit.fsutil import read_json
     from bertkit.modelio.modeldir import MODEL_META, resolve_model_path
 
     meta_path = resolve_model_path(spec, hub=True) / MODEL_META
     architecture = read_json(meta_path, "model metadata").get("architecture") if meta_path.is_file() else None
-    return str(architecture) if architecture in TOKEN_HEADS else "classification"
+    if head_of(architecture) in PER_TOKEN_HEADS:
+        return spec_of_architecture(str(architecture)).name
+    return "classification"
 
 
 class Teacher(EncoderWithHeads):
@@ -69,9 +74,8 @@ class Teacher(EncoderWithHeads):
         # What the teacher was fine-tuned for (bertkit_model.json's architecture and task): the task stage
         # distils a tagger's or a QA model's head too (`task_head`), with the windows it was trained on.
         self.architecture, self.task = architecture, dict(task or {})
-        self.head_state = {
-            k: v for k, v in weights.items() if k.startswith(TASK_HEAD_KEYS) and architecture in TOKEN_HEADS
-        }
+        per_token = head_of(architecture) in PER_TOKEN_HEADS
+        self.head_state = {k: v for k, v in weights.items() if k.startswith(TASK_HEAD_KEYS) and per_token}
         own = self.state_dict()
         # Heads the teacher does not use (NSP, SOP, ELECTRA's generator) stay behind.
         load_state(self, {k: v for k, v in weights.items() if k in own}, source)
@@ -86,16 +90,18 @@ class Teacher(EncoderWithHeads):
                 f"the teacher {model_dir} is an XLNet model; distillation reads BERT-family encoders (BERT, RoBERTa, "
                 "ALBERT, ELECTRA, DistilBERT, BigBird), not XLNet's two-stream attention: pick another teacher"
             )
-        labels = _labels(meta, model_dir) if meta.get("architecture") == "sequence-classification" else None
+        architecture = str(meta.get("architecture"))
+        # A sequence classifier the task stage distils (softmax over classes) brings its classes; a tagger its tags.
+        distilled = architecture in SPEC_BY_ARCHITECTURE and SPEC_BY_ARCHITECTURE[architecture].distill_recipe
+        labels = _labels(meta, model_dir) if distilled and head_of(architecture) == "sequence" else None
         # A classifier fine-tuned with task.pool=mean reads the mean of the hidden states, not [CLS].
         pool = str((meta.get("task") or {}).get("pool", "cls"))
-        architecture = str(meta.get("architecture"))
         huggingface = meta.get("huggingface") or (
             architecture.removeprefix("huggingface:") if architecture.startswith("huggingface:") else None
         )
         task = meta.get("task") if isinstance(meta.get("task"), dict) else None
         teacher = cls(cfg, weights, tokenizer, labels, str(model_dir), pool, huggingface, architecture, task)
-        if architecture == "token-classification":
+        if head_of(architecture) == "token":
             teacher.tags = _labels(meta, model_dir)
         return teacher
 
@@ -104,22 +110,14 @@ class Teacher(EncoderWithHeads):
     def task_head(self) -> nn.Module:
         """A tagger's or QA model's head on this teacher's encoder, frozen, as the fine-tuned model ran it:
         TokenClassifier's `{"logits"}` or QuestionAnswerer's `{"start_logits", "end_logits"}`."""
-        from bertkit.tasks.qa import QuestionAnswerer
-        from bertkit.tasks.token_classification import TokenClassifier
+        from bertkit.tasks.kinds import task_kind
 
-        if self.architecture == "token-classification" and self.tags:
-            model: nn.Module = TokenClassifier(self.encoder, len(self.tags), 0.0)
-            head = "classifier"
-        elif self.architecture == "question-answering":
-            model, head = QuestionAnswerer(self.encoder), "qa_outputs"
-        else:
+        if not self.head_state:
             raise BertkitError(f"the teacher {self.source} has no token-classification or question-answering head")
+        model = task_kind(str(self.architecture)).task_model(self.encoder, self.tags or [], self.task)
         # The encoder is this teacher's own, already loaded: only the head's weights go in (all of them).
-        state = {k.removeprefix(f"{head}."): v for k, v in self.head_state.items() if k.startswith(f"{head}.")}
-        load_state(getattr(model, head), state, self.source)
-        if getattr(model, "head", None) is not None:
-            own = {k.removeprefix("head."): v for k, v in self.head_state.items() if k.startswith("head.")}
-            load_state(model.head, own, self.source)
+        own = {k: v for k, v in model.state_dict().items() if k.startswith("encoder.")}
+        load_state(model, {**own, **self.head_state}, self.source)
         return FrozenHead(model, self.config)
 
     @property

@@ -15,6 +15,7 @@ from typing import Any, Literal
 import torch
 
 from bertkit.config.schema import ModelConfig, ObjectiveConfig
+from bertkit.config.task_kinds import SPEC_BY_ARCHITECTURE, SPECS
 from bertkit.errors import BertkitError
 from bertkit.interop import hf_albert, hf_bert, hf_bigbird, hf_distilbert, hf_electra, hf_modernbert, hf_xlnet
 from bertkit.interop.keymap import Entry, linear, to_hf, to_ours
@@ -87,12 +88,10 @@ def _sequence_head_entries(model_type: str, cfg: ModelConfig) -> list[Entry]:
 
 
 # config.json's problem_type -> the bertkit_model.json architecture of a fine-tuned model (`to_hf_task_checkpoint`
-# writes the reverse).
-_PROBLEM_TYPES = {
-    "single_label_classification": "sequence-classification",
-    "multi_label_classification": "sequence-multi-label",
-    "regression": "sequence-regression",
-}
+# writes the reverse), as config/task_kinds.py pairs them.
+_PROBLEM_TYPES = {spec.hf_problem_type: spec.architecture for spec in SPECS.values() if spec.hf_problem_type}
+# transformers' default problem_type of a sequence classifier's head: one output regresses, more classify.
+_ONE_OUTPUT_PROBLEM, _CLASSES_PROBLEM = "regression", "single_label_classification"
 
 
 # ---------------------------------------------------------------------------------------------- import
@@ -188,13 +187,13 @@ def _sequence_task(
     if sorted(id2label) != list(range(len(id2label))):
         raise BertkitError(f"{source}/config.json: id2label must number its classes 0..{len(id2label) - 1}")
     labels = [id2label[i] for i in range(len(id2label))]
-    problem = hf_config.get("problem_type") or ("regression" if rows == 1 else "single_label_classification")
+    problem = hf_config.get("problem_type") or (_ONE_OUTPUT_PROBLEM if rows == 1 else _CLASSES_PROBLEM)
     if problem not in _PROBLEM_TYPES:
         raise BertkitError(
             f"{source}/config.json: problem_type '{problem}' is not one bertkit reads ({', '.join(_PROBLEM_TYPES)})"
         )
     task = _PROBLEM_TYPES[problem]
-    if task == "sequence-regression":
+    if problem == _ONE_OUTPUT_PROBLEM:
         if rows != 1:
             raise BertkitError(f"{source}: a regression head has one output, this classifier has {rows}")
         return task, []  # as bertkit's own regression models: one score, no class names
@@ -279,13 +278,7 @@ def to_hf_checkpoint(
 
 
 # Fine-tuned bertkit models (bertkit_model.json `architecture`) and the HF class suffix each exports as.
-TASK_CLASSES = {
-    "sequence-classification": "ForSequenceClassification",
-    "sequence-multi-label": "ForSequenceClassification",
-    "sequence-regression": "ForSequenceClassification",
-    "token-classification": "ForTokenClassification",
-    "question-answering": "ForQuestionAnswering",
-}
+TASK_CLASSES = {spec.architecture: spec.hf_class for spec in SPECS.values() if spec.hf_class}
 
 
 def to_hf_task_checkpoint(
@@ -299,6 +292,7 @@ def to_hf_task_checkpoint(
             f"--head classifier exports fine-tuned models; this one is a {architecture} model "
             "(use --head pretraining, mlm or base)"
         )
+    spec = SPEC_BY_ARCHITECTURE[architecture]
     model_type = hf_model_type(cfg)
     module, prefix, cls = _module(model_type)
     name = f"{cls}{TASK_CLASSES[architecture]}"
@@ -306,9 +300,9 @@ def to_hf_task_checkpoint(
     if model_type == "modernbert":
         # Every ModernBert*For* class: `head` (dense, activation, norm), dropout, `classifier`, as bertkit's
         # modernbert task models; the sequence classifier pools [CLS] or the mean (classifier_pooling).
-        last = "qa_outputs" if architecture == "question-answering" else "classifier"
+        last = "qa_outputs" if spec.head == "span" else "classifier"
         entries += hf_modernbert.task_head_entries(cfg, last)
-    elif architecture == "question-answering":
+    elif spec.head == "span":
         # *ForQuestionAnswering: qa_outputs (hidden -> start, end) on every token, no pooler. BigBird's and
         # XLNet's QA classes put their own layers there, which bertkit's one linear head lacks.
         if model_type in ("big_bird", "xlnet"):
@@ -317,7 +311,7 @@ def to_hf_task_checkpoint(
                 "model (one linear qa_outputs layer) lacks; export the encoder with --head base"
             )
         entries += linear("qa_outputs", "qa_outputs")
-    elif architecture == "token-classification":
+    elif spec.head == "token":
         # Every family's ForTokenClassification is encoder + dropout + linear; BigBird's keeps its pooler.
         if model_type == "big_bird" and cfg.pooler:
             entries += module.encoder_entries(cfg, prefix, True)[len(entries) :]
@@ -340,11 +334,11 @@ def to_hf_task_checkpoint(
     missing = [e.ours for e in entries if e.ours not in weights]
     if missing:
         raise BertkitError(f"this model has no tensor {missing[0]} needed for {name}; is the model directory complete?")
-    regression = architecture == "sequence-regression"
+    regression = spec.hf_problem_type == _ONE_OUTPUT_PROBLEM
     base_config = config_to_hf(cfg)
     if model_type == "modernbert":
         base_config["classifier_pooling"] = pool
-    if architecture == "question-answering":
+    if spec.head == "span":
         return {**base_config, "architectures": [name], "tie_word_embeddings": True}, to_hf(entries, weights)
     names = ["LABEL_0"] if regression else list(labels)
     config = {
@@ -354,9 +348,6 @@ def to_hf_task_checkpoint(
         "id2label": {str(i): label for i, label in enumerate(names)},
         "label2id": {label: i for i, label in enumerate(names)},
     }
-    if architecture != "token-classification":
-        config["problem_type"] = {
-            "sequence-regression": "regression",
-            "sequence-multi-label": "multi_label_classification",
-        }.get(architecture, "single_label_classification")
+    if spec.hf_problem_type:
+        config["problem_type"] = spec.hf_problem_type
     return config, to_hf(entries, weights)

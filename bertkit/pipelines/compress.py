@@ -81,7 +81,8 @@ def compress(
     quiet: bool = False,
 ) -> dict[str, Any]:
     from bertkit.config.recipe import load_recipe
-    from bertkit.distill.teacher import Teacher
+    from bertkit.config.task_kinds import head_of
+    from bertkit.distill.teacher import PER_TOKEN_HEADS, Teacher
     from bertkit.engine.dist import env_world_size
     from bertkit.tasks.data import read_task_file
 
@@ -101,7 +102,7 @@ def compress(
         return compress_bi_encoder(teacher_spec, Path(train_file), Path(eval_file), Path(output), opts, overwrite,
                                    quiet, started)  # fmt: skip
     teacher = Teacher.load(teacher_spec)
-    if teacher.architecture in ("token-classification", "question-answering"):
+    if head_of(teacher.architecture) in PER_TOKEN_HEADS:
         raise BertkitError(
             f"compress builds sequence classifiers, and {teacher.source} is a {teacher.architecture} model: distil it "
             "with `bertkit distill --stage task --teacher RUN --student COPY --train FILE --eval FILE`, which takes "

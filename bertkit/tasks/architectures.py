@@ -10,34 +10,22 @@ import torch
 from torch import nn
 
 from bertkit.config.schema import ModelConfig
+from bertkit.config.task_kinds import HEADED_ARCHITECTURES
 
-TASK_ARCHITECTURES = (
-    "sequence-classification",
-    "sequence-multi-label",
-    "sequence-regression",
-    "token-classification",
-    "question-answering",
-)
+# The architectures of models with a task head, as config/task_kinds.py describes the kinds.
+TASK_ARCHITECTURES = HEADED_ARCHITECTURES
 
 
 def build_task_model(architecture: str, meta: dict[str, Any], cfg: ModelConfig, weights: dict[str, torch.Tensor],
                      source: str) -> nn.Module:  # fmt: skip
-    """The fine-tuned model of a task architecture with its weights loaded, in eval mode (dropout off)."""
+    """The fine-tuned model of a task architecture with its weights loaded, in eval mode (dropout off): the kind's
+    head on a fresh encoder, as the metadata describes it."""
     from bertkit.engine.checkpoint import load_state
     from bertkit.models.pretraining import build_encoder
-    from bertkit.tasks.classification import SequenceClassifier
-    from bertkit.tasks.qa import QuestionAnswerer
-    from bertkit.tasks.token_classification import TokenClassifier
+    from bertkit.tasks.kinds import task_kind
 
-    labels = list(meta.get("labels") or [])
-    task = meta.get("task") or {}
-    if architecture == "question-answering":
-        model: nn.Module = QuestionAnswerer(build_encoder(cfg))
-    elif architecture == "token-classification":
-        model = TokenClassifier(build_encoder(cfg), len(labels), 0.0)
-    else:
-        outputs = 1 if architecture == "sequence-regression" else len(labels)
-        model = SequenceClassifier(build_encoder(cfg), outputs, 0.0, task.get("pool", "cls"))
+    model = task_kind(architecture).task_model(build_encoder(cfg), list(meta.get("labels") or []),
+                                               meta.get("task") or {})  # fmt: skip
     load_state(model, weights, source)
     return model.eval()
 

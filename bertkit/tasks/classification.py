@@ -362,27 +362,6 @@ def average_ranks(values: np.ndarray) -> np.ndarray:
     return sums[inverse] / counts[inverse]
 
 
-def sequence_targets(kind: str, labels: list, names: list[str], source: object) -> np.ndarray:
-    """What a sequence task learns from the labels read: scores (regression), 0/1 rows (multi-label) or class
-    indices, against the training labels `names`."""
-    if kind == "regression":
-        return np.asarray(labels, dtype=np.float32)
-    if kind == "multi-label":
-        return multi_hot(labels, names, source)
-    return label_indices(labels, names, source)
-
-
-def evaluate_sequence(
-    kind: str, model: nn.Module, batches: ClassificationBatches, device: torch.device, threshold: float = 0.5
-) -> dict[str, float]:
-    """The dev metrics of a sequence task's kind."""
-    if kind == "multi-label":
-        return evaluate_multi_label(model, batches, device, threshold)
-    if kind == "regression":
-        return evaluate_regressor(model, batches, device)
-    return evaluate_classifier(model, batches, device)
-
-
 @torch.no_grad()
 def sentence_features(
     model: SequenceClassifier, batches: ClassificationBatches, device: torch.device, batch_size: int = 64

@@ -15,24 +15,14 @@ from typing import get_args
 import pytest
 
 from bertkit.config.schema import TASK_FIELDS, TASK_METRICS, TaskConfig
-from bertkit.config.task_kinds import SPECS, kind_spec, kinds_that
+from bertkit.config.task_kinds import HEADED_ARCHITECTURES, SPECS, kind_spec, kinds_that
 from bertkit.errors import BertkitError
 
 PACKAGE = Path(__file__).resolve().parents[2] / "bertkit"
 REGISTRIES = ("config/task_kinds.py", "tasks/kinds/")
-# Where names are still compared, and how often: each count may fall, never rise. data/local_suite.py names its data
-# sets after the tasks they feed, and interop/hf.py maps transformers' problem types onto architectures.
-STILL_COMPARED = {
-    "data/local_suite.py": 2,
-    "distill/teacher.py": 6,
-    "export/onnx_quantize.py": 4,
-    "interop/hf.py": 10,
-    "pipelines/compress.py": 1,
-    "pipelines/distill/task.py": 3,
-    "pipelines/distill/task_data.py": 2,
-    "tasks/architectures.py": 3,
-    "tasks/classification.py": 4,
-}
+# Where a kind's name still appears beside a comparison outside the registries: the local suite's own task names
+# (its task called "retrieval" and the random stream of that name), which are names of tasks, not of kinds.
+STILL_COMPARED = {"data/local_suite.py": 2}
 
 
 def _comparisons() -> dict[str, int]:
@@ -63,6 +53,9 @@ def test_the_description_and_the_runtime_kind_agree() -> None:
         assert callable(KINDS[name].check_data) and callable(KINDS[name].prepare)
     assert kinds_that("probe") == ["classification", "multi-label", "regression", "token-classification"]
     assert kinds_that("scores_as_is") == ["retrieval", "similarity"]
+    # The kinds with a task head are what predict, the ONNX export and `--head classifier` serve as task models.
+    assert HEADED_ARCHITECTURES == ("sequence-classification", "sequence-multi-label", "sequence-regression",
+                                    "token-classification", "question-answering")  # fmt: skip
     with pytest.raises(BertkitError, match="'ner' is not a task kind; use one of classification"):
         kind_spec("ner")
 
@@ -88,3 +81,31 @@ def test_the_capabilities_drive_the_commands() -> None:
                                    "extra_eval": {"x": "c"}}]}  # fmt: skip
     with pytest.raises(BertkitError, match="extra_eval applies to classification, multi-label, regression tasks"):
         validate_suite(raw, "s")
+
+
+def test_each_headed_kind_builds_the_model_its_transformers_class_reads() -> None:
+    """A kind's task model has the outputs its description names, and its head's shape: one row per input (sequence),
+    per token (token), or a start and an end logit per token (span)."""
+    import torch
+
+    from bertkit.config.schema import ModelConfig
+    from bertkit.interop.hf import TASK_CLASSES
+    from bertkit.models.pretraining import build_encoder
+    from bertkit.tasks.kinds import BY_ARCHITECTURE
+
+    cfg = ModelConfig(vocab_size=50, hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32,
+                      max_position_embeddings=16)  # fmt: skip
+    ids = torch.randint(5, 50, (2, 7))
+    widths = {"sequence-classification": 3, "sequence-multi-label": 3, "sequence-regression": 1}
+    for architecture in HEADED_ARCHITECTURES:
+        spec = SPECS[BY_ARCHITECTURE[architecture].name]
+        model = BY_ARCHITECTURE[architecture].task_model(build_encoder(cfg), ["a", "b", "c"], {}).eval()
+        out = model(ids, torch.ones_like(ids))
+        assert tuple(out) == spec.outputs and TASK_CLASSES[architecture] == spec.hf_class
+        shapes = {name: tuple(out[name].shape) for name in spec.outputs}
+        if spec.head == "sequence":
+            assert shapes == {"logits": (2, widths[architecture])}
+        elif spec.head == "token":
+            assert shapes == {"logits": (2, 7, 3)}
+        else:
+            assert spec.head == "span" and shapes == {"start_logits": (2, 7), "end_logits": (2, 7)}

@@ -35,6 +35,7 @@ from torch import nn
 from bertkit.config.model import ModelConfig
 from bertkit.config.recipe import DistillRecipe
 from bertkit.config.schema import DistillMethod, PhaseConfig, parse_budget
+from bertkit.config.task_kinds import SPEC_BY_ARCHITECTURE, head_of
 from bertkit.corpus.loader import SampledBatches
 from bertkit.distill.cache import TeacherLogitsCache, compute_teacher_logits, teacher_fingerprint
 from bertkit.distill.layer_map import check_windowed_attention, resolve_layer_map
@@ -54,8 +55,6 @@ from bertkit.pipelines.rundir import join_job, prepare_run_dir, write_summary
 from bertkit.progress import stderr_console
 
 PHASES = ("intermediate", "prediction")
-# The fine-tuned models the task stage distils (bertkit/tasks/kinds gives each one's logits and targets).
-DISTILLED_ARCHITECTURES = ("sequence-classification", "token-classification", "question-answering")
 PHASE_DONE = "phase.json"  # a finished phase: its summary; the intermediate phase also leaves its student
 INTERMEDIATE_STUDENT = "student.safetensors"
 
@@ -121,8 +120,11 @@ def plan_task(
     recipe: DistillRecipe, teacher: Teacher, student_dir: Path, train_file: Path, eval_file: Path | None
 ) -> TaskPlan:
     """The teacher, the student and the phases' lengths checked against each other, one error line each."""
-    unlabelled = teacher.architecture == "sequence-classification" and not teacher.labels
-    if teacher.architecture not in DISTILLED_ARCHITECTURES or unlabelled:
+    # The fine-tuned models the task stage distils are the kinds with a distillation recipe (bertkit/tasks/kinds
+    # gives each one's logits and targets); a sequence classifier must name its classes.
+    spec = SPEC_BY_ARCHITECTURE.get(str(teacher.architecture))
+    unlabelled = spec is not None and spec.head == "sequence" and not teacher.labels
+    if spec is None or spec.distill_recipe is None or unlabelled:
         what = f" (a {teacher.huggingface} checkpoint)" if teacher.huggingface else ""
         raise BertkitError(
             f"--stage task distils a fine-tuned classifier, tagger or QA model, but the teacher {teacher.source}{what} "
@@ -321,7 +323,7 @@ def _prediction_phase(runner: PhaseRunner, teacher: Teacher, encoder_state: dict
     load_state(student.encoder, encoder_state, str(plan.student_path))
     # The fine-tuned model whose outputs are the targets: the teacher itself for a sequence classifier,
     # its tagger's or QA head on its encoder otherwise.
-    target_model = teacher if setup.architecture == "sequence-classification" else teacher.task_head()
+    target_model = teacher if head_of(setup.architecture) == "sequence" else teacher.task_head()
     source: Any = setup.data.batches(micro, recipe.train.seed)
     prediction_teacher: nn.Module | None = target_model
     cache_info: dict[str, Any] = {"enabled": False}

@@ -15,6 +15,7 @@ from typing import Any
 
 from bertkit.config.recipe import DistillRecipe
 from bertkit.config.schema import ModelConfig
+from bertkit.config.task_kinds import spec_of_architecture
 from bertkit.distill.cache import examples_fingerprint
 from bertkit.distill.teacher import Teacher
 from bertkit.errors import BertkitError
@@ -53,7 +54,7 @@ def prepare_task(
     eval_file: Path | None,
 ) -> TaskSetup:
     architecture = str(teacher.architecture)
-    expected = {"sequence-classification": "classification"}.get(architecture, architecture)
+    expected = spec_of_architecture(architecture).name
     if "kind" in recipe.task.model_fields_set and recipe.task.kind != expected:
         raise BertkitError(
             f"task.kind is {recipe.task.kind}, but the teacher {teacher.source} is fine-tuned for {expected}; the task "
@@ -66,7 +67,7 @@ def prepare_task(
     kind = task_kind(architecture)
     fine_tuned = FineTuned(
         source=str(teacher.source),
-        outputs=list((teacher.tags if architecture == "token-classification" else teacher.labels) or []),
+        outputs=list(teacher.tags or teacher.labels or []),
         task=teacher.task,
         tokenizer=teacher.tokenizer,
         config=teacher.config,

@@ -15,7 +15,7 @@ from bertkit.errors import BertkitError
 from bertkit.modelio.modeldir import encoder_weights, load_model_dir
 from bertkit.models.pretraining import build_encoder
 from bertkit.tasks.architectures import build_task_model
-from bertkit.tasks.classification import ClassificationBatches, encode_examples, evaluate_sequence, sequence_targets
+from bertkit.tasks.classification import ClassificationBatches, encode_examples
 from bertkit.tasks.data import read_task_file
 from bertkit.tasks.kinds import task_kind
 from bertkit.tasks.kinds.embedding import checkpoint_task, sentence_encoder
@@ -25,18 +25,19 @@ def score_sequence_model(model_path: Path, eval_file: Path, recipe: FinetuneReci
     """The dev metrics of the fine-tuned model in `model_path` on `eval_file`, read with the recipe's task fields,
     encoded as `finetune` encodes its dev set, on the recipe's device."""
     task = recipe.task
+    kind = task_kind(task.kind)
     model_dir, meta, cfg, weights, tokenizer = load_model_dir(model_path)
     data = read_task_file(eval_file, task, task.eval_split)
-    targets = sequence_targets(task.kind, data.labels or [], list(meta.get("labels") or []), eval_file)
+    targets = kind.outputs.targets(data.labels or [], list(meta.get("labels") or []), eval_file)
     xlnet = cfg.family == "xlnet"
     max_len = min(task.max_seq_len, cfg.max_position_embeddings - cfg.position_offset)
     examples = encode_examples(data.texts, data.pairs, targets, tokenizer, max_len, xlnet)
     use_types = xlnet or (task.text_pair_field is not None and cfg.type_vocab_size > 1)
     batches = ClassificationBatches(examples, batch_size, tokenizer.pad_id, 0, use_types, xlnet)
     device = resolve_device(recipe.engine)
-    model = build_task_model(task_kind(task.kind).architecture, meta, cfg, weights, str(model_dir)).to(device)
+    model = build_task_model(kind.architecture, meta, cfg, weights, str(model_dir)).to(device)
     with torch.no_grad():
-        return evaluate_sequence(task.kind, model, batches, device, task.threshold)
+        return kind.outputs.evaluate(model, batches, device, task.threshold)
 
 
 def score_as_is(model_path: Path, eval_file: Path, recipe: FinetuneRecipe) -> dict:

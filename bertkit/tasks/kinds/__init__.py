@@ -8,6 +8,7 @@ from __future__ import annotations
 from bertkit.tasks.kinds.base import DistillData, FineTuned, Part, Prepared, TaskKind
 from bertkit.tasks.kinds.retrieval import RetrievalKind
 from bertkit.tasks.kinds.sequence import SequenceKind
+from bertkit.tasks.kinds.sequence_outputs import LabelSet, OneClass, Score
 from bertkit.tasks.kinds.similarity import SimilarityKind
 from bertkit.tasks.kinds.spans import SpanKind
 from bertkit.tasks.kinds.tokens import TokenKind
@@ -15,9 +16,9 @@ from bertkit.tasks.kinds.tokens import TokenKind
 KINDS: dict[str, TaskKind] = {
     kind.name: kind
     for kind in (
-        SequenceKind("classification"),
-        SequenceKind("multi-label"),
-        SequenceKind("regression"),
+        SequenceKind("classification", OneClass()),
+        SequenceKind("multi-label", LabelSet()),
+        SequenceKind("regression", Score()),
         TokenKind(),
         SpanKind(),
         RetrievalKind(),

@@ -145,6 +145,11 @@ def row_text(source: Path, where: str, row: Any, field: str | None) -> str:
     return value
 
 
+# A model's score in points (0-100) on a file encoded once, given the model and the batch size to score it in: what
+# the ONNX export's int8 gate compares (the PyTorch module, or an ONNX graph run in bertkit's call).
+GateScore = Callable[[Any, int], float]
+
+
 class TaskKind(Protocol):
     name: str  # task.kind
     architecture: str  # bertkit_model.json's name of a model fine-tuned for it (predict and export read it)
@@ -169,6 +174,20 @@ class TaskKind(Protocol):
     def rows(self, student: torch.Tensor, teacher: torch.Tensor, batch: dict[str, torch.Tensor]) -> list[Part]: ...
 
     def predictor(self, request: PredictRequest) -> RowPredictor: ...  # the kinds that predict from rows
+
+    # The kinds with a task head (config/task_kinds.py's KindSpec.head): their fine-tuned model on an encoder, as
+    # its metadata describes it (`labels`, the saved `task`), and the export gate's scorer on an evaluation file.
+    def task_model(self, encoder: nn.Module, labels: list[str], task: dict[str, Any]) -> nn.Module: ...
+
+    def gate_scorer(self, meta: dict[str, Any], model_cfg: ModelConfig, tokenizer: Tokenizer, eval_file: Path,
+                    max_len: int) -> tuple[str, GateScore]: ...  # fmt: skip
+
+
+def saved_task(meta: dict[str, Any]) -> TaskConfig:
+    """The task a model was fine-tuned with, from its metadata (which adds resolved entries of its own, such as the
+    QA window's `version_2_with_negative`: only TaskConfig's fields are read)."""
+    saved = meta.get("task") or {}
+    return TaskConfig.model_validate({k: v for k, v in saved.items() if k in TaskConfig.model_fields})
 
 
 def model_inputs(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:

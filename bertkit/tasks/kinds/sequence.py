@@ -1,5 +1,6 @@
 """Sequence tasks: one label (classification), several (multi-label) or a number (regression) per text or pair
-of texts, read from CSV/TSV, JSON lines, Parquet or a datasets directory."""
+of texts, read from CSV/TSV, JSON lines, Parquet or a datasets directory. What the three differ in (the outputs,
+targets, objective, metrics and predictions) is their SequenceOutputs (bertkit/tasks/kinds/sequence_outputs.py)."""
 
 from __future__ import annotations
 
@@ -19,21 +20,17 @@ from bertkit.tasks.classification import (
     ClassificationBatches,
     FeatureBatches,
     SequenceClassifier,
-    classification_objective,
     encode_examples,
     evaluate_classifier,
-    evaluate_sequence,
     label_indices,
-    multi_label_objective,
-    regression_objective,
     sentence_features,
-    sequence_targets,
 )
 from bertkit.tasks.data import TaskData, read_task_file
 from bertkit.tasks.kinds.base import (
     DistillData,
     Evaluate,
     FineTuned,
+    GateScore,
     Part,
     PredictRequest,
     Prepared,
@@ -42,17 +39,13 @@ from bertkit.tasks.kinds.base import (
     check_outputs,
     model_inputs,
     row_text,
+    saved_task,
     shared_window,
     window,
 )
+from bertkit.tasks.kinds.sequence_outputs import OneClass
 from bertkit.tasks.probe import ProbeData
 from bertkit.tokenizers.base import Tokenizer
-
-_OBJECTIVES = {
-    "classification": classification_objective,
-    "multi-label": multi_label_objective,
-    "regression": regression_objective,
-}
 
 
 def subset(data: TaskData, indices: np.ndarray) -> TaskData:
@@ -66,44 +59,13 @@ def subset(data: TaskData, indices: np.ndarray) -> TaskData:
 
 
 class SequenceKind:
-    """One kind of sequence task: `name` is classification, multi-label or regression."""
+    """One kind of sequence task: `name` (its task.kind) with its `outputs` (one class, a set of labels, a score)."""
 
     predicts_from = "rows"
 
-    def __init__(self, name: str) -> None:
-        self.name = name
+    def __init__(self, name: str, outputs: OneClass) -> None:
+        self.name, self.outputs = name, outputs
         self.architecture = kind_spec(name).architecture
-
-    # -- fine-tuning -------------------------------------------------------------------------------------------
-    def labels_of(self, data: TaskData, task: TaskConfig, source: Path) -> list[str]:
-        """The model's outputs, from the training data; one line when there is nothing to learn."""
-        if self.name == "regression":
-            if len(set(data.labels or [])) < 2:
-                raise BertkitError(f"{source}: every score is the same; regression needs varied scores")
-            return []
-        if self.name == "multi-label":
-            label_sets = {tuple(sorted(row)) for row in data.labels or []}
-            labels = sorted({label for row in label_sets for label in row})
-            if len(label_sets) < 2 or not labels:
-                raise BertkitError(
-                    f"{source}: every one of its {len(data)} rows has the labels {sorted(label_sets)[0]!r}; there is "
-                    f"nothing to learn (is --label-field '{task.label_field}' the right column, and "
-                    f"task.label_separator '{task.label_separator}' the separator?)"
-                )
-            return labels
-        labels = sorted(set(data.labels or []))
-        if len(labels) < 2:
-            raise BertkitError(
-                f"{source}: every one of its {len(data)} rows has the label {labels[0]!r}; classification "
-                f"needs at least two labels (is --label-field '{task.label_field}' the right column?)"
-            )
-        # Checked now, not at the first evaluation: the run directory does not exist yet.
-        if task.metric == "f1" and len(labels) != 2:
-            raise BertkitError(
-                f"task.metric f1 is the positive class's F1 of a two-class task, but {source} has "
-                f"{len(labels)} labels; use task.metric=macro_f1 instead"
-            )
-        return labels
 
     def check_data(self, task: TaskConfig, path: Path, what: str, metrics: tuple[str, ...]) -> None:
         data = read_task_file(path, task, task.split if what == "train" else task.eval_split)
@@ -117,7 +79,7 @@ class SequenceKind:
     def prepare(self, task: TaskConfig, model_cfg: ModelConfig, tokenizer: Tokenizer, train_file: Path,
                 eval_file: Path | None, seed: int) -> Prepared:  # fmt: skip
         train_data, train_part, eval_data, eval_read = _read(task, train_file, eval_file, seed)
-        labels = self.labels_of(train_data, task, train_file)
+        labels = self.outputs.labels_of(train_data, task, train_file)
         # XLNet: text <sep> <cls> with <cls> last, padded on the left, pooled at <cls> through a fresh summary layer
         # (XLNetForSequenceClassification's sequence_summary); segment ids always, since <cls> has its own.
         xlnet = model_cfg.family == "xlnet"
@@ -126,7 +88,7 @@ class SequenceKind:
         max_len = window(task, model_cfg)
 
         def encoded(data: TaskData, source: Path) -> Any:
-            targets = sequence_targets(self.name, data.labels or [], labels, source)
+            targets = self.outputs.targets(data.labels or [], labels, source)
             return encode_examples(data.texts, data.pairs, targets, tokenizer, max_len, xlnet)
 
         train_examples = encoded(train_part, train_file)
@@ -149,9 +111,9 @@ class SequenceKind:
                 model.cpu()
             if held_out is None:
                 return source, None
-            return source, lambda m: evaluate_sequence(self.name, m, held_out, device, task.threshold)
+            return source, lambda m: self.outputs.evaluate(m, held_out, device, task.threshold)
 
-        outputs = 1 if self.name == "regression" else len(labels)
+        outputs = self.outputs.width(labels)
 
         def probe(model: nn.Module, device: torch.device) -> ProbeData:
             """What the classifier layer of the frozen model reads for each training example, computed once."""
@@ -163,22 +125,22 @@ class SequenceKind:
             evaluate = None
             if eval_examples is not None:
                 held_out = ClassificationBatches(eval_examples, 64, pad, 0, use_types, xlnet)
-                evaluate = lambda m: evaluate_sequence(self.name, m, held_out, device, task.threshold)  # noqa: E731
-            loss = {"classification": "softmax", "multi-label": "sigmoid"}.get(self.name, "squared")
-            return ProbeData(features, torch.from_numpy(train_examples.labels), loss, outputs, evaluate)  # type: ignore[arg-type]
+                evaluate = lambda m: self.outputs.evaluate(m, held_out, device, task.threshold)  # noqa: E731
+            return ProbeData(features, torch.from_numpy(train_examples.labels), self.outputs.probe_loss, outputs,  # type: ignore[arg-type]
+                             evaluate)  # fmt: skip
 
         summary: dict[str, Any] = {
             "labels": labels,
             "rows_read": train_data.rows_read,
             "rows_skipped": train_data.skipped,
-            "label_counts": train_part.label_counts() if self.name != "regression" else {},
+            "label_counts": train_part.label_counts() if self.outputs.counts_labels else {},
             "train_examples": len(train_part),
             "eval_examples": len(eval_data),
             "mode": task.mode,
             "pool": task.pool,
             **skipped_summary(train_data, eval_read),
         }
-        if self.name == "multi-label":
+        if self.outputs.reads_threshold:
             summary["threshold"] = task.threshold
         return Prepared(
             labels=labels,
@@ -186,7 +148,7 @@ class SequenceKind:
             examples=len(train_part),
             metric=task.best_metric,
             build=lambda encoder: SequenceClassifier(encoder, outputs, task.classifier_dropout, task.pool),
-            objective=_OBJECTIVES[self.name],
+            objective=self.outputs.objective,
             sources=sources,
             task_meta=task.model_dump(mode="json"),
             summary=summary,
@@ -195,12 +157,29 @@ class SequenceKind:
             probe=probe,
         )
 
+    def task_model(self, encoder: nn.Module, labels: list[str], task: dict[str, Any]) -> nn.Module:
+        """The fine-tuned model on `encoder` (dropout off), as a model directory's metadata describes it."""
+        return SequenceClassifier(encoder, self.outputs.width(labels), 0.0, task.get("pool", "cls"))
+
+    def gate_scorer(self, meta: dict[str, Any], model_cfg: ModelConfig, tokenizer: Tokenizer, eval_file: Path,
+                    max_len: int) -> tuple[str, GateScore]:  # fmt: skip
+        """The metric the export's int8 gate judges by, and its score in points of a model on `eval_file` (read,
+        checked against the model's labels and encoded once, now)."""
+        task, labels = saved_task(meta), list(meta.get("labels") or [])
+        data = read_task_file(eval_file, task, task.eval_split)
+        targets = self.outputs.targets(data.labels or [], labels, eval_file)
+        use_types = data.pairs is not None and model_cfg.type_vocab_size > 1
+        examples = encode_examples(data.texts, data.pairs, targets, tokenizer, max_len)
+        batches = ClassificationBatches(examples, 1, tokenizer.pad_id, 0, use_types)  # its batch size: only to train
+        metric, cpu = kind_spec(self.name).metrics[0], torch.device("cpu")
+        return metric, lambda m, n: 100 * self.outputs.evaluate(m, batches, cpu, task.threshold, n)[metric]
+
     # -- distillation: one distribution over the classes per sequence ---------------------------------------
     def distill_data(self, teacher: FineTuned, task: TaskConfig, student_cfg: ModelConfig, train_file: Path,
                      eval_file: Path | None, seed: int) -> DistillData:  # fmt: skip
         """The teacher's classes, in its order; the student is the encoder with a fresh classifier, its output the
         teacher's (hidden states for TinyBERT's intermediate phase, logits for the prediction phase)."""
-        if self.name != "classification":  # its soft targets are one softmax over the classes
+        if not self.outputs.distils:  # a classifier's soft targets are one softmax over the classes
             raise BertkitError(f"the distillation task stage distils classifiers, not {self.name} models")
         labels = teacher.outputs
         train_data, train_part, eval_data, _ = _read(task, train_file, eval_file, seed)
@@ -260,31 +239,9 @@ class SequenceKind:
             pairs = [row_text(source, where, row, pair_field) for where, row in rows] if pair_field else None
             examples = encode_examples(texts, pairs, np.zeros(len(texts)), request.tokenizer, request.max_len)
             logits = np.stack(run(examples.input_ids, examples.token_type_ids if use_types else None))
-            return self._records(logits, labels, threshold)
+            return self.outputs.records(logits, labels, threshold)
 
         return RowPredictor([f for f in (text_field, pair_field) if f], records)
-
-    def _records(self, logits: np.ndarray, labels: list[str], threshold: float) -> list[dict[str, Any]]:
-        if self.name == "regression":
-            return [{"score": round(float(x), 6)} for x in logits[:, 0]]
-        if self.name == "multi-label":  # one sigmoid per label; every label at or above task.threshold is predicted
-            sig = torch.sigmoid(torch.from_numpy(logits)).numpy()
-            return [
-                {
-                    "labels": [name for name, v in zip(labels, p, strict=True) if v >= threshold],
-                    "probabilities": {name: round(float(v), 6) for name, v in zip(labels, p, strict=True)},
-                }
-                for p in sig
-            ]
-        probs = torch.softmax(torch.from_numpy(logits), dim=-1).numpy()
-        return [
-            {
-                "label": labels[int(p.argmax())],
-                "probabilities": {name: round(float(v), 6) for name, v in zip(labels, p, strict=True)},
-            }
-            for p in probs
-        ]
-
 
 def _read(task: TaskConfig, train_file: Path, eval_file: Path | None,
           seed: int) -> tuple[TaskData, TaskData, TaskData, TaskData | None]:  # fmt: skip

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from bertkit.config.schema import ModelConfig, TaskConfig, qa_doc_stride
+from bertkit.config.schema import ModelConfig, TaskConfig, qa_context_room, qa_doc_stride
 from bertkit.config.task_kinds import SPECS
 from bertkit.errors import BertkitError
 from bertkit.models.pretraining import build_encoder
@@ -17,9 +17,11 @@ from bertkit.tasks.kinds.base import (
     DistillData,
     Evaluate,
     FineTuned,
+    GateScore,
     Part,
     Prepared,
     model_inputs,
+    saved_task,
     shared_window,
     window,
 )
@@ -103,6 +105,24 @@ class SpanKind:
         )
 
     # -- distillation ------------------------------------------------------------------------------------------
+    def task_model(self, encoder: nn.Module, labels: list[str], task: dict[str, Any]) -> nn.Module:
+        """The fine-tuned QA model on `encoder`: a start and an end logit per token."""
+        return QuestionAnswerer(encoder)
+
+    def gate_scorer(self, meta: dict[str, Any], model_cfg: ModelConfig, tokenizer: Tokenizer, eval_file: Path,
+                    max_len: int) -> tuple[str, GateScore]:  # fmt: skip
+        """SQuAD's F1 (already in points) on `eval_file`, its windows encoded once, now, with the doc stride and the
+        unanswerable questions the model was fine-tuned with (its metadata's task)."""
+        task, saved = saved_task(meta), meta.get("task") or {}
+        examples = read_qa_file(eval_file).examples
+        stride = saved.get("doc_stride")
+        stride = int(stride) if stride is not None and int(stride) < qa_context_room(max_len) else None
+        use_types = model_cfg.type_vocab_size > 1
+        features = encode_qa(examples, tokenizer, max_len, stride, use_types)
+        with_null = bool(saved.get("version_2_with_negative"))
+        cpu, pad = torch.device("cpu"), tokenizer.pad_id
+        return "f1", lambda m, n: evaluate_qa(m, examples, features, cpu, pad, use_types, task, with_null, n)["f1"]
+
     def distill_data(self, teacher: FineTuned, task: TaskConfig, student_cfg: ModelConfig, train_file: Path,
                      eval_file: Path | None, seed: int) -> DistillData:  # fmt: skip
         """The teacher's windows (length and stride, as its fine-tuning resolved them), so that each is one it has

@@ -17,6 +17,7 @@ from bertkit.tasks.kinds.base import (
     DistillData,
     Evaluate,
     FineTuned,
+    GateScore,
     Part,
     PredictRequest,
     Prepared,
@@ -25,6 +26,7 @@ from bertkit.tasks.kinds.base import (
     check_outputs,
     model_inputs,
     row_text,
+    saved_task,
     shared_window,
     window,
 )
@@ -133,6 +135,23 @@ class TokenKind:
         )
 
     # -- distillation ------------------------------------------------------------------------------------------
+    def task_model(self, encoder: nn.Module, labels: list[str], task: dict[str, Any]) -> nn.Module:
+        """The fine-tuned tagger on `encoder` (dropout off): one row of tag logits per token."""
+        return TokenClassifier(encoder, len(labels), 0.0)
+
+    def gate_scorer(self, meta: dict[str, Any], model_cfg: ModelConfig, tokenizer: Tokenizer, eval_file: Path,
+                    max_len: int) -> tuple[str, GateScore]:  # fmt: skip
+        """Entity F1 (word accuracy for a scheme without entities) in points on `eval_file`, encoded once, now."""
+        task, labels = saved_task(meta), list(meta.get("labels") or [])
+        data = read_token_file(eval_file)
+        tags = resolve_tags(data, task.tag_scheme)
+        tag_indices_check(tags, labels, eval_file)
+        encoded = encode_sentences(data.words, tags, labels, tokenizer, max_len)
+        with_entities = task.tag_scheme != "none"
+        metric = task.metric or ("f1" if with_entities else "accuracy")
+        cpu, pad = torch.device("cpu"), tokenizer.pad_id
+        return metric, lambda m, n: 100 * evaluate_tagger(m, encoded, tags, labels, cpu, pad, with_entities, n)[metric]
+
     def distill_data(self, teacher: FineTuned, task: TaskConfig, student_cfg: ModelConfig, train_file: Path,
                      eval_file: Path | None, seed: int) -> DistillData:  # fmt: skip
         """The teacher's tags and tag scheme, and the window its tags were trained at (a longer one would give the
