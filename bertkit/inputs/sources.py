@@ -23,6 +23,7 @@ from typing import BinaryIO
 
 from bertkit.errors import BertkitError
 from bertkit.inputs.delimited import checked_header, delimited_reader, require_columns
+from bertkit.inputs.formats import delimiter, file_format, is_dataset_dir
 
 # What --invalid-utf8 takes: refuse a file with bytes that are not UTF-8, or read them as U+FFFD (ReadStats counts
 # the lines).
@@ -40,11 +41,6 @@ class ReadStats:
 
 # Rows taken from a Parquet row group or an Arrow record batch at a time: bounded memory on any table.
 _ARROW_BATCH_ROWS = 4096
-
-
-def is_dataset_dir(path: Path) -> bool:
-    """A Hugging Face `datasets` directory written by `Dataset.save_to_disk` (or a `DatasetDict` of them)."""
-    return path.is_dir() and ((path / "state.json").is_file() or (path / "dataset_dict.json").is_file())
 
 
 def _dataset_splits(path: Path) -> list[Path]:
@@ -157,23 +153,6 @@ def _decode(raw: bytes, stats: ReadStats) -> str:
         return raw.decode("utf-8", errors="replace")
 
 
-def _uncompressed_name(path: Path) -> str:
-    """The file name, lower-cased, without a .gz, .bz2 or .zst suffix: what the format is read from."""
-    stem = path.name.lower()
-    for suffix in (".gz", ".bz2", ".zst"):
-        stem = stem.removesuffix(suffix)
-    return stem
-
-
-def _is_jsonl(path: Path) -> bool:
-    return _uncompressed_name(path).endswith((".jsonl", ".json", ".ndjson"))
-
-
-def _delimiter(path: Path) -> str | None:
-    """',' for CSV, a tab for TSV (optionally compressed), else None."""
-    return {".csv": ",", ".tsv": "\t"}.get(Path(_uncompressed_name(path)).suffix)
-
-
 def _iter_delimited_documents(path: Path, delimiter: str, stats: ReadStats, text_field: str) -> Iterator[list[str]]:
     """Each row's `text_field` column of a CSV/TSV file with a header row, as one document. Lines are decoded
     one at a time (bad UTF-8 counted as in text files); a quoted field may span lines."""
@@ -206,22 +185,18 @@ def _iter_delimited_documents(path: Path, delimiter: str, stats: ReadStats, text
         raise BertkitError(f"cannot read {path}: {err}") from None
 
 
-def _is_parquet(path: Path) -> bool:
-    return path.is_file() and path.name.lower().endswith((".parquet", ".pq"))
-
-
 def iter_documents(paths: list[Path], stats: ReadStats | None = None, text_field: str = "text") -> Iterator[list[str]]:
     """Yield documents as lists of non-empty lines (sentences or paragraphs)."""
     stats = stats if stats is not None else ReadStats()
     for path in paths:
         stats.files += 1
-        if path.is_dir() or _is_parquet(path):
+        if path.is_dir() or (path.is_file() and file_format(path) == "parquet"):
             yield from _iter_table_documents(path, stats, text_field)
             continue
-        if delimiter := _delimiter(path):
-            yield from _iter_delimited_documents(path, delimiter, stats, text_field)
+        if separator := delimiter(path):
+            yield from _iter_delimited_documents(path, separator, stats, text_field)
             continue
-        jsonl = _is_jsonl(path)
+        jsonl = file_format(path) == "jsonl"
         try:
             with open_binary(path) as handle:
                 document: list[str] = []

@@ -44,9 +44,9 @@ import torch
 
 from bertkit.distill.stopwords import replaceable
 from bertkit.errors import BertkitError
+from bertkit.inputs.formats import delimiter, file_format
 from bertkit.pipelines.predict.common import inference_device
 from bertkit.progress import Tracker
-from bertkit.tasks.data import file_format
 from bertkit.tokenizers.base import Tokenizer
 
 FORMAT_SUFFIXES = {"csv": ".csv", "tsv": ".tsv", "jsonl": ".jsonl", "parquet": ".parquet", "text": ".txt"}
@@ -144,7 +144,7 @@ def output_format(input_path: Path, output: Path, overwrite: bool) -> str:
 def _read(input_path: Path, opts: AugmentOptions) -> tuple[list[dict[str, Any]], list[str], Any, int]:
     """(records, column order, parquet schema or None, rows read): every column of every row, so the output
     carries them all. read_task_data checks the rows first (one error naming the row, as finetune's)."""
-    from bertkit.tasks.data import _csv_rows, _jsonl_rows, read_task_data, read_texts
+    from bertkit.tasks.data import csv_rows, jsonl_rows, read_task_data, read_texts
 
     kind = file_format(input_path)
     if kind == "text":
@@ -154,10 +154,10 @@ def _read(input_path: Path, opts: AugmentOptions) -> tuple[list[dict[str, Any]],
     fields = [f for f in (opts.text_field, opts.text_pair_field, opts.label_field) if f]
     schema = None
     if kind in ("csv", "tsv"):
-        rows, columns = _csv_rows(input_path, "\t" if kind == "tsv" else ",")
+        rows, columns = csv_rows(input_path, delimiter(input_path) or ",")
         records = [row for _, row in rows]
     elif kind == "jsonl":
-        records = [row for _, row in _jsonl_rows(input_path)]
+        records = [row for _, row in jsonl_rows(input_path)]
         columns = list(dict.fromkeys(k for r in records for k in r))
     elif kind == "parquet":
         import pyarrow.parquet as pq

@@ -265,8 +265,8 @@ def _is_bi_encoder(spec: str) -> bool:
 
 
 def _suffix(path: Path) -> str:
+    from bertkit.inputs.formats import file_format
     from bertkit.pipelines.augment import FORMAT_SUFFIXES
-    from bertkit.tasks.data import file_format
 
     kind = file_format(path)
     return FORMAT_SUFFIXES["jsonl" if kind == "dataset" else kind]

@@ -25,13 +25,13 @@ from bertkit.config.schema import TaskConfig
 from bertkit.config.task_kinds import SPECS
 from bertkit.errors import BertkitError
 from bertkit.inputs.delimited import Quoting, delimited_rows
-from bertkit.inputs.sources import is_dataset_dir, read_text, split_lines
+from bertkit.inputs.formats import file_format
+from bertkit.inputs.sources import read_text, split_lines
 
 SKIP_HINT = "fix the file, or pass --skip-bad-rows to skip (and count) such rows"
 # Bytes that are not UTF-8, decoded with errors="surrogateescape", become lone surrogates U+DC80-U+DCFF:
 # so a bad byte is found in the row that holds it, not just at a byte offset.
 _UNDECODABLE = re.compile("[\udc80-\udcff]")
-_TABLE_SUFFIXES = (".parquet", ".pq")
 
 
 @dataclass
@@ -80,24 +80,6 @@ def read_task_file(path: Path, task: TaskConfig, split: str | None) -> TaskData:
     )
 
 
-def file_format(path: Path) -> str:
-    """csv, tsv, jsonl, parquet or dataset, from the name (compression suffixes .gz/.bz2/.zst ignored)."""
-    if is_dataset_dir(path):
-        return "dataset"
-    name = path.name.lower()
-    for suffix in (".gz", ".bz2", ".zst"):
-        name = name.removesuffix(suffix)
-    if name.endswith(_TABLE_SUFFIXES):
-        return "parquet"
-    if name.endswith((".jsonl", ".json", ".ndjson")):
-        return "jsonl"
-    if name.endswith((".tsv", ".tab")):
-        return "tsv"
-    if name.endswith(".csv"):
-        return "csv"
-    return "text"
-
-
 def read_task_data(
     path: Path,
     text_field: str = "text",
@@ -134,10 +116,10 @@ def read_task_data(
     named = columns is not None  # the column names come from task.columns, not from the file
     fields = [text_field] + ([text_pair_field] if text_pair_field else []) + ([label_field] if label_field else [])
     if kind in ("csv", "tsv", "text"):
-        rows, columns = _csv_rows(path, "\t" if kind == "tsv" else ",", columns=columns, quoting=quoting,
+        rows, columns = csv_rows(path, "\t" if kind == "tsv" else ",", columns=columns, quoting=quoting,
                                   unquoted_by=unquoted_by)  # fmt: skip
     elif kind == "jsonl":
-        rows, columns = _jsonl_rows(path), None
+        rows, columns = jsonl_rows(path), None
     else:
         rows, columns = _table_rows(path, fields, split, label_field)
     data = TaskData(path, [], [] if text_pair_field else None, [] if label_field else None)
@@ -181,6 +163,9 @@ def _existing_task_file(path: Path) -> tuple[Path, str]:
     if not path.exists():
         raise BertkitError(f"task file not found: {path}")
     kind = file_format(path)
+    if kind == "conllu":
+        raise BertkitError(f"{path} is a CoNLL-U file of tagged words; a token-classification task reads it "
+                           "(task.kind=token-classification), a table reader does not")  # fmt: skip
     if path.is_dir() and kind != "dataset":
         raise BertkitError(f"{path} is a directory but not a datasets directory written by save_to_disk")
     return path, kind
@@ -195,9 +180,9 @@ def read_rows(
     `read_task_data`'s (retrieval pairs)."""
     path, kind = _existing_task_file(path)
     if kind in ("csv", "tsv", "text"):
-        return _csv_rows(path, "\t" if kind == "tsv" else ",", quoting=quoting)
+        return csv_rows(path, "\t" if kind == "tsv" else ",", quoting=quoting)
     if kind == "jsonl":
-        return _jsonl_rows(path), None
+        return jsonl_rows(path), None
     return _table_rows(path, fields, split, None)
 
 
@@ -296,7 +281,7 @@ def _label_list(value: Any, name: str, separator: str) -> tuple[str | None, list
     return None, list(dict.fromkeys(p.strip() for p in parts if p is not None))
 
 
-def _csv_rows(
+def csv_rows(
     path: Path,
     delimiter: str,
     *,
@@ -310,7 +295,7 @@ def _csv_rows(
                           columns=columns, unquoted_by=unquoted_by)  # fmt: skip
 
 
-def _jsonl_rows(path: Path):
+def jsonl_rows(path: Path):
     text = read_text(path)
     for lineno, line in enumerate(split_lines(text), 1):
         if not line.strip():

@@ -29,6 +29,7 @@ from torch import nn
 
 from bertkit.corpus.loader import EpochSampler, SampledBatches, pad_batch
 from bertkit.errors import BertkitError
+from bertkit.inputs.formats import file_format
 from bertkit.models.bert import BertEncoder
 from bertkit.models.layers import init_weights
 from bertkit.models.pretraining import build_task_head
@@ -70,14 +71,9 @@ class TokenData:
 
 
 def token_file_format(path: Path) -> str:
-    name = path.name.lower()
-    for suffix in (".gz", ".bz2", ".zst"):
-        name = name.removesuffix(suffix)
-    if name.endswith(".conllu"):
-        return "conllu"
-    if name.endswith((".jsonl", ".json", ".ndjson")):
-        return "jsonl"
-    return "conll"
+    """conllu, jsonl, or conll (CoNLL's token-tab-tag lines: any other name), by the one format detection."""
+    form = file_format(path)
+    return form if form in ("conllu", "jsonl") else "conll"
 
 
 def _read_lines(path: Path) -> list[str]:

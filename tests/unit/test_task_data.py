@@ -203,3 +203,30 @@ def test_suite_wide_settings_reach_only_the_kinds_that_read_them() -> None:
 
     with pytest.raises(BertkitError, match="task.pool does not apply to a token-classification task"):
         load_recipe("finetune-token-classification", mine.grid(mine.task("ner"), probe=False)[3], kind="finetune")
+
+
+def test_every_reader_shares_one_format_detection(tmp_path: Path, reviews: list[tuple[str, str]]) -> None:
+    """A `.tab` file is TSV to the task reader, the corpus reader (build-corpus, tokenize) and augment alike, and a
+    compressed name is read as its uncompressed one; a CoNLL-U file is refused by the table readers in one line."""
+    import gzip
+
+    from bertkit.inputs.formats import file_format
+    from bertkit.inputs.sources import iter_documents
+    from bertkit.tasks.token_classification import token_file_format
+
+    single_line = [(text, label) for text, label in reviews if "\n" not in text][:50]
+    tab = tmp_path / "reviews.tab"
+    write_spreadsheet_csv(tab, single_line, delimiter="\t")
+    gz = tmp_path / "reviews.TSV.gz"
+    gz.write_bytes(gzip.compress(tab.read_bytes()))
+    for path in (tab, gz):
+        assert file_format(path) == "tsv"
+        assert read_task_data(path).texts == [text for text, _ in single_line]
+        assert [doc[0] for doc in iter_documents([path])] == [text for text, _ in single_line]
+    names = {"a.conllu": "conllu", "a.conll": "text", "a.jsonl.zst": "jsonl", "a.pq": "parquet", "a.txt": "text"}
+    assert {name: file_format(tmp_path / name) for name in names} == names
+    assert [token_file_format(Path(n)) for n in ("a.conllu", "a.conll", "a.ndjson")] == ["conllu", "conll", "jsonl"]
+    conllu = tmp_path / "words.conllu"
+    conllu.write_text("1\tword\t_\tNOUN\n", encoding="utf-8")
+    with pytest.raises(BertkitError, match="CoNLL-U file of tagged words; a token-classification task reads it"):
+        read_task_data(conllu)
