@@ -55,10 +55,15 @@ class Freeze(Part):
 
 class HeadWarmup(Part):
     """The first `steps` optimizer steps train the parameters under `new` alone (a continued pretraining's new head),
-    everything else frozen, then all of them; parameters frozen before the run stay frozen."""
+    everything else frozen, then all of them; parameters frozen before the run stay frozen.
 
-    def __init__(self, new: tuple[str, ...], steps: int) -> None:
-        self.new, self.steps = new, steps
+    In one process the others stop requiring gradients (no backward through them); an engine that fixed the trainable
+    set when it wrapped the model (DDP, FSDP2) is given them to `hold` instead: they compute gradients, which are
+    dropped before each update, so the steps are the same."""
+
+    def __init__(self, new: tuple[str, ...], steps: int,
+                 hold: Callable[[list[str]], None] | None = None) -> None:  # fmt: skip
+        self.new, self.steps, self.hold = new, steps, hold
         self.warming = False
         self.frozen_for_good: set[str] = set()
 
@@ -70,9 +75,13 @@ class HeadWarmup(Part):
         if warming == self.warming:
             return
         self.warming = warming
-        for name, parameter in model.named_parameters():
-            if name not in self.frozen_for_good and not name.startswith(self.new):
-                parameter.requires_grad_(not warming)
+        others = [(name, p) for name, p in model.named_parameters()
+                  if name not in self.frozen_for_good and not name.startswith(self.new)]  # fmt: skip
+        if self.hold is not None:
+            self.hold([name for name, _ in others] if warming else [])
+            return
+        for _, parameter in others:
+            parameter.requires_grad_(not warming)
 
 
 class AtEnd(Part):

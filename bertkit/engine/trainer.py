@@ -158,7 +158,8 @@ class Trainer:
         self.parts: list[Part] = [
             ActivationCheckpointing(train_cfg.activation_checkpointing),
             Freeze(train_cfg.freeze),
-            HeadWarmup(hooks.warm_only, train_cfg.head_warmup_steps or 0),
+            HeadWarmup(hooks.warm_only, train_cfg.head_warmup_steps or 0,
+                       None if self.backend.name == "single" else self.backend.hold),
             *([AtEnd(self._closing_checkpoint)] if hooks.final_checkpoint else []),
             *hooks.parts,
         ]
@@ -240,10 +241,10 @@ class Trainer:
             )
         if world > 1:
             self.source.shard(self.rank, world)
-        if train_cfg.head_warmup_steps and self.hooks.warm_only and self.backend.name != "single":
+        if train_cfg.head_warmup_steps and self.hooks.warm_only and self.backend.name == "deepspeed":
             raise BertkitError(
-                f"train.head_warmup_steps freezes and thaws the encoder within the run, which engine.backend="
-                f"{self.backend.name} cannot follow; warm the head up in a one-process run first, or set "
+                "train.head_warmup_steps freezes and thaws the encoder within the run, which DeepSpeed's optimizer "
+                "cannot follow; warm the head up with engine.backend=single, ddp or fsdp, or set "
                 "train.head_warmup_steps=0"
             )
         if self.main and self.device.type == "cpu" and self.precision == "bf16":

@@ -574,3 +574,50 @@ def test_activation_checkpointing_trains_as_without(corpus_dir: Path, single_run
              procs=1 if engine == "single" else 2)  # fmt: skip
     assert_same_curve(output, single_run)
     assert_same_weights(output, single_run)
+
+
+@pytest.fixture(scope="module")
+def minilm_corpus(minilm_dir: Path, text_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Python's own documentation (the stdlib's pydoc_data) in all-MiniLM-L6-v2's vocabulary, 32-token blocks."""
+    corpus = tmp_path_factory.mktemp("dist-minilm") / "corpus"
+    bertkit("build-corpus", "-i", str(text_file), "--tokenizer", str(minilm_dir), "-o", str(corpus),
+            "--max-seq-len", "32")  # fmt: skip
+    return corpus
+
+
+def continue_minilm(minilm_dir: Path, corpus: Path, output: Path, *launch: str, procs: int = 1) -> None:
+    """4 steps of continue-mlm-tiny from all-MiniLM-L6-v2 (no MLM head: a new one), its first 2 the head's alone."""
+    values = {"train.steps": 4, "train.batch_size": 8, "train.grad_accum": 1, "train.log_every": 1,
+              "train.eval_batches": 1, "train.checkpoint_every": 2, "train.head_warmup_steps": 2,
+              "optim.lr": 1e-3, "model.hidden_dropout": 0.0,
+              "model.attention_dropout": 0.0, "engine.threads": 1, "engine.tensorboard": "false"}  # fmt: skip
+    bertkit("pretrain", "-r", "continue-mlm-tiny", "-c", str(corpus), "--init-from", str(minilm_dir), "-o",
+            str(output), *[arg for key, value in values.items() for arg in ("--set", f"{key}={value}")], *launch,
+            procs=procs)  # fmt: skip
+
+
+@pytest.mark.parametrize("engine", ["ddp", "fsdp"])
+def test_a_head_warmup_makes_the_same_steps_on_two_processes(minilm_dir: Path, minilm_corpus: Path, tmp_path: Path,
+                                                             engine: str) -> None:  # fmt: skip
+    """The new head learns alone for 2 steps, then the whole model: under DDP and FSDP2 (whose wrapped models keep
+    the encoder's gradients, dropped before each update during the warm-up), the steps of one process, and the
+    encoder is the checkpoint's until the warm-up ends."""
+    from bertkit.modelio.hf_dir import load_hf_dir
+    from bertkit.modelio.weights import read_weights
+
+    reference, output = tmp_path / "single", tmp_path / engine
+    continue_minilm(minilm_dir, minilm_corpus, reference)
+    continue_minilm(minilm_dir, minilm_corpus, output, "--engine", engine, procs=2)
+    got, expected = loss_curve(output), loss_curve(reference)
+    assert [s for s, _ in got] == [s for s, _ in expected] == [1, 2, 3, 4]
+    for (_, x), (_, y) in zip(got, expected, strict=True):
+        assert x == pytest.approx(y, rel=1e-5, abs=1e-5)
+    trained = read_weights(output / "model" / "model.safetensors")
+    for key, value in read_weights(reference / "model" / "model.safetensors").items():
+        assert torch.allclose(trained[key], value, rtol=1e-4, atol=1e-5), key
+    real = load_hf_dir(minilm_dir).weights
+    at_two = read_weights(output / "checkpoints" / "step-2" / "model.safetensors")
+    encoder = [key for key in real if key.startswith("encoder.") and "pooler" not in key]
+    assert encoder and all(torch.equal(at_two[key], real[key]) for key in encoder)  # held while the head warms
+    qkv = "encoder.layers.5.attention.qkv.weight"
+    assert not torch.equal(trained[qkv], real[qkv])  # then the encoder learns too

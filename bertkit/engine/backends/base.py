@@ -49,6 +49,15 @@ class Backend:
     def __init__(self, cfg: EngineConfig, device: torch.device) -> None:
         self.cfg, self.device = cfg, device
         self.rank, self.world_size = 0, 1
+        # The parameters (names in the plain model) that compute gradients but take no update for now (`hold`):
+        # what a part freezes within a run where the engine fixed the trainable set when it wrapped the model (DDP's
+        # reducer, FSDP2's parameter groups, which also swap the parameter objects: so they are named, not kept).
+        self.held: frozenset[str] = frozenset()
+
+    def hold(self, names: list[str]) -> None:
+        """From the next step on, drop the gradients of the parameters `names` before the update (clipping
+        included), so they take none, as if they did not require gradients; an empty list ends the hold."""
+        self.held = frozenset(names)
 
     # --- set-up -------------------------------------------------------------------------------
     def setup(self, model: nn.Module, optim_cfg: OptimConfig, train_cfg: TrainConfig) -> None:
@@ -86,6 +95,10 @@ class Backend:
     def step(self, max_norm: float, scaler: Any = None) -> torch.Tensor:
         """Clip and apply the accumulated gradients; return the global gradient norm. A non-finite
         norm means the update was not applied (the caller counts the step as skipped)."""
+        if self.held:
+            for name, parameter in self.module.named_parameters():
+                if name in self.held:
+                    parameter.grad = None
         if scaler is not None:
             scaler.unscale_(self.optimizer)
         norm = self.clip_grad_norm(max_norm)
