@@ -83,7 +83,12 @@ def build_corpus_command(
         help="Static masking: copies of the text, each with its own masks and, in a pair format, its own pairs "
         "(BERT: 10).",
     ),
-    short_seq_prob: float = typer.Option(0.1, "--short-seq-prob", help="Pair formats: chance of a shorter target."),
+    short_seq_prob: float | None = typer.Option(
+        None,
+        "--short-seq-prob",
+        help="Chance that a sequence aims at a shorter random length (BERT's): 0.1 for segment-pair unless set, 0 for "
+        "full-sentences, doc-sentences and single-segment (set it to keep short inputs in a long-context corpus).",
+    ),
     seed: int = typer.Option(12345, "--seed", help="Seed of packing and static masks."),
     workers: int = typer.Option(1, "--workers", "-w", help="Tokenizing processes; the output does not depend on it."),
     tasks: int | None = typer.Option(

@@ -60,12 +60,20 @@ class BuildOptions:
     random_fraction: float = 0.1
     max_predictions: int = 0  # 0: no cap
     dupe_factor: int = 1  # static masks: copies, each its own masks (and pairs, for a pair format) (BERT: 10)
-    short_seq_prob: float = 0.1
+    # The chance that a sequence aims at a shorter random length (BERT's short_seq_prob). Unset: 0.1 for the pair
+    # formats (BERT's default; sentence-pair and sop draw no lengths), 0 for the others, where a share of shorter
+    # sequences keeps short inputs in a long-context corpus.
+    short_seq_prob: float | None = None
     seed: int = 12345
     invalid_utf8: str = "error"  # or "replace"
     long_sentences: str = "split"  # or "error"
 
+    def __post_init__(self) -> None:
+        if self.short_seq_prob is None:
+            object.__setattr__(self, "short_seq_prob", 0.1 if self.format in PAIR_FORMATS else 0.0)
+
     def validate(self) -> None:
+        short = float(self.short_seq_prob or 0.0)
         checks = [
             (self.format in FORMATS, f"unknown --format '{self.format}'; choose one of {', '.join(FORMATS)}"),
             (
@@ -88,7 +96,11 @@ class BuildOptions:
             (self.max_predictions >= 0, "--max-predictions must be 0 (no cap) or positive"),
             (self.dupe_factor >= 1, "--dupe-factor must be at least 1"),
             (self.dupe_factor == 1 or self.masking == "static", "--dupe-factor only makes sense with --masking static"),
-            (0.0 <= self.short_seq_prob <= 1.0, "--short-seq-prob must be between 0 and 1"),
+            (0.0 <= short <= 1.0, "--short-seq-prob must be between 0 and 1"),
+            (
+                not (short and self.format == "packed-documents"),
+                "--format packed-documents already places short pieces several to a row; drop --short-seq-prob",
+            ),
             (self.invalid_utf8 in INVALID_UTF8, "--invalid-utf8 must be error or replace"),
             (self.long_sentences in LONG_SENTENCES, "--long-sentences must be split or error"),
             (self.seed >= 0, f"--seed must be 0 or more, not {self.seed}"),

@@ -5,6 +5,9 @@
   segment-pair    BERT: [CLS] A [SEP] B [SEP]; A is the first sentences of a chunk, B the rest of the chunk
                   (label 0) or a stretch of another document (label 1), half of the time each; with
                   probability `short_seq_prob` a chunk aims at a shorter random length (BERT's short_seq_prob).
+                  full-sentences, doc-sentences and single-segment take `short_seq_prob` too (0 unless set): each
+                  sequence then aims at a random length from 2 to the whole with that probability, so that a
+                  long-context corpus keeps short inputs.
   sentence-pair   RoBERTa's SENTENCE-PAIR+NSP: A one sentence, B the next one or a random one from another document.
   sop             ALBERT: A and B two consecutive segments of one document, swapped half of the time (label 1).
   single-segment  SpanBERT / ELECTRA: one contiguous segment of a document filling the whole length.
@@ -137,6 +140,7 @@ class Packer:
         self._current: list[Sentence] = []
         self._used = 0
         self._separator: Sentence = (np.array([sep_id], np.int64), np.zeros(1, bool))
+        self._target = self._next_target()  # the length the contiguous formats' sequence in progress aims at
 
     # -- helpers ---------------------------------------------------------------------------------------
     def _emit(self, a: list[Sentence], b: list[Sentence] | None = None, label: int = -1) -> Packed:
@@ -216,6 +220,16 @@ class Packer:
     # -- formats ---------------------------------------------------------------------------------------
     def _contiguous(self, document: Document) -> Iterator[Packed]:
         """Full-/doc-sentences and single-segment; a sequence in progress carries over to the next document."""
+        if self.format == "single-segment" and self.short_seq_prob > 0:
+            # Contiguous segments of the document, each cut at the length its sequence aims at.
+            ids, starts = np.concatenate([s[0] for s in document]), np.concatenate([s[1] for s in document])
+            i = 0
+            while i < len(ids):
+                end = i + self._target
+                self._current, self._used = [(ids[i:end], starts[i:end])], len(ids[i:end])
+                i = end
+                yield self._flush()
+            return
         if self.format in ("single-segment", "packed-documents"):
             # One contiguous segment: the document's tokens cut exactly at the length, not at sentences.
             ids, starts = np.concatenate([s[0] for s in document]), np.concatenate([s[1] for s in document])
@@ -225,13 +239,14 @@ class Packer:
         else:
             document = self._pieces(document, self.budget)
         if self._current:  # only full-sentences keeps a sequence open across documents
-            if self._used + 1 >= self.budget:
+            if self._used + 1 >= self._target:
                 yield self._flush()
             else:
                 self._current.append(self._separator)  # RoBERTa marks a document boundary inside a sequence
                 self._used += 1
         for sentence in document:
-            if self._used + len(sentence[0]) > self.budget:
+            # A sentence longer than a short target still makes a sequence of its own (at most the budget).
+            if self._current and self._used + len(sentence[0]) > self._target:
                 yield self._flush()
             self._current.append(sentence)
             self._used += len(sentence[0])
@@ -244,7 +259,16 @@ class Packer:
             self._current.pop()
         packed = self._emit(self._current)
         self._current, self._used = [], 0
+        self._target = self._next_target()
         return packed
+
+    def _next_target(self) -> int:
+        """The length a contiguous format's next sequence aims at: the whole budget, or with `short_seq_prob` a
+        random one from 2 to it (no draw at all when the probability is 0, so such corpora are unchanged)."""
+        contiguous = self.format in ("full-sentences", "doc-sentences", "single-segment")
+        if contiguous and self.short_seq_prob > 0 and self.rng.random() < self.short_seq_prob:
+            return int(self.rng.integers(2, self.budget + 1))
+        return self.budget
 
     def _pairs(self, block: list[Document]) -> Iterator[Packed]:
         for index, raw in enumerate(block):

@@ -6,10 +6,12 @@ Text: SQuAD v1.1 train's articles (Wikipedia, the data manifest's `squad` source
 rest; corpora at 64 and 512 tokens of both. Model: crammed-bert-tiny (ModernBERT's layer, 2 x 128, rotary).
 
 1. Context extension. A stable phase at 64 tokens (constant rate after warm-up). Then, from its model and for the
-   same extra compute (a FLOP budget, decayed linearly to zero over it): (a) the extension: 512-token blocks, 512
-   positions, the global rotary base raised 8x, as ModernBERT raised its own for its 8x; (b) the plain alternative:
-   the same positions but 64-token blocks and the base as it was. What must hold: (a) scores a higher held-out
-   masked accuracy on 512-token blocks than (b), and no worse than (b) minus 0.01 on 64-token blocks.
+   same extra compute (a FLOP budget, decayed linearly to zero over it): (a) the extension: 512 positions, the
+   global rotary base raised 8x, as ModernBERT raised its own for its 8x, on a 512-token corpus with a share of
+   shorter sequences (`build-corpus --short-seq-prob 0.5`: half the sequences aim at a random length, so short
+   inputs stay in the data); (a') the same on 512-token blocks alone; (b) the plain alternative: the same
+   positions but 64-token blocks and the base as it was. What must hold: (a) scores a higher held-out masked
+   accuracy on 512-token blocks than (b), and no worse than (b) minus 0.01 on 64-token blocks.
 2. Decay from two points. A warmup-stable-decay stable phase at 64 tokens keeping a checkpoint every 100 steps;
    `--decay-from` its step-200 and its step-400 checkpoints, each decayed over 100 steps. What must hold: the later
    one scores higher held-out masked accuracy at 64 tokens.
@@ -34,6 +36,8 @@ STABLE_STEPS = 600
 EXTRA_FLOPS = "1.5e12flop"  # about half the stable phase's compute
 # The extension's global rotary base (the stable phase's is 10,000); BERTKIT_EXTENSION_THETA overrides it.
 EXTENSION_THETA = float(os.environ.get("BERTKIT_EXTENSION_THETA", "80000"))
+# The share of the extension corpus's sequences that aim at a shorter random length (--short-seq-prob).
+SHORT_SHARE = float(os.environ.get("BERTKIT_EXTENSION_SHORT", "0.5"))
 COMMON = ["--set", "engine.precision=fp32", "--set", "train.batch_size=32", "--set", "train.grad_accum=1",
           "--set", "train.batch_ramp=0", "--set", "train.log_every=50", "--set", "train.eval_batches=4",
           "--set", "train.eval_every_share=0", "--set", "data.masking.prob=0.4"]  # fmt: skip
@@ -60,6 +64,9 @@ def text(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             paths[f"{name}-{length}"] = work / f"{name}-{length}"
             run_json("build-corpus", "-i", str(paths[name]), "-t", str(paths["tok"]), "-o",
                      str(paths[f"{name}-{length}"]), "--max-seq-len", str(length))  # fmt: skip
+    paths["train-mixed"] = work / "train-mixed"
+    run_json("build-corpus", "-i", str(paths["train"]), "-t", str(paths["tok"]), "-o", str(paths["train-mixed"]),
+             "--max-seq-len", "512", "--short-seq-prob", str(SHORT_SHARE))  # fmt: skip
     return paths
 
 
@@ -103,9 +110,10 @@ def test_context_extension_and_decays_from_two_points(text: dict[str, Path], tmp
     extra = ["--init-from", str(stable / "checkpoints" / "step-400-model"), "--set", f"train.budget={EXTRA_FLOPS}",
              "--set", "schedule.warmup_fraction=0", "--set", "schedule.warmup_steps=0",
              "--set", "schedule.decay=linear"]  # fmt: skip
-    extended, plain = tmp_path / "extended", tmp_path / "plain"
-    pretrain(extended, text["train-512"], *extra, "--set", "model.max_position_embeddings=512",
-             "--set", f"model.global_rope_theta={EXTENSION_THETA:g}", "--set", "train.batch_size=4")  # fmt: skip
+    extended, long_only, plain = tmp_path / "extended", tmp_path / "extended-512-only", tmp_path / "plain"
+    for run, corpus in ((extended, text["train-mixed"]), (long_only, text["train-512"])):
+        pretrain(run, corpus, *extra, "--set", "model.max_position_embeddings=512",
+                 "--set", f"model.global_rope_theta={EXTENSION_THETA:g}", "--set", "train.batch_size=4")  # fmt: skip
     pretrain(plain, text["train-64"], *extra, "--set", "model.max_position_embeddings=512")
     decays = {}
     for step in (200, 400):
@@ -114,7 +122,8 @@ def test_context_extension_and_decays_from_two_points(text: dict[str, Path], tmp
                  "--set", "train.steps=100", "--set", "train.budget=null", "--set", "schedule.decay=wsd",
                  "--set", "schedule.decay_fraction=0.2")  # fmt: skip
     scores = {name: {length: held_out_accuracy(run / "model", text[f"held-{length}"]) for length in (64, 512)}
-              for name, run in (("extended", extended), ("plain", plain))}  # fmt: skip
+              for name, run in (("extended", extended), ("extended-512-only", long_only),
+                                ("plain", plain))}  # fmt: skip
     # where both started (its 128 positions read 64-token blocks only)
     scores["stable-400"] = {64: held_out_accuracy(stable / "checkpoints" / "step-400-model", text["held-64"])}
     decayed = {step: held_out_accuracy(run / "model", text["held-64"]) for step, run in decays.items()}
@@ -123,7 +132,7 @@ def test_context_extension_and_decays_from_two_points(text: dict[str, Path], tmp
               f"on {os.cpu_count()} cores")  # fmt: skip
         for name, row in scores.items():
             at_512 = f", at 512 {row[512]:.4f}" if 512 in row else ""
-            print(f"[bench]   {name:11} held-out masked accuracy at 64 tokens {row[64]:.4f}{at_512}")
+            print(f"[bench]   {name:17} held-out masked accuracy at 64 tokens {row[64]:.4f}{at_512}")
         for step, value in decayed.items():
             print(f"[bench]   decayed from step {step}: {value:.4f} at 64 tokens")
     figures = {f"{name}_acc_{length}": figure(value, "masked accuracy", "bertkit" if name == "extended" else name)
@@ -132,7 +141,8 @@ def test_context_extension_and_decays_from_two_points(text: dict[str, Path], tmp
                     for step, value in decayed.items()})  # fmt: skip
     write_record("phases", "pytest -m bench tests/bench/test_phases_bench.py",
                  {"model": "crammed-bert-tiny", "stable_steps": STABLE_STEPS, "extra_compute": EXTRA_FLOPS,
-                  "extension": {"length": 512, "global_rope_theta": EXTENSION_THETA}, "decay_steps": 100,
+                  "extension": {"length": 512, "global_rope_theta": EXTENSION_THETA, "short_seq_prob": SHORT_SHARE},
+                  "decay_steps": 100,
                   "text": "SQuAD v1.1 train articles, every 20th held out"}, figures, "fp32")  # fmt: skip
     assert scores["extended"][512] > scores["plain"][512], scores
     assert scores["extended"][64] >= scores["plain"][64] - 0.01, scores

@@ -154,3 +154,30 @@ def test_packed_documents_are_doc_sentences_sequences_placed_into_rows(built: di
     efficiency = int(packed.lengths().sum()) / (len(packed) * MAX_LEN)
     assert stats["packing_efficiency"] == round(efficiency, 4)
     assert efficiency > 0.98 and doc_manifest["stats"]["packing_efficiency"] < efficiency - 0.03
+
+
+@pytest.mark.parametrize("fmt", ["full-sentences", "single-segment"])
+def test_a_share_of_short_sequences_in_a_contiguous_format(
+    tmp_path: Path, built: dict, reference_stream: tuple, tokenizer_dir: Path, text_file: Path, fmt: str
+) -> None:
+    """--short-seq-prob P on a contiguous format: each sequence aims at a random length in [2, the whole] with
+    chance P, every token still placed once and in order. Unset, the format draws no lengths (0, the corpus the
+    format always built), and segment-pair keeps BERT's 0.1; packed-documents refuses it."""
+    from bertkit.errors import BertkitError
+
+    assert BuildOptions(format=fmt).short_seq_prob == 0.0 and BuildOptions(format="segment-pair").short_seq_prob == 0.1
+    probability = 0.5
+    manifest = build_corpus([text_file], tokenizer_dir, tmp_path / "mixed",
+                            BuildOptions(format=fmt, max_seq_len=MAX_LEN, short_seq_prob=probability))  # fmt: skip
+    mixed, whole = Corpus(tmp_path / "mixed"), built[fmt][0]
+    special = np.fromiter(load_tokenizer(tokenizer_dir).special_ids, np.int64)
+    docs, input_tokens = reference_stream
+    np.testing.assert_array_equal(content(mixed, special), np.concatenate(docs))
+    assert manifest["stats"]["input_tokens"] == input_tokens and mixed.lengths().max() <= MAX_LEN
+    # A sequence aimed at a target uniform in [2, whole]: the share below half the length rises by about P / 2 over
+    # the whole-length corpus (whose short sequences are document ends).
+    half = MAX_LEN // 2
+    rise = (mixed.lengths() < half).mean() - (whole.lengths() < half).mean()
+    assert 0.6 * probability / 2 < rise < 1.4 * probability / 2, rise
+    with pytest.raises(BertkitError, match="packed-documents already places short pieces"):
+        BuildOptions(format="packed-documents", short_seq_prob=0.2).validate()
