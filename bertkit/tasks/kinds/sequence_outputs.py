@@ -67,13 +67,7 @@ class OneClass:
     def records(self, logits: np.ndarray, labels: list[str], threshold: float) -> list[dict[str, Any]]:
         """`bertkit predict`'s rows: the most probable label and every label's probability."""
         probs = torch.softmax(torch.from_numpy(logits), dim=-1).numpy()
-        return [
-            {
-                "label": labels[int(p.argmax())],
-                "probabilities": {name: round(float(v), 6) for name, v in zip(labels, p, strict=True)},
-            }
-            for p in probs
-        ]
+        return [{"label": labels[int(p.argmax())], "probabilities": _by_label(labels, p)} for p in probs]
 
 
 class LabelSet(OneClass):
@@ -105,13 +99,8 @@ class LabelSet(OneClass):
 
     def records(self, logits: np.ndarray, labels: list[str], threshold: float) -> list[dict[str, Any]]:
         sig = torch.sigmoid(torch.from_numpy(logits)).numpy()
-        return [
-            {
-                "labels": [name for name, v in zip(labels, p, strict=True) if v >= threshold],
-                "probabilities": {name: round(float(v), 6) for name, v in zip(labels, p, strict=True)},
-            }
-            for p in sig
-        ]
+        return [{"labels": [name for name, v in zip(labels, p, strict=True) if v >= threshold],
+                 "probabilities": _by_label(labels, p)} for p in sig]  # fmt: skip
 
 
 class Score(OneClass):
@@ -139,3 +128,7 @@ class Score(OneClass):
 
     def records(self, logits: np.ndarray, labels: list[str], threshold: float) -> list[dict[str, Any]]:
         return [{"score": round(float(x), 6)} for x in logits[:, 0]]
+
+
+def _by_label(labels: list[str], probabilities: np.ndarray) -> dict[str, float]:
+    return {name: round(float(v), 6) for name, v in zip(labels, probabilities, strict=True)}
