@@ -35,7 +35,8 @@ def distill_command(
         help="A bertkit run/model dir, a local Hugging Face checkpoint dir, or a hub name (bert-base-uncased; "
         "short names bert-base, roberta-base, ...), read through the Hugging Face cache (HF_HOME, HF_HUB_OFFLINE). "
         "--stage task: a run of `bertkit finetune` or an HF BERT/ALBERT/RoBERTa *ForSequenceClassification "
-        "checkpoint (classes from its id2label).",
+        "checkpoint (classes from its id2label), or a bi-encoder (a retrieval model, a sentence-transformers "
+        "directory), whose student learns retrieval from pairs and the teacher's vectors.",
     ),
     student: str = typer.Option(
         ...,
@@ -106,7 +107,20 @@ def distill_command(
             )
         from bertkit.config.recipe import default_recipe
         from bertkit.distill.teacher import teacher_task
+        from bertkit.pipelines.compress import is_bi_encoder
         from bertkit.pipelines.distill.task import distill_task
+
+        if is_bi_encoder(teacher):  # a retrieval student, trained on pairs with the teacher's vectors
+            from bertkit.pipelines.distill.bi_encoder import distill_bi_encoder
+
+            if method or init:
+                raise BertkitError("--method and --init choose how a classifier is distilled; a bi-encoder's student "
+                                   "learns its teacher's vectors: drop them")  # fmt: skip
+            summary = distill_bi_encoder(teacher, student_dir, train_file, eval_file, output, recipe,
+                                         [*set_, *engine_overrides(engine, budget), *report_overrides(report_to)],
+                                         overwrite, resume, quiet)  # fmt: skip
+            emit_main(summary, json_out, "distillation done")
+            return
 
         # The task stage's recipe follows what the teacher was fine-tuned for (distill-task-KIND for a tagger
         # or QA model), as finetune's follows --task.

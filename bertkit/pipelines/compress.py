@@ -96,7 +96,7 @@ def compress(
             "instead: `bertkit augment`, `bertkit distill --stage task --engine ddp|fsdp|deepspeed`, `bertkit finetune`"
         )
     started = time.perf_counter()
-    if _is_bi_encoder(teacher_spec):
+    if is_bi_encoder(teacher_spec):
         from bertkit.pipelines.compress_embeddings import compress_bi_encoder
 
         return compress_bi_encoder(teacher_spec, Path(train_file), Path(eval_file), Path(output), opts, overwrite,
@@ -251,7 +251,7 @@ def _compress(teacher: Any, train_data: Any, train_file: Path, eval_file: Path, 
     return summary
 
 
-def _is_bi_encoder(spec: str) -> bool:
+def is_bi_encoder(spec: str) -> bool:
     """A retrieval or similarity model of bertkit's, or a sentence-transformers directory: its metadata says how it
     pools its vectors (read from the metadata files alone: the weights are loaded once, by the compress that runs)."""
     from bertkit.fsutil import read_json

@@ -205,6 +205,30 @@ def test_compress_a_bi_encoder(retrieval_data: dict[str, Path], minilm_dir: Path
     assert meta["architecture"] == "retrieval-bi-encoder" and meta["task"]["teacher"] == str(minilm_dir)
 
 
+def test_distill_task_stage_with_a_bi_encoder_teacher(retrieval_data: dict[str, Path], minilm_dir: Path,
+                                                     pretrained_run: Path, tmp_path: Path) -> None:  # fmt: skip
+    """`bertkit distill --stage task` with all-MiniLM-L6-v2 as the teacher and a 2-layer copy of it as the student:
+    a retrieval student trained on the pairs with the teacher's vectors, scored on the BEIR folder; a student of
+    another width and a classifier's --method are one line each."""
+    from bertkit.distill.teacher import Teacher
+    from bertkit.pipelines.compress_common import copy_layers
+
+    copy_layers(Teacher.load(str(minilm_dir)), 2, tmp_path / "student")
+    common = ["distill", "--stage", "task", "--teacher", str(minilm_dir), "--train", str(retrieval_data["train"]),
+              "--eval", str(retrieval_data["beir"]), *SMALL]  # fmt: skip
+    summary = run_json(*common, "--student", str(tmp_path / "student" / "model"), "-o", str(tmp_path / "run"))
+    assert summary["stage"] == "task" and summary["task"] == "retrieval" and summary["teacher"] == str(minilm_dir)
+    assert 0.2 < summary["eval"]["ndcg@10"] <= 1.0
+    meta = json.loads((tmp_path / "run" / "model" / "bertkit_model.json").read_text())
+    assert meta["architecture"] == "retrieval-bi-encoder" and meta["task"]["teacher"] == str(minilm_dir)
+    assert meta["model"]["num_layers"] == 2
+    line = run_error(*common, "--student", str(pretrained_run), "-o", str(tmp_path / "narrow"))
+    assert "gives 384-wide vectors and the student" in line and not (tmp_path / "narrow").exists()
+    line = run_error(*common, "--student", str(tmp_path / "student" / "model"), "--method", "tinybert", "-o",
+                     str(tmp_path / "method"))  # fmt: skip
+    assert "a bi-encoder's student learns its teacher's vectors" in line
+
+
 def test_onnx_export_of_a_bi_encoder_emits_its_vectors(retrieval_run, squad_dev_file: Path, tmp_path: Path) -> None:
     """The graph's `sentence_embedding` output is the bi-encoder's own vector (mean-pooled, unit length): that of
     `bertkit embed` on the PyTorch model."""
