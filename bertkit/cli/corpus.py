@@ -112,6 +112,7 @@ def build_corpus_command(
 ) -> None:
     """Documents to packed, memory-mapped token shards, in any BERT-family format and masking scheme."""
     from bertkit.corpus.build import BuildOptions, build_corpus
+    from bertkit.corpus.pack import PAIR_FORMATS
     from bertkit.inputs.sources import expand_inputs
     from bertkit.progress import Tracker
 
@@ -126,7 +127,9 @@ def build_corpus_command(
         mask_prob=mask_prob,
         max_predictions=max_predictions,
         dupe_factor=dupe_factor,
-        short_seq_prob=short_seq_prob,
+        # One option, two settings: segment-pair's chunks (BERT's, 0.1 unless set), the other formats' sequences (0).
+        **({"short_seq_prob": short_seq_prob if short_seq_prob is not None else 0.1} if format in PAIR_FORMATS
+           else {"short_seq_share": short_seq_prob or 0.0}),  # fmt: skip
         seed=seed,
         invalid_utf8=invalid_utf8,
         long_sentences=long_sentences,

@@ -60,20 +60,16 @@ class BuildOptions:
     random_fraction: float = 0.1
     max_predictions: int = 0  # 0: no cap
     dupe_factor: int = 1  # static masks: copies, each its own masks (and pairs, for a pair format) (BERT: 10)
-    # The chance that a sequence aims at a shorter random length (BERT's short_seq_prob). Unset: 0.1 for the pair
-    # formats (BERT's default; sentence-pair and sop draw no lengths), 0 for the others, where a share of shorter
-    # sequences keeps short inputs in a long-context corpus.
-    short_seq_prob: float | None = None
+    short_seq_prob: float = 0.1  # segment-pair: the chance a chunk aims at a shorter random length (BERT's)
+    # full-sentences, doc-sentences, single-segment: the chance a sequence aims at a shorter random length, so that a
+    # long-context corpus keeps short inputs (`--short-seq-prob` on those formats; 0: every sequence aims at the
+    # whole length, as these formats always packed).
+    short_seq_share: float = 0.0
     seed: int = 12345
     invalid_utf8: str = "error"  # or "replace"
     long_sentences: str = "split"  # or "error"
 
-    def __post_init__(self) -> None:
-        if self.short_seq_prob is None:
-            object.__setattr__(self, "short_seq_prob", 0.1 if self.format in PAIR_FORMATS else 0.0)
-
     def validate(self) -> None:
-        short = float(self.short_seq_prob or 0.0)
         checks = [
             (self.format in FORMATS, f"unknown --format '{self.format}'; choose one of {', '.join(FORMATS)}"),
             (
@@ -96,10 +92,16 @@ class BuildOptions:
             (self.max_predictions >= 0, "--max-predictions must be 0 (no cap) or positive"),
             (self.dupe_factor >= 1, "--dupe-factor must be at least 1"),
             (self.dupe_factor == 1 or self.masking == "static", "--dupe-factor only makes sense with --masking static"),
-            (0.0 <= short <= 1.0, "--short-seq-prob must be between 0 and 1"),
+            (0.0 <= self.short_seq_prob <= 1.0, "--short-seq-prob must be between 0 and 1"),
+            (0.0 <= self.short_seq_share <= 1.0, "--short-seq-prob must be between 0 and 1"),
             (
-                not (short and self.format == "packed-documents"),
+                not (self.short_seq_share and self.format == "packed-documents"),
                 "--format packed-documents already places short pieces several to a row; drop --short-seq-prob",
+            ),
+            (
+                not (self.short_seq_share and self.format in PAIR_FORMATS),
+                f"short_seq_share applies to full-sentences, doc-sentences and single-segment; {self.format} takes "
+                "short_seq_prob",
             ),
             (self.invalid_utf8 in INVALID_UTF8, "--invalid-utf8 must be error or replace"),
             (self.long_sentences in LONG_SENTENCES, "--long-sentences must be split or error"),
@@ -242,7 +244,10 @@ def copies_packed_apart(options: BuildOptions) -> bool:
 def build_key(paths: list[Path], tokenizer: Tokenizer, options: BuildOptions) -> str:
     """What makes two builds the same corpus: inputs (name, size, mtime), tokenizer and options."""
     files = [(str(p), p.stat().st_size, int(p.stat().st_mtime)) for p in paths]
-    parts: list[Any] = [files, tokenizer.fingerprint(), asdict(options)]
+    recorded = asdict(options)
+    if not recorded["short_seq_share"]:  # added later: left out at its default, so earlier builds keep their key
+        del recorded["short_seq_share"]
+    parts: list[Any] = [files, tokenizer.fingerprint(), recorded]
     if copies_packed_apart(options):  # not the corpus of copies sharing one packing that earlier builds made
         parts.append("copies packed apart")
     blob = json.dumps(parts, sort_keys=True)
@@ -344,7 +349,8 @@ def write_corpus(
     writer = ShardWriter(tmp, tokenizer.vocab_size, pair_format, static, documents=documents_packed)
     # BERT's create_pretraining_data runs over the documents once a copy: every copy draws its own chunk lengths,
     # segment pairs and NSP labels, not only its own masks. The pair formats do the same; the other formats
-    # pack without drawing anything, so their copies are one packing masked `dupe_factor` times.
+    # draw nothing but, with short_seq_share, their sequences' lengths, and their copies are one packing masked
+    # `dupe_factor` times.
     repacked = copies_packed_apart(options)
     packers = [
         Packer(
@@ -353,7 +359,7 @@ def write_corpus(
             tokenizer.cls_id,
             tokenizer.sep_id,
             np.random.default_rng([options.seed, 0x9AC4, *([copy] if copy else [])]),
-            options.short_seq_prob,
+            options.short_seq_prob if options.format in PAIR_FORMATS else options.short_seq_share,
             pack_stats if copy == 0 else PackStats(),  # the manifest's statistics: one packing of the input
             options.layout,
         )

@@ -132,6 +132,9 @@ def output_format(input_path: Path, output: Path, overwrite: bool) -> str:
     out_kind = file_format(output)
     if kind is None:
         return out_kind  # the missing input is reported when it is read
+    if kind not in FORMAT_SUFFIXES and kind != "dataset":
+        raise BertkitError(f"{input_path} is a {kind} file; augment reads CSV/TSV, JSON lines, Parquet, a datasets "
+                           "directory or text lines")  # fmt: skip
     if kind == "dataset":
         if out_kind not in ("csv", "tsv", "jsonl", "parquet"):
             raise BertkitError(f"--output {output}: write a datasets directory as .csv, .tsv, .jsonl or .parquet")

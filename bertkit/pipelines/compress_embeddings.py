@@ -41,7 +41,7 @@ def compress_bi_encoder(teacher_spec: str, train_file: Path, eval_file: Path, ou
 
     if opts.student is not None:
         raise BertkitError("--student applies to classifiers; a bi-encoder's student is a copy of its layers")
-    teacher_dir, meta, cfg, _, _ = load_model_dir(teacher_spec)
+    teacher_dir, meta, cfg, _, _ = load_model_dir(teacher_spec, hub=True)
     check_layers(opts.layers, cfg.num_layers)
     for path in (train_file, eval_file):
         if not Path(path).exists():

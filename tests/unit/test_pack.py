@@ -160,15 +160,20 @@ def test_packed_documents_are_doc_sentences_sequences_placed_into_rows(built: di
 def test_a_share_of_short_sequences_in_a_contiguous_format(
     tmp_path: Path, built: dict, reference_stream: tuple, tokenizer_dir: Path, text_file: Path, fmt: str
 ) -> None:
-    """--short-seq-prob P on a contiguous format: each sequence aims at a random length in [2, the whole] with
-    chance P, every token still placed once and in order. Unset, the format draws no lengths (0, the corpus the
-    format always built), and segment-pair keeps BERT's 0.1; packed-documents refuses it."""
+    """--short-seq-prob P on a contiguous format (short_seq_share): each sequence aims at a random length in
+    [2, the whole] with chance P, every token still placed once and in order. Unset, the format draws no lengths
+    (the corpus, and the build key, it always had); packed-documents and the pair formats refuse it."""
+    from bertkit.corpus.build import build_key
     from bertkit.errors import BertkitError
 
-    assert BuildOptions(format=fmt).short_seq_prob == 0.0 and BuildOptions(format="segment-pair").short_seq_prob == 0.1
+    default = BuildOptions(format=fmt)
+    assert default.short_seq_share == 0.0 and default.short_seq_prob == 0.1  # as the options were before it
+    tokenizer = load_tokenizer(tokenizer_dir)
+    assert build_key([text_file], tokenizer, default) != build_key([text_file], tokenizer,
+                                                                   BuildOptions(format=fmt, short_seq_share=0.5))
     probability = 0.5
     manifest = build_corpus([text_file], tokenizer_dir, tmp_path / "mixed",
-                            BuildOptions(format=fmt, max_seq_len=MAX_LEN, short_seq_prob=probability))  # fmt: skip
+                            BuildOptions(format=fmt, max_seq_len=MAX_LEN, short_seq_share=probability))  # fmt: skip
     mixed, whole = Corpus(tmp_path / "mixed"), built[fmt][0]
     special = np.fromiter(load_tokenizer(tokenizer_dir).special_ids, np.int64)
     docs, input_tokens = reference_stream
@@ -180,4 +185,17 @@ def test_a_share_of_short_sequences_in_a_contiguous_format(
     rise = (mixed.lengths() < half).mean() - (whole.lengths() < half).mean()
     assert 0.6 * probability / 2 < rise < 1.4 * probability / 2, rise
     with pytest.raises(BertkitError, match="packed-documents already places short pieces"):
-        BuildOptions(format="packed-documents", short_seq_prob=0.2).validate()
+        BuildOptions(format="packed-documents", short_seq_share=0.2).validate()
+    with pytest.raises(BertkitError, match="segment-pair takes short_seq_prob"):
+        BuildOptions(format="segment-pair", short_seq_share=0.2).validate()
+    # The command line's one option sets either, by format.
+    from cli_helpers import run_error, run_json
+
+    built_by_cli = run_json("build-corpus", "-i", str(text_file), "-t", str(tokenizer_dir), "-o",
+                            str(tmp_path / "cli"), "--format", fmt, "--max-seq-len", str(MAX_LEN), "--short-seq-prob",
+                            str(probability))  # fmt: skip
+    assert built_by_cli["options"]["short_seq_share"] == probability
+    assert built_by_cli["build_key"] == manifest["build_key"]
+    line = run_error("build-corpus", "-i", str(text_file), "-t", str(tokenizer_dir), "-o", str(tmp_path / "packed"),
+                     "--format", "packed-documents", "--short-seq-prob", "0.2")  # fmt: skip
+    assert "packed-documents already places short pieces" in line

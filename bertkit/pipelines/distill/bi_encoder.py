@@ -2,8 +2,9 @@
 sentence-transformers directory): the student is fine-tuned for retrieval on (query, positive[, negative]) pairs
 with the ranking loss and the teacher's vector of every training text (computed once; `task.distill_loss` mse, the
 squared distance of the unit vectors, or kl, the teacher's in-batch ranking), as `bertkit compress` trains its
-distilled copy. The recipe is a fine-tuning one (`finetune-retrieval` unless --recipe names another), so every
-`task.*`, `optim.*` and `train.*` setting of a retrieval fine-tuning applies."""
+distilled copy. The recipe is a fine-tuning one (`finetune-retrieval`, pooled as the teacher pools, at the student
+rate, unless --recipe names another), so every `task.*`, `optim.*` and `train.*` setting of a retrieval fine-tuning
+applies."""
 
 from __future__ import annotations
 
@@ -26,10 +27,12 @@ def distill_bi_encoder(teacher_spec: str, student: Path, train_file: Path, eval_
     from bertkit.modelio.st_dir import trained_pooling
     from bertkit.pipelines.finetune.run import finetune
 
-    teacher_dir, meta, _, _, _ = load_model_dir(teacher_spec)
+    teacher_dir, meta, _, _, _ = load_model_dir(teacher_spec, hub=True)
     model = student / "model" if (student / "model").is_dir() else student
-    settings = [f"task.pooling={trained_pooling(meta, teacher_dir) or 'mean'}", "task.normalize=true",
-                f"optim.lr={STUDENT_LR}", *overrides, f"task.teacher={teacher_dir}"]  # fmt: skip
+    # Without --recipe: pooled as the teacher pools, at the student rate; a recipe of the user's says its own.
+    defaults = [f"task.pooling={trained_pooling(meta, teacher_dir) or 'mean'}", "task.normalize=true",
+                f"optim.lr={STUDENT_LR}"] if recipe is None else []  # fmt: skip
+    settings = [*defaults, *overrides, f"task.teacher={teacher_dir}"]
     loaded = load_recipe(recipe or "finetune-retrieval", settings, kind="finetune")
     if loaded.task.kind != "retrieval":
         raise BertkitError(
