@@ -308,7 +308,7 @@ def test_augment_errors(pretrained_run: Path, minilm_dir: Path, reviews: Path, t
     for prob in ("0", "1.5", "-0.2"):
         line = run_error("augment", "-m", str(pretrained_run), "-i", str(reviews), "-o", str(out), "--prob", prob)
         assert "--prob must be in (0, 1]" in line
-X
+    tagged = tmp_path / "tagged" / "words.conllu"  # three lines in CoNLL-U's layout: the name is what is refused
     tagged.parent.mkdir()
     tagged.write_text("".join(f"{i}\t{word}\t_\t_\n" for i, word in enumerate(["@paulwalk", "It", "'s"], 1)))
     line = run_error("augment", "-m", str(pretrained_run), "-i", str(tagged), "-o", str(tmp_path / "out.txt"))
