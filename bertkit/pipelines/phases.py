@@ -50,11 +50,28 @@ def phase_recipes(recipe: PretrainRecipe, corpora: dict[str, str]) -> list[tuple
         phase_recipe = validate_recipe(raw, f"recipe '{recipe.name}', phase '{phase.name}'", "pretrain")
         if out:
             _check_model_change(out[-1][1], phase_recipe, phase.name)
+        _check_positions(phase_recipe, phase)
         if phase.decay and _model_changes(out[-1][1], phase_recipe):
             raise BertkitError(f"phase '{phase.name}' decays the phase before it, so it cannot change the model; "
                                "change it in a phase of its own")  # fmt: skip
         out.append((phase, phase_recipe))  # type: ignore[arg-type]
     return out
+
+
+def _check_positions(recipe: PretrainRecipe, phase: PhaseConfig) -> None:
+    """A phase's corpus (a local one: its manifest) must fit the phase's positions, checked before any phase runs."""
+    from bertkit.corpus.shards import MANIFEST
+
+    train = recipe.data.train
+    manifest = Path(str(train)) / MANIFEST if train is not None and "://" not in str(train) else None
+    if manifest is None or not manifest.is_file():
+        return  # a remote corpus, or one that is not there: checked when the phase starts
+    length = int((read_json(manifest, "corpus manifest").get("options") or {}).get("max_seq_len") or 0)
+    if length > recipe.model.max_position_embeddings:
+        named = f"corpus '{phase.corpus}'" if phase.corpus else "the corpus"
+        raise BertkitError(f"phase '{phase.name}' reads {length}-token sequences of {named} but its model has "
+                           f"{recipe.model.max_position_embeddings} positions; add model.max_position_embeddings="
+                           f"{length} (or more) to its set:")  # fmt: skip
 
 
 def _model_changes(before: PretrainRecipe, after: PretrainRecipe) -> dict[str, tuple[Any, Any]]:

@@ -89,6 +89,15 @@ def test_bad_phases_are_one_line(phased: tuple[Path, Path], corpus_dir: Path, tm
                      "-o", str(tmp_path / "b"))  # fmt: skip
     assert "phase 'extension' shrinks model.max_position_embeddings from 512 to 256" in line
     assert not (tmp_path / "b").exists()
+    raw = yaml.safe_load(recipe.read_text("utf-8"))
+    raw["phases"][1]["set"] = [item for item in raw["phases"][1]["set"] if "max_position_embeddings" not in item]
+    raw["model"] = {**raw.get("model", {}), "max_position_embeddings": 64}
+    short = tmp_path / "short.yaml"
+    short.write_text(yaml.safe_dump(raw), "utf-8")
+    line = run_error("pretrain", "-r", str(short), "-c", str(corpus_dir), "-c", f"long={long}",
+                     "-o", str(tmp_path / "d"))  # fmt: skip
+    assert "phase 'extension' reads 128-token sequences of corpus 'long' but its model has 64 positions" in line
+    assert not (tmp_path / "d").exists()
     line = run_error("pretrain", "-r", "modernbert-tiny", "-c", str(corpus_dir), "-c", f"long={long}",
                      "-o", str(tmp_path / "c"))  # fmt: skip
     assert "has no phases; give the corpus directory alone" in line
