@@ -209,7 +209,8 @@ def test_distill_task_stage_with_a_bi_encoder_teacher(retrieval_data: dict[str, 
                                                      pretrained_run: Path, tmp_path: Path) -> None:  # fmt: skip
     """`bertkit distill --stage task` with all-MiniLM-L6-v2 as the teacher and a 2-layer copy of it as the student:
     a retrieval student trained on the pairs with the teacher's vectors, scored on the BEIR folder; a student of
-    another width and a classifier's --method are one line each."""
+    another width learns the teacher's in-batch ranking (its vectors' squared distance is one line), and a
+    classifier's --method is one line."""
     from bertkit.distill.teacher import Teacher
     from bertkit.pipelines.compress_common import copy_layers
 
@@ -223,7 +224,12 @@ def test_distill_task_stage_with_a_bi_encoder_teacher(retrieval_data: dict[str, 
     assert meta["architecture"] == "retrieval-bi-encoder" and meta["task"]["teacher"] == str(minilm_dir)
     assert meta["model"]["num_layers"] == 2
     line = run_error(*common, "--student", str(pretrained_run), "-o", str(tmp_path / "narrow"))
-    assert "gives 384-wide vectors and the student" in line and not (tmp_path / "narrow").exists()
+    assert "gives 384-wide vectors and the student" in line and "task.distill_loss=kl" in line
+    assert not (tmp_path / "narrow").exists()
+    # a student of another width (bert-tiny, its own vocabulary) learns the teacher's in-batch ranking instead
+    narrow = run_json(*common, "--student", str(pretrained_run), "-o", str(tmp_path / "narrow"),
+                      "--set", "task.distill_loss=kl")  # fmt: skip
+    assert narrow["teacher"] == str(minilm_dir) and narrow["steps"] >= 2 and 0 < narrow["eval"]["ndcg@10"] <= 1
     line = run_error(*common, "--student", str(tmp_path / "student" / "model"), "--method", "tinybert", "-o",
                      str(tmp_path / "method"))  # fmt: skip
     assert "a bi-encoder's student learns its teacher's vectors" in line

@@ -142,12 +142,15 @@ class RetrievalKind(NotServed):
 
 def teacher_vectors(task: TaskConfig, train: Pairs, student_cfg: ModelConfig, max_len: int) -> TeacherVectors:
     """The teacher's unit vectors of every training text, computed once (as a classifier teacher's logits are
-    cached), pooled as the teacher was trained; its width must be the student's."""
+    cached), pooled as the teacher was trained; for the squared distance, its width must be the student's."""
     teacher = load_sentence_encoder(str(task.teacher), torch.device("cpu"), max_len)
-    if teacher.config.hidden_size != student_cfg.hidden_size:
+    # The squared distance compares the vectors themselves; the in-batch ranking (kl) compares each model's scores
+    # among its own vectors, so any width learns it.
+    if task.distill_loss == "mse" and teacher.config.hidden_size != student_cfg.hidden_size:
         raise BertkitError(f"the teacher {teacher.model_dir} gives {teacher.config.hidden_size}-wide vectors and the "
-                           f"student {student_cfg.hidden_size}-wide; distil into a student of the teacher's width "
-                           "(bertkit compress copies its layers)")  # fmt: skip
+                           f"student {student_cfg.hidden_size}-wide; learn the teacher's in-batch ranking instead, "
+                           "which any width can (--set task.distill_loss=kl), or distil into a student of the "
+                           "teacher's width (bertkit compress copies its layers)")  # fmt: skip
     model, tokenizer, device, window = teacher.model, teacher.tokenizer, torch.device("cpu"), teacher.max_len
 
     def vectors(texts: list[str]) -> torch.Tensor:
