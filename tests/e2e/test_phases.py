@@ -56,6 +56,16 @@ def test_three_phases_run_in_one_directory_and_resume_across_a_boundary(
     assert [p["phase"] for p in out["phases"]] == ["stable", "extension", "decay"] and out["steps"] == 10
     stable, extension, decay = out["phases"]
     assert extension["init"]["extended"]["context"] == "global_rope_theta 160000 -> 640000"  # a fresh optimizer
+    # The extension phase is what `--init-from` of the first phase's model does with the phase's settings.
+    raw = yaml.safe_load(recipe.read_text("utf-8"))
+    phase_sets = [item for phase in raw.pop("phases")[:2] for item in phase["set"]]
+    single = tmp_path / "single.yaml"
+    single.write_text(yaml.safe_dump(raw, sort_keys=False), "utf-8")
+    run_json("pretrain", "-r", str(single), "-c", str(long), "--init-from", str(run / "phases" / "00-stable" / "model"),
+             *[arg for item in phase_sets for arg in ("--set", item)], "-o", str(tmp_path / "by-init-from"))
+    a = load_file(str(tmp_path / "by-init-from" / "model" / "model.safetensors"))
+    b = load_file(str(run / "phases" / "01-extension" / "model" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[key], b[key]) for key in a)
     assert decay["decay"]["data"] == "continued from the checkpoint" and decay["decay"]["shape"] == "1-sqrt"
     # the rate logged after each step is the next step's: 1-sqrt from the peak 5e-4 over 3 steps, down to 0
     lrs = _lrs(run / "phases" / "02-decay")
