@@ -126,3 +126,43 @@ def test_every_shipped_phased_recipe_validates_phase_by_phase() -> None:
         assert extension.model.global_rope_theta > stable.model.global_rope_theta, name
         assert extension.model.local_rope_theta == stable.model.local_rope_theta, name
         assert decay.decay and str(last.data.train) == "/data/long", name
+
+
+def test_a_phased_run_killed_inside_its_second_phase_resumes_bitwise(phased: tuple[Path, Path], corpus_dir: Path,
+                                                                    tmp_path: Path) -> None:  # fmt: skip
+    """SIGKILL once the extension's first checkpoint is written (its 12 steps still under way); `--resume auto`
+    keeps the finished stable phase, resumes the extension from that checkpoint, runs the decay, and ends on the
+    uninterrupted run's weights, bitwise. Every run is a process of its own on one thread, as the killed one is."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from test_resume import run_until
+
+    recipe, long = phased
+    raw = yaml.safe_load(recipe.read_text("utf-8"))
+    raw["phases"][1]["set"] = [item for item in raw["phases"][1]["set"] if not item.startswith("train.steps")]
+    raw["phases"][1]["set"].append("train.steps=12")
+    longer = tmp_path / "longer.yaml"
+    longer.write_text(yaml.safe_dump(raw, sort_keys=False), "utf-8")
+    command = [sys.executable, "-m", "bertkit", "pretrain", "-r", str(longer), "-c", str(corpus_dir), "-c",
+               f"long={long}", "--quiet", "--json"]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+    def run(*args: str) -> dict:
+        done = subprocess.run([*command, *args], capture_output=True, text=True, env=env)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    reference = run("-o", str(tmp_path / "whole"))
+    killed = run_until([*command, "-o", str(tmp_path / "killed")],
+                       tmp_path / "killed" / "phases" / "01-extension" / "checkpoints" / "step-1", signal.SIGKILL,
+                       env=env)  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL
+    assert not (tmp_path / "killed" / "phases" / "01-extension" / "model").exists()  # killed inside the phase
+    resumed = run("-o", str(tmp_path / "killed"), "--resume", "auto")
+    assert resumed["steps"] == reference["steps"] == 4 + 12 + 3
+    a = load_file(str(tmp_path / "killed" / "model" / "model.safetensors"))
+    b = load_file(str(tmp_path / "whole" / "model" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[key], b[key]) for key in a)
