@@ -23,6 +23,7 @@ def distill_bi_encoder(teacher_spec: str, student: Path, train_file: Path, eval_
                        recipe: str | None, overrides: list[str], overwrite: bool, resume: bool | str | None,
                        quiet: bool) -> dict[str, Any]:  # fmt: skip
     from bertkit.config.recipe import load_recipe
+    from bertkit.config.task_kinds import kind_spec
     from bertkit.modelio.modeldir import load_model_dir
     from bertkit.modelio.st_dir import trained_pooling
     from bertkit.pipelines.finetune.run import finetune
@@ -34,7 +35,7 @@ def distill_bi_encoder(teacher_spec: str, student: Path, train_file: Path, eval_
                 f"optim.lr={STUDENT_LR}"] if recipe is None else []  # fmt: skip
     settings = [*defaults, *overrides, f"task.teacher={teacher_dir}"]
     loaded = load_recipe(recipe or "finetune-retrieval", settings, kind="finetune")
-    if loaded.task.kind != "retrieval":
+    if "teacher" not in kind_spec(loaded.task.kind).fields:  # the kinds that learn a bi-encoder teacher's vectors
         raise BertkitError(
             f"the teacher {teacher_dir} is a bi-encoder, so the task stage trains a retrieval student; the recipe "
             f"{loaded.name} is a {loaded.task.kind} recipe: leave --recipe out or name a retrieval one"
