@@ -71,7 +71,10 @@ def init_process_group(device: torch.device, timeout: float | None = None) -> No
 
 
 def destroy_process_group() -> None:
+    """Leave the process group at the end of a run, every rank together: a rank that tears its group down while
+    another still works (rank 0 writing the model and the summary) can abort at exit under gloo and DeepSpeed."""
     if is_initialized():
+        torch.distributed.barrier()
         torch.distributed.destroy_process_group()
 
 
