@@ -99,15 +99,15 @@ def kind_spec(name: str) -> KindSpec:
         raise BertkitError(f"'{name}' is not a task kind; use one of {', '.join(SPECS)}") from None
 
 
+SPEC_BY_ARCHITECTURE: dict[str, KindSpec] = {spec.architecture: spec for spec in SPECS.values()}
+
+
 def spec_of_architecture(architecture: str) -> KindSpec:
     """The description of the kind whose fine-tuned models record `architecture`."""
-    for spec in SPECS.values():
-        if spec.architecture == architecture:
-            return spec
-    raise BertkitError(f"'{architecture}' is not the architecture of a task kind bertkit fine-tunes")
-
-
-SPEC_BY_ARCHITECTURE: dict[str, KindSpec] = {spec.architecture: spec for spec in SPECS.values()}
+    try:
+        return SPEC_BY_ARCHITECTURE[architecture]
+    except KeyError:
+        raise BertkitError(f"'{architecture}' is not the architecture of a task kind bertkit fine-tunes") from None
 
 # The architectures of the fine-tuned models with a task head (what `predict`, the ONNX export and `--head
 # classifier` serve as task models; bi-encoders are served as encoders).

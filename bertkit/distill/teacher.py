@@ -92,8 +92,9 @@ class Teacher(EncoderWithHeads):
             )
         architecture = str(meta.get("architecture"))
         # A sequence classifier the task stage distils (softmax over classes) brings its classes; a tagger its tags.
-        distilled = architecture in SPEC_BY_ARCHITECTURE and SPEC_BY_ARCHITECTURE[architecture].distill_recipe
-        labels = _labels(meta, model_dir) if distilled and head_of(architecture) == "sequence" else None
+        spec = SPEC_BY_ARCHITECTURE.get(architecture)
+        distilled = spec is not None and spec.distill_recipe is not None and spec.head == "sequence"
+        labels = _labels(meta, model_dir) if distilled else None
         # A classifier fine-tuned with task.pool=mean reads the mean of the hidden states, not [CLS].
         pool = str((meta.get("task") or {}).get("pool", "cls"))
         huggingface = meta.get("huggingface") or (

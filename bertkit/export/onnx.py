@@ -23,13 +23,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from bertkit.config.task_kinds import spec_of_architecture
+from bertkit.config.task_kinds import HEADED_ARCHITECTURES, spec_of_architecture
 from bertkit.errors import BertkitError
 from bertkit.export.onnx_runtime import ONNX_GRAPH, OnnxRunner, quiet_loggers, require_onnx
 from bertkit.fsutil import atomic_output_dir, check_output_dir, write_json_atomic
 from bertkit.modelio.modeldir import MODEL_META, ONNX_FORMAT, load_model_dir
 from bertkit.modelio.st_dir import trained_pooling
-from bertkit.tasks.architectures import TASK_ARCHITECTURES, build_task_model
+from bertkit.tasks.architectures import build_task_model
 
 DEFAULT_OPSET = 18  # the oldest opset the torch.export-based exporter emits natively (no down-conversion)
 # Measured with torch 2.13 and onnxruntime 1.32: below 17 the exporter silently keeps opset 18; from 23 it
@@ -85,7 +85,7 @@ def export_onnx(
             f"{cfg.family} with model.attention=block_sparse cannot be traced to ONNX (its attention takes another "
             "path on long inputs, which a traced graph cannot follow); serve it with PyTorch"
         )
-    if cfg.family == "xlnet" and architecture in TASK_ARCHITECTURES:
+    if cfg.family == "xlnet" and architecture in HEADED_ARCHITECTURES:
         raise BertkitError(
             "XLNet's task models put <cls> last, a layout bertkit predict does not serve; an XLNet encoder exports "
             "(for bertkit embed), its fine-tuned models stay in PyTorch"
@@ -93,7 +93,7 @@ def export_onnx(
     # The gate's data is read (and its labels checked) before the slow export, so bad input fails at once.
     scorer = GateScorer(meta, cfg, tokenizer, eval_file) if eval_file is not None else None
 
-    if architecture in TASK_ARCHITECTURES:
+    if architecture in HEADED_ARCHITECTURES:
         model = build_task_model(architecture, meta, cfg, weights, str(model_dir))
         names = list(spec_of_architecture(architecture).outputs)
     else:

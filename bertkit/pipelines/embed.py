@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from bertkit.config.task_kinds import HEADED_ARCHITECTURES
 from bertkit.engine.checkpoint import load_state
 from bertkit.errors import BertkitError
 from bertkit.inputs.delimited import Quoting, checked_quoting
@@ -26,7 +27,6 @@ from bertkit.models.pooling import PooledEncoder
 from bertkit.models.pretraining import build_encoder
 from bertkit.pipelines.predict.common import InferenceModel, inference_device, load_onnx_export, torch_threads
 from bertkit.progress import Tracker
-from bertkit.tasks.architectures import TASK_ARCHITECTURES
 from bertkit.tasks.data import read_texts
 
 OUTPUT_SUFFIXES = (".npy", ".parquet")
@@ -47,7 +47,7 @@ def load_embedder(model_path: Path, layer: int = -1, device: str = "auto", threa
     onnx_dir = onnx_export_dir(model_path)
     if onnx_dir is not None:
         loaded = load_onnx_export(onnx_dir, threads)
-        if loaded.meta.get("architecture") in TASK_ARCHITECTURES:
+        if loaded.meta.get("architecture") in HEADED_ARCHITECTURES:
             raise BertkitError(
                 f"{onnx_dir} is the ONNX export of a {loaded.meta['architecture']} model, whose graph ends in its "
                 "task head; embed an ONNX export of an encoder (bertkit export ENCODER --to onnx), or the bertkit run"

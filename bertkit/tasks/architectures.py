@@ -1,5 +1,5 @@
-"""The fine-tuned models bertkit serves: the task architectures a model directory's metadata names, the
-task model built from its weights, and the window length it reads. `bertkit predict`, `bertkit embed` and
+"""The fine-tuned models bertkit serves (config/task_kinds.py's HEADED_ARCHITECTURES): the task model built from a
+model directory's weights, and the window length it reads. `bertkit predict`, `bertkit embed` and
 the ONNX export (bertkit/export) all import it."""
 
 from __future__ import annotations
@@ -10,10 +10,6 @@ import torch
 from torch import nn
 
 from bertkit.config.schema import ModelConfig
-from bertkit.config.task_kinds import HEADED_ARCHITECTURES
-
-# The architectures of models with a task head, as config/task_kinds.py describes the kinds.
-TASK_ARCHITECTURES = HEADED_ARCHITECTURES
 
 
 def build_task_model(architecture: str, meta: dict[str, Any], cfg: ModelConfig, weights: dict[str, torch.Tensor],

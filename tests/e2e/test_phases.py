@@ -86,28 +86,29 @@ def test_three_phases_run_in_one_directory_and_resume_across_a_boundary(
     assert a.keys() == b.keys() and all(torch.equal(a[key], b[key]) for key in a)
 
 
+def _refused(raw: dict, output: Path, corpus_dir: Path, long: Path) -> str:
+    """The error line of a phased run of the recipe `raw` (written beside `output`), which must write nothing."""
+    path = output.with_suffix(".yaml")
+    path.write_text(yaml.safe_dump(raw), "utf-8")
+    line = run_error("pretrain", "-r", str(path), "-c", str(corpus_dir), "-c", f"long={long}", "-o", str(output))
+    assert not output.exists()
+    return line
+
+
 def test_bad_phases_are_one_line(phased: tuple[Path, Path], corpus_dir: Path, tmp_path: Path) -> None:
     recipe, long = phased
     line = run_error("pretrain", "-r", str(recipe), "-c", str(corpus_dir), "-o", str(tmp_path / "a"))
     assert "phase 'extension' trains on corpus 'long', which no --corpus long=DIR gives" in line
     assert not (tmp_path / "a").exists()
-    raw = yaml.safe_load(recipe.read_text("utf-8"))
-    raw["phases"][1]["set"].append("model.max_position_embeddings=256")
-    shrinking = tmp_path / "shrink.yaml"
-    shrinking.write_text(yaml.safe_dump(raw), "utf-8")
-    line = run_error("pretrain", "-r", str(shrinking), "-c", str(corpus_dir), "-c", f"long={long}",
-                     "-o", str(tmp_path / "b"))  # fmt: skip
+    shrinking = yaml.safe_load(recipe.read_text("utf-8"))
+    shrinking["phases"][1]["set"].append("model.max_position_embeddings=256")
+    line = _refused(shrinking, tmp_path / "b", corpus_dir, long)
     assert "phase 'extension' shrinks model.max_position_embeddings from 512 to 256" in line
-    assert not (tmp_path / "b").exists()
-    raw = yaml.safe_load(recipe.read_text("utf-8"))
-    raw["phases"][1]["set"] = [item for item in raw["phases"][1]["set"] if "max_position_embeddings" not in item]
-    raw["model"] = {**raw.get("model", {}), "max_position_embeddings": 64}
-    short = tmp_path / "short.yaml"
-    short.write_text(yaml.safe_dump(raw), "utf-8")
-    line = run_error("pretrain", "-r", str(short), "-c", str(corpus_dir), "-c", f"long={long}",
-                     "-o", str(tmp_path / "d"))  # fmt: skip
+    short = yaml.safe_load(recipe.read_text("utf-8"))
+    short["phases"][1]["set"] = [item for item in short["phases"][1]["set"] if "max_position_embeddings" not in item]
+    short["model"] = {**short.get("model", {}), "max_position_embeddings": 64}
+    line = _refused(short, tmp_path / "d", corpus_dir, long)
     assert "phase 'extension' reads 128-token sequences of corpus 'long' but its model has 64 positions" in line
-    assert not (tmp_path / "d").exists()
     line = run_error("pretrain", "-r", "modernbert-tiny", "-c", str(corpus_dir), "-c", f"long={long}",
                      "-o", str(tmp_path / "c"))  # fmt: skip
     assert "has no phases; give the corpus directory alone" in line

@@ -18,8 +18,9 @@ from typing import IO, Any
 import torch
 
 from bertkit.config.model import ModelConfig, saved_model_config
+from bertkit.config.task_kinds import HEADED_ARCHITECTURES
 from bertkit.errors import BertkitError
-from bertkit.tasks.architectures import TASK_ARCHITECTURES, build_task_model
+from bertkit.tasks.architectures import build_task_model
 from bertkit.tokenizers.base import Tokenizer
 
 
@@ -49,14 +50,14 @@ def load_task_model(model_path: Path, device: str = "auto", threads: int = 0) ->
     else:
         model_dir, meta, cfg, weights, tokenizer = load_model_dir(model_path)
         architecture = meta.get("architecture")
-        if architecture in TASK_ARCHITECTURES:
+        if architecture in HEADED_ARCHITECTURES:
             target = inference_device(device)
             model = build_task_model(architecture, meta, cfg, weights, str(model_dir)).to(target)
             loaded = InferenceModel(model_dir, meta, cfg, tokenizer, model, target, "pytorch")
-    if architecture not in TASK_ARCHITECTURES and onnx_dir is None and meta.get("embedding"):
+    if architecture not in HEADED_ARCHITECTURES and onnx_dir is None and meta.get("embedding"):
         raise BertkitError(f"{model_path} is a bi-encoder: it predicts by searching a corpus, so give predict a "
                            "--corpus (a BEIR folder or text lines); `bertkit embed` gives its vectors")  # fmt: skip
-    if architecture not in TASK_ARCHITECTURES:
+    if architecture not in HEADED_ARCHITECTURES:
         raise BertkitError(
             f"{onnx_dir or model_path} is a {architecture} model without a task head; predict needs a run of "
             "`bertkit finetune` (or its ONNX export)"

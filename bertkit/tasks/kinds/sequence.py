@@ -64,8 +64,8 @@ class SequenceKind:
     predicts_from = "rows"
 
     def __init__(self, name: str, outputs: OneClass) -> None:
-        self.name, self.outputs = name, outputs
-        self.architecture = kind_spec(name).architecture
+        self.name, self.outputs, self.spec = name, outputs, kind_spec(name)
+        self.architecture = self.spec.architecture
 
     def check_data(self, task: TaskConfig, path: Path, what: str, metrics: tuple[str, ...]) -> None:
         data = read_task_file(path, task, task.split if what == "train" else task.eval_split)
@@ -133,14 +133,14 @@ class SequenceKind:
             "labels": labels,
             "rows_read": train_data.rows_read,
             "rows_skipped": train_data.skipped,
-            "label_counts": train_part.label_counts() if self.outputs.counts_labels else {},
+            "label_counts": train_part.label_counts() if self.spec.label_type != "float" else {},  # not scores
             "train_examples": len(train_part),
             "eval_examples": len(eval_data),
             "mode": task.mode,
             "pool": task.pool,
             **skipped_summary(train_data, eval_read),
         }
-        if self.outputs.reads_threshold:
+        if "threshold" in self.spec.fields:
             summary["threshold"] = task.threshold
         return Prepared(
             labels=labels,
@@ -171,7 +171,7 @@ class SequenceKind:
         use_types = data.pairs is not None and model_cfg.type_vocab_size > 1
         examples = encode_examples(data.texts, data.pairs, targets, tokenizer, max_len)
         batches = ClassificationBatches(examples, 1, tokenizer.pad_id, 0, use_types)  # its batch size: only to train
-        metric, cpu = kind_spec(self.name).metrics[0], torch.device("cpu")
+        metric, cpu = self.spec.metrics[0], torch.device("cpu")
         return metric, lambda m, n: 100 * self.outputs.evaluate(m, batches, cpu, task.threshold, n)[metric]
 
     # -- distillation: one distribution over the classes per sequence ---------------------------------------
@@ -179,7 +179,7 @@ class SequenceKind:
                      eval_file: Path | None, seed: int) -> DistillData:  # fmt: skip
         """The teacher's classes, in its order; the student is the encoder with a fresh classifier, its output the
         teacher's (hidden states for TinyBERT's intermediate phase, logits for the prediction phase)."""
-        if not self.outputs.distils:  # a classifier's soft targets are one softmax over the classes
+        if self.spec.distill_recipe is None:  # a classifier's soft targets are one softmax over the classes
             raise BertkitError(f"the distillation task stage distils classifiers, not {self.name} models")
         labels = teacher.outputs
         train_data, train_part, eval_data, _ = _read(task, train_file, eval_file, seed)

@@ -33,9 +33,6 @@ class OneClass:
 
     objective: Objective = classification_objective
     probe_loss = "softmax"  # the linear probe's loss (bertkit/tasks/probe.py)
-    distils = True  # its soft targets are one distribution over the classes (the distillation task stage)
-    counts_labels = True  # the summary counts the training rows of each label
-    reads_threshold = False
 
     def labels_of(self, data: TaskData, task: TaskConfig, source: Path) -> list[str]:
         """The model's outputs, from the training data; one line when there is nothing to learn."""
@@ -75,8 +72,6 @@ class LabelSet(OneClass):
 
     objective = multi_label_objective
     probe_loss = "sigmoid"
-    distils = False
-    reads_threshold = True
 
     def labels_of(self, data: TaskData, task: TaskConfig, source: Path) -> list[str]:
         label_sets = {tuple(sorted(row)) for row in data.labels or []}
@@ -108,8 +103,6 @@ class Score(OneClass):
 
     objective = regression_objective
     probe_loss = "squared"
-    distils = False
-    counts_labels = False
 
     def labels_of(self, data: TaskData, task: TaskConfig, source: Path) -> list[str]:
         if len(set(data.labels or [])) < 2:
