@@ -106,7 +106,7 @@ def distill_command(
                 f"and {student} is not a directory"
             )
         from bertkit.config.recipe import default_recipe
-        from bertkit.distill.teacher import teacher_task
+        from bertkit.distill.teacher import teacher_kind, teacher_task
         from bertkit.pipelines.compress import is_bi_encoder
         from bertkit.pipelines.distill.task import distill_task
 
@@ -124,7 +124,9 @@ def distill_command(
 
         # The task stage's recipe follows what the teacher was fine-tuned for (distill-task-KIND for a tagger
         # or QA model), as finetune's follows --task.
-        loaded = load_distill_recipe(None, recipe or default_recipe("distill", teacher_task(teacher)), overrides)
+        # Its task section is the teacher's kind unless the recipe or --set names one (the stage then checks them).
+        loaded = load_distill_recipe(None, recipe or default_recipe("distill", teacher_task(teacher)), overrides,
+                                     task_kind=teacher_kind(teacher))  # fmt: skip
         summary = distill_task(loaded, teacher, student_dir, train_file, eval_file, output, overwrite, resume, quiet)
     else:
         if train_file is not None or eval_file is not None:

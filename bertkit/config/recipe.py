@@ -19,11 +19,13 @@ from bertkit.config.schema import (
     ScheduleConfig,
     StrictModel,
     TaskConfig,
+    TaskSection,
     TrainConfig,
     check_engine_model,
     check_engine_optimizer,
     check_model_objective,
 )
+from bertkit.config.task_config import TASK_CONFIG_CLASSES
 from bertkit.config.task_kinds import SPECS, kinds_that
 from bertkit.config.track import TrackConfig
 from bertkit.errors import BertkitError
@@ -111,7 +113,7 @@ class FinetuneRecipe(StrictModel):
     name: str = "custom"
     # One line on what the recipe is (shown by `bertkit recipes list`).
     description: str = ""
-    task: TaskConfig = TaskConfig()
+    task: TaskSection = Field(default_factory=TaskConfig)
     optim: OptimConfig = OptimConfig(lr=5e-5)
     schedule: ScheduleConfig = ScheduleConfig()
     train: TrainConfig = TrainConfig(epochs=3, batch_size=32)  # the BERT paper's 3 epochs
@@ -138,7 +140,7 @@ class DistillRecipe(StrictModel):
     model: FamilyModelConfig = Field(default_factory=BertConfig)
     data: DataConfig = DataConfig()
     distill: DistillConfig = DistillConfig()
-    task: TaskConfig = TaskConfig()  # the labelled data of the task stage
+    task: TaskSection = Field(default_factory=TaskConfig)  # the labelled data of the task stage
     optim: OptimConfig = OptimConfig(lr=5e-4)
     schedule: ScheduleConfig = ScheduleConfig()
     train: TrainConfig = TrainConfig()
@@ -161,7 +163,7 @@ _KINDS: dict[str, type[StrictModel]] = {
 }
 
 
-TASK_KINDS: tuple[str, ...] = get_args(TaskConfig.model_fields["kind"].annotation)
+TASK_KINDS: tuple[str, ...] = tuple(SPECS)
 DEFAULT_FOR = ("finetune", "distill")
 
 
@@ -280,9 +282,11 @@ def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
     for part in loc[:-1]:
         if isinstance(part, int):  # an item of a list (a suite's tasks): the list's item type has the fields
             continue
-        if part in FAMILY_CLASSES and not hasattr(current, "model_fields"):  # the model section's family
-            current = FAMILY_CLASSES[part]
-            continue
+        if isinstance(part, str) and not hasattr(current, "model_fields"):  # a section's class, by its tag
+            tagged = next((classes[part] for classes in _TAGGED_SECTIONS.values() if part in classes), None)
+            if tagged is not None:
+                current = tagged
+                continue
         fields = getattr(current, "model_fields", None)
         if not fields or part not in fields:
             return []
@@ -298,16 +302,21 @@ def _model_in(annotation: Any) -> Any:
     return annotation
 
 
-def _without_family_tags(loc: tuple[Any, ...]) -> tuple[Any, ...]:
-    """pydantic names the family a `model` section was validated as after the section ('model', 'bert', 'x');
-    the key a user writes is model.x."""
-    return tuple(p for i, p in enumerate(loc) if not (i and loc[i - 1] == "model" and p in FAMILY_CLASSES))
+# The sections validated as one of several classes, by a tag: the model's family, the task's kind.
+_TAGGED_SECTIONS: dict[str, dict[str, Any]] = {"model": FAMILY_CLASSES, "task": TASK_CONFIG_CLASSES}
+
+
+def _without_tags(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """pydantic names the class a tagged section was validated as after the section ('model', 'bert', 'x'; 'task',
+    'retrieval', 'x'); the key a user writes is model.x, task.x."""
+    return tuple(p for i, p in enumerate(loc)
+                 if not (i and p in _TAGGED_SECTIONS.get(str(loc[i - 1]), ())))  # fmt: skip
 
 
 def format_validation_error(err: ValidationError, model: type[BaseModel], source: str) -> str:
     first = err.errors()[0]
     tagged = tuple(first["loc"])
-    loc = _without_family_tags(tagged)
+    loc = _without_tags(tagged)
     dotted = ".".join(str(p) for p in loc) or "<root>"
     if first["type"] == "extra_forbidden":
         valid = _fields_at(model, tagged)
@@ -369,10 +378,12 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return base
 
 
-def load_distill_recipe(student: str | None, recipe: str | None, overrides: list[str] | None = None) -> DistillRecipe:
+def load_distill_recipe(student: str | None, recipe: str | None, overrides: list[str] | None = None,
+                        task_kind: str | None = None) -> DistillRecipe:  # fmt: skip
     """A distill recipe from a student's pretrain recipe (its model, data, optim, schedule, train and
     engine; its objective gives way to `distill`), with a distill recipe's sections merged over it and
-    then the --set overrides. Either may be absent (a student directory brings its own model)."""
+    then the --set overrides. Either may be absent (a student directory brings its own model). `task_kind`:
+    the task section's kind when the recipe names none (the task stage's teacher's)."""
     raw: dict[str, Any] = {}
     names = []
     if student is not None:
@@ -395,6 +406,8 @@ def load_distill_recipe(student: str | None, recipe: str | None, overrides: list
         raw = _merge(raw, recipe_raw)
         names.append(path.stem)
     raw.update(kind="distill", name="+".join(names) or "custom")
+    if task_kind is not None and isinstance(raw.setdefault("task", {}), dict):
+        raw["task"].setdefault("kind", task_kind)
     source = f"recipe '{raw['name']}'"
     return validate_recipe(apply_overrides(raw, overrides or []), source, "distill")  # type: ignore[return-value]
 

@@ -19,7 +19,16 @@ from bertkit.config.model import (  # noqa: F401  (the model section's names, im
     Sharing,
 )
 from bertkit.config.strict import StrictModel
-from bertkit.config.task_kinds import COMMON_TASK_FIELDS, SPECS
+from bertkit.config.task_config import (  # noqa: F401  (the task section's names, importable from here too)
+    COMMON_TASK_FIELDS,
+    QA_SPECIAL_TOKENS,
+    TaskConfig,
+    TaskSection,
+    qa_context_room,
+    qa_doc_stride,
+    qa_question_tokens,
+)
+from bertkit.config.task_kinds import SPECS
 
 
 class MaskingConfig(StrictModel):
@@ -562,8 +571,8 @@ class DistillConfig(StrictModel):
 
 
 # Metrics a task can select the best model by, and the task keys each kind reads beyond those every kind reads: from
-# each kind's description (config/task_kinds.py). A key of another kind set to anything but its default is refused
-# (TaskConfig.refuse_fields_of_other_kinds). Every metric but these is "higher is better".
+# each kind's configuration class (config/task_config.py), which refuses the keys of other kinds. Every metric but
+# LOWER_IS_BETTER is "higher is better".
 TASK_METRICS: dict[str, tuple[str, ...]] = {name: spec.metrics for name, spec in SPECS.items()}
 TASK_FIELDS: dict[str, frozenset[str]] = {name: spec.fields for name, spec in SPECS.items()}
 LOWER_IS_BETTER = {"mse"}
@@ -575,214 +584,3 @@ def task_field_applies(field: str, kind: str) -> bool:
     return field in COMMON_TASK_FIELDS or field in TASK_FIELDS[kind]
 
 
-# Question answering reads windows `[CLS] question [SEP] context [SEP]`: 3 special tokens, a question of at most
-# BERT's max_query_length (64) tokens and half the window, and the rest for the context.
-QA_SPECIAL_TOKENS = 3
-
-
-def qa_question_tokens(max_len: int) -> int:
-    """Question tokens a window of `max_len` keeps: at most 64 (BERT's max_query_length) and half the window."""
-    return max(1, min(64, (max_len - QA_SPECIAL_TOKENS) // 2))
-
-
-def qa_context_room(max_len: int) -> int:
-    """The least context a window of `max_len` holds: what the longest question kept leaves."""
-    return max_len - QA_SPECIAL_TOKENS - qa_question_tokens(max_len)
-
-
-def qa_doc_stride(max_len: int, doc_stride: int | None) -> int:
-    """Context tokens two windows share: `doc_stride` when set, else derived from the window, a third of it (128
-    for 384, as transformers' run_qa.py) and always less than the context room, so it fits by construction."""
-    if doc_stride is not None:
-        return doc_stride
-    return max(0, min(max_len // 3, qa_context_room(max_len) - 1))
-
-
-class TaskConfig(StrictModel):
-    """A fine-tuning task read from CSV/TSV, JSON lines, Parquet or a datasets directory."""
-
-    # classification: labels are classes (cross-entropy). regression: labels are numbers (MSE; STS-B).
-    # token-classification: one tag per word (NER, POS) from CoNLL, CoNLL-U or JSON lines (tokens, tags).
-    # multi-label: any number of labels per row (a JSON list, or one string joined by label_separator);
-    # a sigmoid per label, binary cross-entropy per (example, label).
-    # question-answering: extractive QA (the answer is a span of the context) from SQuAD JSON or JSON lines.
-    # retrieval: a bi-encoder trained on (query, positive[, negative]) pairs with in-batch negatives, scored by
-    # exact search over a BEIR folder or a pairs file. similarity: a bi-encoder trained on scored sentence pairs
-    # (CoSENT), scored by the Spearman correlation of the cosine (MTEB's STS protocol).
-    kind: TaskKindName = "classification"
-    # Column / field holding the text (the question, for question answering).
-    text_field: str = "text"
-    # Column / field holding the second text of a pair (the context, for question answering); None: single texts.
-    text_pair_field: str | None = None
-    # Column / field holding the label (or labels, for multi-label).
-    label_field: str = "label"
-    # The split of a DatasetDict directory (datasets' save_to_disk) to train on / evaluate on.
-    split: str | None = None
-    # The split of the --eval DatasetDict directory to evaluate on.
-    eval_split: str | None = None
-    # Rows with a missing or empty text or label: an error naming the row (false), or skipped and counted.
-    skip_bad_rows: bool = False
-    # Names for the columns of a CSV/TSV file without a header row, in file order (GLUE's CoLA:
-    # [source, label, mark, sentence]); the first row is then data, and every row must have that many fields.
-    # None: the first row is the header. CSV/TSV files only (JSON lines, Parquet and datasets name their fields).
-    columns: list[str] | None = None
-    # How CSV/TSV fields are quoted. "csv": a field may be quoted as spreadsheets write them (commas, quotes and
-    # newlines inside quotes). "none": a field is everything between separators, quotes included, and a row is
-    # a line (GLUE's TSV files, whose sentences hold unbalanced quotes). CSV/TSV files only.
-    quoting: Literal["csv", "none"] = "csv"
-    # Sentence representation the head reads: the [CLS] token (through the pooler when the model has one),
-    # or the mean of the last hidden states over non-padding tokens (what sentence-embedding models train). Unset
-    # with mode feature: as the checkpoint pools (a sentence-transformers Pooling module), else the mean.
-    pool: Literal["cls", "mean"] = "cls"
-    # Evaluation metric that picks the best model (model/ holds the best evaluation's weights);
-    # None: accuracy for classification, pearson for regression.
-    metric: str | None = None
-    # Stop after this many evaluations without improving `metric`; 0 never stops early.
-    early_stopping_patience: int = Field(0, ge=0)
-    # Held out from the training file when no --eval file is given.
-    eval_fraction: float = Field(0.1, ge=0.0, lt=0.5)
-    # Tokens per example (per window, for question answering), special tokens included.
-    max_seq_len: int = Field(128, gt=2)
-    # Dropout before the task head.
-    classifier_dropout: float = Field(0.1, ge=0.0, lt=1.0)
-    # "finetune" trains encoder and head; "feature" freezes the encoder and trains the head alone.
-    mode: Literal["finetune", "feature"] = "finetune"
-    # Feature mode: how the head is trained. lbfgs fits it to the optimum of its L2-regularised loss on features
-    # computed once (a linear probe, as SentEval's; least squares in closed form), with no rate or epochs;
-    # optimizer trains it with the recipe's optimizer, rate and epochs, as fine-tuning trains.
-    head_solver: Literal["lbfgs", "optimizer"] = "lbfgs"
-    # Feature mode with lbfgs: the L2 strengths tried (the one with the lowest loss on a held-out tenth of the
-    # training examples wins); None: 1e-4, 1e-3, 1e-2, 0.03, 0.1, 0.3 and 1.
-    probe_l2: list[float] | None = None
-    # Token classification: how the tags mark entities. auto detects it from the training file; iob1 and
-    # iobes are converted to BIO (what the model learns and predicts); none is plain tags (POS: accuracy only).
-    tag_scheme: Literal["auto", "bio", "iob1", "iobes", "none"] = "auto"
-    # Multi-label: what joins the labels of a row held in one string (CSV/TSV, or a string in JSON/Parquet),
-    # and the probability from which a label is predicted (metrics and bertkit predict).
-    label_separator: str = Field("|", min_length=1)
-    # Multi-label: the probability from which a label is predicted.
-    threshold: float = Field(0.5, gt=0.0, lt=1.0)
-    # Question answering: context tokens two windows of a long context share, the candidates per window
-    # (top start and end logits) and the longest answer (tokens) post-processing considers, and for SQuAD
-    # v2.0 data (unanswerable questions) how far the null score must beat the best span's to answer nothing.
-    # doc_stride null (the default) derives it from the window: max_seq_len // 3, 128 for 384 (see qa_doc_stride).
-    doc_stride: int | None = Field(None, ge=0)
-    # Question answering: start and end candidates per window.
-    n_best: int = Field(20, ge=1)
-    # Question answering: the longest answer, in tokens.
-    max_answer_length: int = Field(30, ge=1)
-    # SQuAD v2.0: how far the null score must beat the best span's to answer nothing.
-    null_threshold: float = 0.0
-    # Retrieval: the column of a pairs file holding the query.
-    query_field: str = "query"
-    # Retrieval: the column holding the passage that answers the query.
-    positive_field: str = "positive"
-    # Retrieval: the column holding a hard negative, or a list of them (every row as many); None: in-batch only.
-    negative_field: str | None = None
-    # Retrieval: the qrels file of a BEIR folder given as --eval (qrels/<qrels_split>.tsv).
-    qrels_split: str = "test"
-    # Bi-encoders: how a text's vector is pooled from the last layer (auto: as the checkpoint says, a
-    # sentence-transformers directory's Pooling module or a bertkit bi-encoder's own, else mean).
-    pooling: Literal["auto", "mean", "cls"] = "auto"
-    # Bi-encoders: whether vectors are scaled to unit length (None: as the checkpoint says, else yes).
-    normalize: bool | None = None
-    # Bi-encoders: the factor on cosine similarities in the loss (1 / temperature; sentence-transformers' 20).
-    scale: float = Field(20.0, gt=0.0)
-    # Retrieval: add the passage-to-query direction to the loss (MultipleNegativesSymmetricRankingLoss).
-    symmetric: bool = False
-    # Retrieval: Matryoshka training; the loss is also taken on the vectors' first d components for each d.
-    matryoshka_dims: list[int] | None = None
-    # Retrieval: GradCache; embed a batch this many texts at a time (the same gradients as the whole batch in one
-    # pass, with one chunk's activations in memory), so a batch of 512 fits one GPU; 0: the batch in one pass.
-    cache_chunk: int = Field(0, ge=0)
-    # Retrieval, under several processes: score each process's queries against every process's passages (the
-    # step of one process holding the whole batch); false: each process's own share only.
-    gather_negatives: bool = True
-    # Retrieval: a bi-encoder whose vectors the model learns too (embedding distillation: the squared distance of
-    # the unit vectors, added to the ranking loss); its vectors of every training text are computed once.
-    teacher: str | None = None
-    # Retrieval with a teacher: the weight of the distillation term beside the ranking loss's 1.
-    distill_weight: float = Field(1.0, ge=0.0)
-    # Retrieval with a teacher: mse, the squared distance of the unit vectors to the teacher's; kl, the divergence
-    # of the in-batch ranking (each query's softmax over the batch's passages) from the teacher's.
-    distill_loss: Literal["mse", "kl"] = "mse"
-    # Similarity: CoSENT (sentence-transformers' CoSENTLoss), or the squared error of the cosine against the gold
-    # score scaled to [0, 1] by the training scores' range (CosineSimilarityLoss).
-    similarity_loss: Literal["cosent", "cosine_mse"] = "cosent"
-
-    @model_validator(mode="after")
-    def _fields_fit_kind(self) -> TaskConfig:
-        """Checked when the recipe names its kind (a distillation's task stage takes the teacher's kind, and checks
-        it then)."""
-        if "kind" in self.model_fields_set:
-            self.refuse_fields_of_other_kinds(self.kind)
-        return self
-
-    def refuse_fields_of_other_kinds(self, kind: str) -> None:
-        """A key set to anything but its default that a `kind` task never reads: an error naming the kinds that
-        read it, rather than a setting silently ignored."""
-        for name in sorted(self.model_fields_set):
-            if task_field_applies(name, kind) or getattr(self, name) == type(self).model_fields[name].default:
-                continue
-            readers = [other for other in TASK_FIELDS if name in TASK_FIELDS[other]]
-            raise ValueError(
-                f"task.{name} does not apply to a {kind} task (it is read by {', '.join(readers)}); remove it"
-            )
-
-    @model_validator(mode="after")
-    def _metric_fits_kind(self) -> TaskConfig:
-        valid = TASK_METRICS[self.kind]
-        if self.metric is not None and self.metric not in valid:
-            raise ValueError(f"task.metric '{self.metric}' is not a {self.kind} metric; use one of {', '.join(valid)}")
-        if "doc_stride" in TASK_FIELDS[self.kind]:  # a kind that reads windows over a context
-            self._check_qa_window()
-        if self.mode != "feature" and (self.head_solver != "lbfgs" or self.probe_l2 is not None):
-            raise ValueError(
-                "task.head_solver and task.probe_l2 train the head of a frozen encoder: set "
-                "task.mode=feature (bertkit finetune --feature), or remove them"
-            )
-        if self.probe_l2 is not None and (not self.probe_l2 or min(self.probe_l2) <= 0):
-            raise ValueError("task.probe_l2 must list positive strengths (e.g. [1e-4, 1e-3, 1e-2]), or be left unset")
-        if self.matryoshka_dims is not None and (not self.matryoshka_dims or min(self.matryoshka_dims) < 1):
-            raise ValueError("task.matryoshka_dims must list positive widths (e.g. [256, 128, 64]), or be left unset")
-        return self
-
-    @model_validator(mode="after")
-    def _columns_valid(self) -> TaskConfig:
-        """Checked when the recipe is read, not at the first row: a headerless file's names are the only
-        way to pick its text and label columns, so an empty or ambiguous list could never work."""
-        if self.columns is None:
-            return self
-        if not self.columns:
-            raise ValueError("task.columns is empty; name every column of the headerless file, or leave it unset")
-        blank = [i + 1 for i, name in enumerate(self.columns) if not name.strip()]
-        if blank:
-            raise ValueError(f"task.columns: column {blank[0]} has a blank name; give every column a name")
-        repeated = sorted({name for name in self.columns if self.columns.count(name) > 1})
-        if repeated:
-            raise ValueError(
-                f"task.columns names {', '.join(repr(n) for n in repeated)} more than once; names must be unique"
-            )
-        return self
-
-    def _check_qa_window(self) -> None:
-        """A QA window must hold some context, and two windows must share less than one holds (else the next
-        window would start where this one did): checked here, when the recipe is read, for any question."""
-        room = qa_context_room(self.max_seq_len)
-        if room < 1:
-            raise ValueError(
-                f"task.max_seq_len {self.max_seq_len} leaves no room for a context after the question and "
-                f"{QA_SPECIAL_TOKENS} special tokens; use 384 (the standard for question answering)"
-            )
-        if self.doc_stride is not None and self.doc_stride >= room:
-            raise ValueError(
-                f"task.doc_stride ({self.doc_stride}) must be less than the context room of a window ({room} tokens: "
-                f"task.max_seq_len {self.max_seq_len} less a question of up to {qa_question_tokens(self.max_seq_len)} "
-                f"tokens and {QA_SPECIAL_TOKENS} special tokens); leave task.doc_stride unset to derive it from the "
-                f"window ({qa_doc_stride(self.max_seq_len, None)} here), lower it, or raise task.max_seq_len "
-                "(384 with doc_stride 128 is the standard)"
-            )
-
-    @property
-    def best_metric(self) -> str:
-        return self.metric or TASK_METRICS[self.kind][0]

@@ -20,14 +20,14 @@ from bertkit.config.schema import (
     SEED_LIMIT,
     TASK_METRICS,
     StrictModel,
-    TaskConfig,
+    TaskKindName,
     task_field_applies,
 )
 from bertkit.config.task_kinds import SPECS, kinds_that
 from bertkit.errors import BertkitError
 
 SUITE_DIR = Path(__file__).resolve().parent.parent / "suites"
-TaskKind = TaskConfig.model_fields["kind"].annotation
+TaskKind = TaskKindName
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from bertkit.config.schema import ModelConfig
-from bertkit.config.task_kinds import SPEC_BY_ARCHITECTURE, head_of, spec_of_architecture
+from bertkit.config.task_kinds import SPEC_BY_ARCHITECTURE, SPECS, head_of
 from bertkit.engine.checkpoint import load_state
 from bertkit.errors import BertkitError
 from bertkit.modelio.modeldir import load_model_dir
@@ -29,17 +29,24 @@ TASK_HEAD_KEYS = ("classifier.", "qa_outputs.", "head.")  # `head.`: ModernBERT'
 PER_TOKEN_HEADS = ("token", "span")
 
 
-def teacher_task(spec: str) -> str:
-    """What a fine-tuned teacher does, from its metadata alone (no weights read): the kind of a bertkit tagger or QA
-    model (`token-classification`, `question-answering`), else `classification` (the task stage then checks that
-    it is a classifier)."""
+def teacher_kind(spec: str) -> str | None:
+    """The task kind a bertkit fine-tuned teacher records, from its metadata alone (no weights read); None for a
+    model that records none (a Hugging Face checkpoint, a pretraining run)."""
     from bertkit.fsutil import read_json
     from bertkit.modelio.modeldir import MODEL_META, resolve_model_path
 
     meta_path = resolve_model_path(spec, hub=True) / MODEL_META
     architecture = read_json(meta_path, "model metadata").get("architecture") if meta_path.is_file() else None
-    if head_of(architecture) in PER_TOKEN_HEADS:
-        return spec_of_architecture(str(architecture)).name
+    spec_ = SPEC_BY_ARCHITECTURE.get(architecture) if isinstance(architecture, str) else None
+    return spec_.name if spec_ is not None else None
+
+
+def teacher_task(spec: str) -> str:
+    """Whose task-stage recipe a teacher takes: the kind of a bertkit tagger or QA model (`token-classification`,
+    `question-answering`), else `classification` (the task stage then checks that it is a classifier)."""
+    kind = teacher_kind(spec)
+    if kind is not None and head_of(SPECS[kind].architecture) in PER_TOKEN_HEADS:
+        return kind
     return "classification"
 
 

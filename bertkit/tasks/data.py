@@ -74,7 +74,7 @@ def read_task_file(path: Path, task: TaskConfig, split: str | None) -> TaskData:
         split,
         task.skip_bad_rows,
         SPECS[task.kind].label_type,
-        task.label_separator,
+        *([task.label_separator] if task.reads("label_separator") else []),
         columns=task.columns,
         quoting=task.quoting,
     )

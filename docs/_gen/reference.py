@@ -363,7 +363,8 @@ class Key:
     name: str
     kinds: list[str] = field(default_factory=list)
     annotations: dict[str, Any] = field(default_factory=dict)  # kind -> the field's type in that kind's model
-    families: list[str] = field(default_factory=list)  # the model section: the families whose class has the key
+    # A section of one class per tag (the model's family, the task's kind): the tags whose class has the key.
+    families: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -395,11 +396,10 @@ def recipe_sections() -> list[Section]:
                 if kind not in key.kinds:
                     key.kinds.append(kind)
                     key.annotations[kind] = info.annotation
-                    if name == "family" and getattr(model, "FAMILY", ""):  # each class takes its own; the key, all
-                        from bertkit.config.model import Family
-
-                        key.annotations[kind] = Family
-                family = getattr(model, "FAMILY", "")
+                    tag_key = class_tag(model)[0]
+                    if name == tag_key:  # each class takes its own; the key, all
+                        key.annotations[kind] = TAG_TYPES[tag_key]()
+                family = class_tag(model)[1]
                 if family and family not in key.families:
                     key.families.append(family)
             optional = _is_union(_unwrap(info.annotation)) and type(None) in typing.get_args(_unwrap(info.annotation))
@@ -474,13 +474,53 @@ def recipe_keys_page() -> str:
     return "\n".join(out)
 
 
-def _section_families(section: Section) -> dict[str, str]:
-    """family -> its class name, for the model section (empty elsewhere)."""
-    if not any(key.families for key in section.keys):
-        return {}
-    from bertkit.config.model import FAMILY_CLASSES
+def class_tag(model: type[BaseModel]) -> tuple[str, str]:
+    """(the key that picks the class, the class's value of it) for a section of one class per tag: a model
+    family's class, a task kind's; ("", "") for any other."""
+    from bertkit.config.task_config import TaskConfig
 
-    return {family: cls.__name__ for family, cls in FAMILY_CLASSES.items()}
+    if getattr(model, "FAMILY", ""):
+        return "family", str(model.FAMILY)  # type: ignore[attr-defined]
+    if issubclass(model, TaskConfig) and model is not TaskConfig:
+        return "kind", str(model.model_fields["kind"].default)
+    return "", ""
+
+
+def _family_type() -> Any:
+    from bertkit.config.model import Family
+
+    return Family
+
+
+def _kind_type() -> Any:
+    from bertkit.config.schema import TaskKindName
+
+    return TaskKindName
+
+
+def _tag_base(tag_key: str) -> type[BaseModel]:
+    """The base of the classes a `tag_key` picks among (what every family, or every kind, has)."""
+    from bertkit.config.model import ModelConfig
+    from bertkit.config.task_config import TaskConfig
+
+    return ModelConfig if tag_key == "family" else TaskConfig
+
+
+# The type of the key that picks a section's class: every value it takes.
+TAG_TYPES = {"family": _family_type, "kind": _kind_type}
+
+
+def _section_families(section: Section) -> tuple[str, dict[str, str]]:
+    """(the key that picks the section's class, tag -> its class name), for the model and task sections (empty
+    elsewhere)."""
+    if not any(key.families for key in section.keys):
+        return "", {}
+    from bertkit.config.model import FAMILY_CLASSES
+    from bertkit.config.task_config import TASK_CONFIG_CLASSES
+
+    tag_key = class_tag(section.model)[0]
+    classes = FAMILY_CLASSES if tag_key == "family" else TASK_CONFIG_CLASSES
+    return tag_key, {tag: cls.__name__ for tag, cls in classes.items()}
 
 
 def _section_anchor(section: Section) -> str:
@@ -492,29 +532,31 @@ def _section_markdown(section: Section, defaults: dict[str, dict]) -> str:
     level = "##" if depth == 0 else "###"
     title = f"`{section.path}`" if section.path else "Top-level keys"
     out = [f"{level} {title} {{#{_section_anchor(section)}}}\n"]
+    tag_key, families = _section_families(section)
+    described = _tag_base(tag_key) if families else section.model  # a tagged section: the classes' common base
     if section.path:
-        out.append(f"Recipe kinds: {', '.join(section.kinds)}. Model: `{section.model.__name__}`.\n")
+        out.append(f"Recipe kinds: {', '.join(section.kinds)}. Model: `{described.__name__}`.\n")
     else:
         models = ", ".join(f"`{model.__name__}`" for model in recipe_models().values())
         out.append(f"Recipe kinds: {', '.join(section.kinds)}. Models: {models}.\n")
     if section.nullable:
         out.append(f"Absent (`null`) unless the recipe sets `{section.path}`; the defaults are those it then takes.\n")
-    doc = class_doc(section.model)
+    doc = class_doc(described)
     if doc and section.path:
         out.append(md_text(doc.replace("\n\n", "\0").replace("\n", " ").replace("\0", "\n\n")) + "\n")
-    families = _section_families(section)
+    plural_tag = {"family": "families", "kind": "kinds"}.get(tag_key, "")
     if families:
         out.append(
-            "One class per `model.family` (" + ", ".join(f"{code(f)}: `{m}`" for f, m in families.items()) + "): "
-            "a key that is not its family's is refused, with the families that take it. Keys every family has "
-            "come first; a key of some families says which.\n"
+            f"One class per `{section.path}.{tag_key}` (" + ", ".join(f"{code(f)}: `{m}`" for f, m in families.items())
+            + f"): a key that is not its {tag_key}'s is refused, with the {plural_tag} that take it. Keys every "
+            f"{tag_key} has come first; a key of some {plural_tag} says which.\n"
         )
     rows = []
     for key in sorted(section.keys, key=lambda k: bool(families) and len(k.families) != len(families)):
         kind_note = "" if key.kinds == section.kinds else f" ({', '.join(key.kinds)} only)"
         family_note = ""
         if families and len(key.families) != len(families):
-            family_note = " Families: " + ", ".join(code(f) for f in key.families) + "."
+            family_note = f" {plural_tag.capitalize()}: " + ", ".join(code(f) for f in key.families) + "."
         rows.append(
             [
                 code(key.path),

@@ -27,6 +27,8 @@ PAIRS, EVAL_ARTICLES = 6000, 10
 # What the distilled copy learns of the teacher beside the ranking loss (task.distill_loss): mse, the squared
 # distance of the unit vectors, or kl, the teacher's in-batch ranking; BERTKIT_DISTILL_LOSS sets it.
 DISTILL_LOSS = os.environ.get("BERTKIT_DISTILL_LOSS", "mse")
+# More `--set KEY=VALUE` settings for both trained copies, space-separated (BERTKIT_COMPRESS_SETTINGS).
+EXTRA_SETTINGS = os.environ.get("BERTKIT_COMPRESS_SETTINGS", "").split()
 
 
 @pytest.mark.bench
@@ -43,7 +45,8 @@ def test_compress_bi_encoder_keeps_the_teachers_ranking(minilm_dir: Path, squad_
     beir = write_beir(squad_articles(squad_dev_file)[:EVAL_ARTICLES], tmp_path / "beir")
     summary = run_json("compress", "--teacher", str(minilm_dir), "--train", str(tmp_path / "pairs.jsonl"), "--eval",
                        str(beir), "--layers", "2", "--output", str(tmp_path / "small"),
-                       "--set", "engine.precision=fp32", "--set", f"task.distill_loss={DISTILL_LOSS}")  # fmt: skip
+                       "--set", "engine.precision=fp32", "--set", f"task.distill_loss={DISTILL_LOSS}",
+                       *[arg for setting in EXTRA_SETTINGS for arg in ("--set", setting)])  # fmt: skip
     teacher, baseline, student = summary["rows"]
     with capsys.disabled():
         print(f"\n[bench] compress (bi-encoder): {len(rows)} SQuAD train pairs; eval {summary['eval_set']}; "
@@ -66,7 +69,7 @@ def test_compress_bi_encoder_keeps_the_teachers_ranking(minilm_dir: Path, squad_
                   "train": f"{len(rows)} SQuAD v1.1 train (question, paragraph) pairs",
                   "eval": f"SQuAD v1.1 dev, {EVAL_ARTICLES} articles: {summary['eval_set']}",
                   "inference": "batch 32, max length 128", "threads": torch.get_num_threads(),
-                  "distill_loss": DISTILL_LOSS},
+                  "distill_loss": DISTILL_LOSS, "settings": EXTRA_SETTINGS},
                  figures, "fp32")  # fmt: skip
     assert student["percent_of_teacher"] >= 90.0, summary["rows"]
     assert student["speedup"] >= 2.5, summary["rows"]

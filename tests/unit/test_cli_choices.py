@@ -15,7 +15,8 @@ def _choices() -> dict[tuple[str, str], tuple[str, ...]]:
     from bertkit.cli.distill import STAGES
     from bertkit.cli.export import TARGETS
     from bertkit.config.recipe import DEFAULT_FOR, TASK_KINDS
-    from bertkit.config.schema import DistillConfig, DistillMethod, EngineConfig, TaskConfig
+    from bertkit.config.schema import DistillConfig, DistillMethod, EngineConfig
+    from bertkit.config.task_config import SequenceTask
     from bertkit.config.track import TRACKERS
     from bertkit.corpus.build import LONG_SENTENCES, MASKINGS
     from bertkit.corpus.masking import STRATEGIES
@@ -44,7 +45,7 @@ def _choices() -> dict[tuple[str, str], tuple[str, ...]]:
         ("distill", "--init"): _literal(DistillConfig.model_fields["init"].annotation),
         ("distill", "--stage"): STAGES,
         ("finetune", "--task"): TASK_KINDS,
-        ("finetune", "--pool"): get_args(TaskConfig.model_fields["pool"].annotation),
+        ("finetune", "--pool"): get_args(SequenceTask.model_fields["pool"].annotation),
         ("export", "--to"): TARGETS,
         ("export", "--head"): HEADS,
         ("export", "--quantize"): QUANTIZE,

@@ -163,6 +163,7 @@ def test_a_key_another_kind_reads_is_refused() -> None:
     from pydantic import ValidationError
 
     from bertkit.config.schema import TASK_FIELDS, TaskConfig
+    from bertkit.config.task_config import as_kind
 
     refused = {
         "token-classification": {"skip_bad_rows": True, "pool": "mean", "split": "train", "text_pair_field": "b"},
@@ -177,10 +178,31 @@ def test_a_key_another_kind_reads_is_refused() -> None:
                 TaskConfig(kind=kind, **{name: value})
     assert TaskConfig(kind="question-answering", text_field="text", label_field="label").kind == "question-answering"
     assert TaskConfig(kind="multi-label", threshold=0.3, label_separator=",").threshold == 0.3
-    left_open = TaskConfig(pool="mean")  # no kind: the teacher's decides
-    left_open.refuse_fields_of_other_kinds("classification")
+    # Each kind is its own class, chosen by `kind` (classification when left out).
+    assert {kind: type(TaskConfig(kind=kind)).__name__ for kind in ("classification", "retrieval")} == {
+        "classification": "ClassificationTask", "retrieval": "RetrievalTask"}  # fmt: skip
+    assert not hasattr(TaskConfig(kind="retrieval"), "threshold") and not hasattr(TaskConfig(), "doc_stride")
+    left_open = TaskConfig(pool="mean")  # no kind named: the distillation stage's teacher's decides
+    assert as_kind(left_open, "regression").pool == "mean" and as_kind(left_open, "regression").kind == "regression"
     with pytest.raises(ValueError, match="task.pool does not apply to a question-answering task"):
-        left_open.refuse_fields_of_other_kinds("question-answering")
+        as_kind(left_open, "question-answering")
+    # The refusal is the kind's own class's, built directly too.
+    from bertkit.config.task_config import RetrievalTask
+
+    with pytest.raises(ValidationError, match="task.threshold does not apply to a retrieval task"):
+        RetrievalTask(threshold=0.3)
+    # The distillation task stage's recipe takes the teacher's kind when it names none, so a QA teacher's stage
+    # reads QA keys; a kind named by --set is kept (the stage then checks it against the teacher's).
+    from bertkit.config.recipe import load_distill_recipe
+    from bertkit.errors import BertkitError
+
+    qa = load_distill_recipe(None, "distill-task-question-answering", ["task.doc_stride=32"],
+                             task_kind="question-answering")  # fmt: skip
+    assert type(qa.task).__name__ == "QuestionAnsweringTask" and qa.task.doc_stride == 32
+    with pytest.raises(BertkitError, match="task.doc_stride does not apply to a classification task"):
+        load_distill_recipe(None, "distill-task", ["task.doc_stride=32"])
+    named = load_distill_recipe(None, "distill-task", ["task.kind=regression"], task_kind="classification")
+    assert named.task.kind == "regression"
 
 
 def test_suite_wide_settings_reach_only_the_kinds_that_read_them() -> None:

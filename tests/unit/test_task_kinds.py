@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import get_args
 
 import pytest
 
 from bertkit.config.schema import TASK_FIELDS, TASK_METRICS, TaskConfig
+from bertkit.config.task_config import TASK_CONFIG_CLASSES
 from bertkit.config.task_kinds import HEADED_ARCHITECTURES, SPECS, kind_spec, kinds_that
 from bertkit.errors import BertkitError
 
 PACKAGE = Path(__file__).resolve().parents[2] / "bertkit"
-REGISTRIES = ("config/task_kinds.py", "tasks/kinds/")
+REGISTRIES = ("config/task_kinds.py", "config/task_config.py", "tasks/kinds/")
 # Where a kind's name still appears beside a comparison outside the registries: the local suite's own task names
 # (its task called "retrieval" and the random stream of that name), which are names of tasks, not of kinds.
 STILL_COMPARED = {"data/local_suite.py": 2}
@@ -46,7 +46,7 @@ def _comparisons() -> dict[str, int]:
 def test_the_description_and_the_runtime_kind_agree() -> None:
     from bertkit.tasks.kinds import BY_ARCHITECTURE, KINDS
 
-    assert list(SPECS) == list(KINDS) == list(get_args(TaskConfig.model_fields["kind"].annotation))
+    assert list(SPECS) == list(KINDS) == list(TASK_CONFIG_CLASSES)
     for name, spec in SPECS.items():
         assert KINDS[name].architecture == spec.architecture and BY_ARCHITECTURE[spec.architecture] is KINDS[name]
         assert TASK_METRICS[name] == spec.metrics and TASK_FIELDS[name] == spec.fields

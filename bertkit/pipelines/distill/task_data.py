@@ -15,6 +15,7 @@ from typing import Any
 
 from bertkit.config.recipe import DistillRecipe
 from bertkit.config.schema import ModelConfig
+from bertkit.config.task_config import as_kind
 from bertkit.config.task_kinds import spec_of_architecture
 from bertkit.distill.cache import examples_fingerprint
 from bertkit.distill.teacher import Teacher
@@ -61,7 +62,7 @@ def prepare_task(
             "stage distils what the teacher does: leave task.kind unset"
         )
     try:
-        recipe.task.refuse_fields_of_other_kinds(expected)
+        task = as_kind(recipe.task, expected)
     except ValueError as err:
         raise BertkitError(f"{err} (the teacher {teacher.source} is fine-tuned for {expected})") from None
     kind = task_kind(architecture)
@@ -73,5 +74,5 @@ def prepare_task(
         config=teacher.config,
         huggingface=teacher.huggingface,
     )
-    data = kind.distill_data(fine_tuned, recipe.task, student_cfg, train_file, eval_file, recipe.train.seed)
+    data = kind.distill_data(fine_tuned, task, student_cfg, train_file, eval_file, recipe.train.seed)
     return TaskSetup(architecture, kind, data, examples_fingerprint(data.input_ids, data.token_types))

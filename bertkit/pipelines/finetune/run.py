@@ -61,12 +61,12 @@ def finetune(
             f"a {task.kind} loss compares the examples of a batch with each other, so the batch must be one pass: "
             f"set train.grad_accum=1 (train.batch_size {train_cfg.batch_size} sequences per pass)"
         )
-    if task.cache_chunk and recipe.engine.backend != "single":
+    if task.reads("cache_chunk") and task.cache_chunk and recipe.engine.backend != "single":
         raise BertkitError(
             f"task.cache_chunk runs under engine.backend=single; under {recipe.engine.backend} leave it at 0 and "
             "give each process a batch that fits"
         )
-    fitted = task.mode == "feature" and task.head_solver == "lbfgs"
+    fitted = task.reads("mode") and task.mode == "feature" and task.head_solver == "lbfgs"
     if fitted and (prepared.probe is None or recipe.engine.backend != "single"):
         why = "runs in one process" if prepared.probe is not None else f"has no {task.kind} head to fit"
         raise BertkitError(f"the L-BFGS probe (task.head_solver=lbfgs) {why}: set engine.backend=single, or "

@@ -37,7 +37,7 @@ def score_sequence_model(model_path: Path, eval_file: Path, recipe: FinetuneReci
     device = resolve_device(recipe.engine)
     model = build_task_model(kind.architecture, meta, cfg, weights, str(model_dir)).to(device)
     with torch.no_grad():
-        return kind.outputs.evaluate(model, batches, device, task.threshold)
+        return kind.outputs.evaluate(model, batches, device, task)
 
 
 def score_as_is(model_path: Path, eval_file: Path, recipe: FinetuneRecipe) -> dict:

@@ -23,6 +23,8 @@ import torch
 from torch import nn
 
 from bertkit.config.schema import ModelConfig, TaskConfig
+from bertkit.config.task_config import saved_task_config
+from bertkit.config.task_kinds import SPEC_BY_ARCHITECTURE
 from bertkit.errors import BertkitError
 from bertkit.tokenizers.base import Tokenizer
 
@@ -184,10 +186,13 @@ class TaskKind(Protocol):
 
 
 def saved_task(meta: dict[str, Any]) -> TaskConfig:
-    """The task a model was fine-tuned with, from its metadata (which adds resolved entries of its own, such as the
-    QA window's `version_2_with_negative`: only TaskConfig's fields are read)."""
-    saved = meta.get("task") or {}
-    return TaskConfig.model_validate({k: v for k, v in saved.items() if k in TaskConfig.model_fields})
+    """The task a model was fine-tuned with, as its kind's class, from its metadata (which adds resolved entries of
+    its own, such as the QA window's `version_2_with_negative`: only the class's fields are read)."""
+    saved = dict(meta.get("task") or {})
+    architecture = meta.get("architecture")
+    if "kind" not in saved and isinstance(architecture, str) and architecture in SPEC_BY_ARCHITECTURE:
+        saved["kind"] = SPEC_BY_ARCHITECTURE[architecture].name
+    return saved_task_config(saved)
 
 
 def model_inputs(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:

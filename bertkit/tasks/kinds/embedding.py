@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from bertkit.config.schema import ModelConfig, TaskConfig, task_field_applies
+from bertkit.config.schema import ModelConfig, TaskConfig
 from bertkit.errors import BertkitError
 from bertkit.modelio.st_dir import trained_pooling
 from bertkit.models.sentence import SentenceEncoder
@@ -22,9 +22,9 @@ def checkpoint_task(task: TaskConfig, meta: dict[str, Any]) -> TaskConfig:
     directory's modules, a bertkit bi-encoder's `embedding`), else the mean, normalised. A frozen encoder's head
     (mode feature) with `pool` unset reads the states pooled as the checkpoint pools them, else their mean (a
     pooler or [CLS] state never trained for sentences is a poor feature). Other kinds unchanged."""
-    if task.mode == "feature" and task_field_applies("pool", task.kind) and "pool" not in task.model_fields_set:
+    if task.reads("pool") and task.mode == "feature" and "pool" not in task.model_fields_set:
         return task.model_copy(update={"pool": trained_pooling(meta, "the model") or "mean"})
-    if not task_field_applies("pooling", task.kind) or (task.pooling != "auto" and task.normalize is not None):
+    if not task.reads("pooling") or (task.pooling != "auto" and task.normalize is not None):
         return task
     saved = meta.get("embedding") or {}
     pooling = (trained_pooling(meta, "the model") or "mean") if task.pooling == "auto" else task.pooling
@@ -69,10 +69,6 @@ def check_bi_encoder(task: TaskConfig, model_cfg: ModelConfig) -> None:
     if model_cfg.family == "xlnet":
         raise BertkitError("bertkit trains bi-encoders of BERT-layout encoders ([CLS] first); XLNet puts <cls> last, "
                            "which bertkit embed and the exports read another way: use another family")  # fmt: skip
-    too_wide = [d for d in task.matryoshka_dims or [] if d >= model_cfg.hidden_size]
-    if too_wide:
-        raise BertkitError(f"task.matryoshka_dims {too_wide} are not narrower than the model's {model_cfg.hidden_size} "
-                           "dimensions; list widths below it (the full width is always trained)")  # fmt: skip
 
 
 def sentence_encoder(task: TaskConfig):  # noqa: ANN201 - a builder for Prepared.build

@@ -95,6 +95,11 @@ class RetrievalKind(NotServed):
         if len(train) < 2:
             raise BertkitError(f"{train_file}: {len(train)} training pair; in-batch negatives need at least 2")
         check_bi_encoder(task, model_cfg)
+        too_wide = [d for d in task.matryoshka_dims or [] if d >= model_cfg.hidden_size]
+        if too_wide:
+            raise BertkitError(f"task.matryoshka_dims {too_wide} are not narrower than the model's "
+                               f"{model_cfg.hidden_size} dimensions; list widths below it (the full width is always "
+                               "trained)")  # fmt: skip
         max_len = window(task, model_cfg)
         queries = encode_texts(train.queries, tokenizer, max_len)
         positives = encode_texts(train.positives, tokenizer, max_len)

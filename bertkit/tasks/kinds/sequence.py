@@ -111,7 +111,7 @@ class SequenceKind:
                 model.cpu()
             if held_out is None:
                 return source, None
-            return source, lambda m: self.outputs.evaluate(m, held_out, device, task.threshold)
+            return source, lambda m: self.outputs.evaluate(m, held_out, device, task)
 
         outputs = self.outputs.width(labels)
 
@@ -125,7 +125,7 @@ class SequenceKind:
             evaluate = None
             if eval_examples is not None:
                 held_out = ClassificationBatches(eval_examples, 64, pad, 0, use_types, xlnet)
-                evaluate = lambda m: self.outputs.evaluate(m, held_out, device, task.threshold)  # noqa: E731
+                evaluate = lambda m: self.outputs.evaluate(m, held_out, device, task)  # noqa: E731
             return ProbeData(features, torch.from_numpy(train_examples.labels), self.outputs.probe_loss, outputs,  # type: ignore[arg-type]
                              evaluate)  # fmt: skip
 
@@ -172,7 +172,7 @@ class SequenceKind:
         examples = encode_examples(data.texts, data.pairs, targets, tokenizer, max_len)
         batches = ClassificationBatches(examples, 1, tokenizer.pad_id, 0, use_types)  # its batch size: only to train
         metric, cpu = self.spec.metrics[0], torch.device("cpu")
-        return metric, lambda m, n: 100 * self.outputs.evaluate(m, batches, cpu, task.threshold, n)[metric]
+        return metric, lambda m, n: 100 * self.outputs.evaluate(m, batches, cpu, task, n)[metric]
 
     # -- distillation: one distribution over the classes per sequence ---------------------------------------
     def distill_data(self, teacher: FineTuned, task: TaskConfig, student_cfg: ModelConfig, train_file: Path,

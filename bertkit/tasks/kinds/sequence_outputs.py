@@ -57,7 +57,7 @@ class OneClass:
         """Class indices of the labels read, against the training labels `names`."""
         return label_indices(labels, names, source)
 
-    def evaluate(self, model: nn.Module, batches: ClassificationBatches, device: torch.device, threshold: float,
+    def evaluate(self, model: nn.Module, batches: ClassificationBatches, device: torch.device, task: TaskConfig,
                  batch_size: int = 64) -> dict[str, float]:  # fmt: skip
         return evaluate_classifier(model, batches, device, batch_size)
 
@@ -88,9 +88,9 @@ class LabelSet(OneClass):
         """0/1 rows, one column per training label."""
         return multi_hot(labels, names, source)
 
-    def evaluate(self, model: nn.Module, batches: ClassificationBatches, device: torch.device, threshold: float,
+    def evaluate(self, model: nn.Module, batches: ClassificationBatches, device: torch.device, task: TaskConfig,
                  batch_size: int = 64) -> dict[str, float]:  # fmt: skip
-        return evaluate_multi_label(model, batches, device, threshold, batch_size)
+        return evaluate_multi_label(model, batches, device, task.threshold, batch_size)
 
     def records(self, logits: np.ndarray, labels: list[str], threshold: float) -> list[dict[str, Any]]:
         sig = torch.sigmoid(torch.from_numpy(logits)).numpy()
@@ -115,7 +115,7 @@ class Score(OneClass):
     def targets(self, labels: list[Any], names: list[str], source: object) -> np.ndarray:
         return np.asarray(labels, dtype=np.float32)
 
-    def evaluate(self, model: nn.Module, batches: ClassificationBatches, device: torch.device, threshold: float,
+    def evaluate(self, model: nn.Module, batches: ClassificationBatches, device: torch.device, task: TaskConfig,
                  batch_size: int = 64) -> dict[str, float]:  # fmt: skip
         return evaluate_regressor(model, batches, device, batch_size)
 
