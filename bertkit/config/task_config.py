@@ -324,6 +324,13 @@ class RetrievalTask(BiEncoderTask):
     # With a teacher: mse, the squared distance of the unit vectors to the teacher's; kl, the divergence of the
     # in-batch ranking (each query's softmax over the batch's passages) from the teacher's.
     distill_loss: Literal["mse", "kl"] = "mse"
+    # A cross-encoder (a bertkit or Hugging Face model fine-tuned on (query, passage) pairs with one output, or two
+    # classes) whose margins, its score of each query with its positive less its score with each hard negative,
+    # the model's margins learn (MarginMSE), beside the ranking loss; needs negative_field. Computed once.
+    cross_encoder: str | None = None
+    # With a cross-encoder: the weight of the MarginMSE term beside the ranking loss's 1. The model's margin is its
+    # cosine margin times `scale`, the units its ranking loss reads scores in.
+    margin_weight: float = Field(1.0, ge=0.0)
 
     @model_validator(mode="after")
     def _matryoshka_widths(self) -> RetrievalTask:

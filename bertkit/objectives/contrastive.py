@@ -9,6 +9,9 @@
 - With a teacher's vectors of the batch's texts (`teacher_query`, `teacher_passage`), the ranking objective adds
   `distill_weight` times the squared distance of the unit vectors to the teacher's (`mse`, embedding distillation)
   or the KL divergence of its in-batch ranking from the teacher's (`kl`).
+- With a cross-encoder's margins of the batch's queries (`teacher_margin`, its score of the query with its positive
+  less that with each hard negative), the ranking objective adds `margin_weight` times MarginMSE: the squared
+  difference of the model's margin (`scale` times the cosine margin) from the cross-encoder's.
 - `SimilarityObjective`: CoSENT (log(1 + sum over pairs of pairs whose gold order is i < j of
   exp(scale * (cos_i - cos_j)))), or the squared error of the cosine against the gold score scaled to [0, 1].
   CoSENT ranks the whole batch at once, so its target is a batch; the squared error's is a pair.
@@ -96,6 +99,22 @@ def ranking_loss_sum(queries: torch.Tensor, passages: torch.Tensor, scale: float
         return _ranking_loss_sum(queries.float(), passages.float(), scale, symmetric, gather)
 
 
+def margin_mse_sum(queries: torch.Tensor, passages: torch.Tensor, teacher_margins: torch.Tensor,
+                   scale: float) -> torch.Tensor:  # fmt: skip
+    """MarginMSE (Hofstätter et al. 2020), summed over (query, hard negative): the squared difference of the
+    model's margin, `scale` times the cosine of the query with its positive less that with the negative, from the
+    cross-encoder's margin (`teacher_margins`, queries x negatives). `passages` holds the positives (row i answers
+    query i), then the first hard negative of every query, then the second..."""
+    with torch.autocast(queries.device.type, enabled=False):
+        count, width = teacher_margins.shape
+        queries, passages = F.normalize(queries.float(), dim=-1), F.normalize(passages.float(), dim=-1)
+        positive = (queries * passages[:count]).sum(-1)
+        negatives = passages[count : count * (width + 1)].view(width, count, -1).transpose(0, 1)
+        negative = torch.einsum("qd,qnd->qn", queries, negatives)
+        margins = scale * (positive[:, None] - negative)
+        return (margins - teacher_margins.float()).pow(2).sum()
+
+
 def _ranking_loss_sum(queries: torch.Tensor, passages: torch.Tensor, scale: float, symmetric: bool,
                       gather: bool) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     count = queries.shape[0]
@@ -116,10 +135,11 @@ class RankingObjective(Objective):
 
     def __init__(self, scale: float = 20.0, symmetric: bool = False, dims: list[int] | None = None,
                  cache_chunk: int = 0, gather: bool = True, distill_weight: float = 1.0,
-                 distill_loss: str = "mse") -> None:  # fmt: skip
+                 distill_loss: str = "mse", margin_weight: float = 1.0) -> None:  # fmt: skip
         super().__init__()
         self.scale, self.symmetric, self.dims, self.cache_chunk = scale, symmetric, list(dims or []), cache_chunk
         self.gather, self.distill_weight, self.distill_loss = gather, distill_weight, distill_loss
+        self.margin_weight = margin_weight
 
     def count(self, batch: dict[str, torch.Tensor]) -> float:
         return float(batch["query_input_ids"].shape[0])
@@ -135,6 +155,8 @@ class RankingObjective(Objective):
             else:
                 term = distance_sum(queries, batch["teacher_query"]) + distance_sum(passages, batch["teacher_passage"])
             loss = loss + self.distill_weight * term
+        if batch is not None and "teacher_margin" in batch:
+            loss = loss + self.margin_weight * margin_mse_sum(queries, passages, batch["teacher_margin"], self.scale)
         for dim in self.dims:
             if dim < queries.shape[-1]:
                 part = ranking_loss_sum(queries[:, :dim], passages[:, :dim], self.scale, self.symmetric, self.gather)

@@ -4,7 +4,8 @@ teacher's layers trained on (query, positive) pairs two ways, with the table to 
     teacher (bi-encoder) ── copy N of its layers ─┬─ ranking loss alone ──────────────────────── baseline/
                                                   └─ ranking loss + the teacher's vectors (MSE) ── distill/ -> model/
 
-The distilled student learns the teacher's vector of every training text (computed once) beside the ranking loss;
+The distilled student learns the teacher's vector of every training text (computed once) beside the ranking loss,
+and with `--set task.cross_encoder=DIR` (pairs with hard negatives) a cross-encoder's margins too (MarginMSE);
 the baseline is what a user would otherwise run, the same copy fine-tuned on the pairs alone. The table: parameters,
 texts/s embedding the evaluation set's texts (batch INFER_BATCH, at most INFER_MAX_LEN tokens, timed in interleaved
 rounds), nDCG@10 (and MRR@10, Recall@100) by exact search over the evaluation set, and % of the teacher's nDCG@10.
@@ -52,7 +53,10 @@ def compress_bi_encoder(teacher_spec: str, train_file: Path, eval_file: Path, ou
     # a 2-layer copy of all-MiniLM-L6-v2 scored 0.746 nDCG@10 at 1e-4 against 0.688 at the recipe's 2e-5).
     settings = [f"task.pooling={trained_pooling(meta, teacher_dir) or 'mean'}", "task.normalize=true", "optim.lr=1e-4",
                 f"train.seed={opts.seed}", *opts.overrides]  # fmt: skip
-    baseline_recipe = load_recipe("finetune-retrieval", [*settings, *opts.baseline_overrides], kind="finetune")
+    # The baseline learns from the pairs alone: no cross-encoder either (`--set task.cross_encoder=DIR` teaches the
+    # distilled copy the cross-encoder's margins too).
+    baseline_recipe = load_recipe("finetune-retrieval", [*settings, "task.cross_encoder=null",
+                                                         *opts.baseline_overrides], kind="finetune")  # fmt: skip
     distill_recipe = load_recipe("finetune-retrieval", [*settings, f"task.teacher={teacher_dir}"], kind="finetune")
     check_output_dir(output, overwrite)
     if output.exists() and overwrite:

@@ -165,9 +165,11 @@ def test_evaluate_scores_zero_shot_tasks_as_mteb_does(
     assert "task 'reviews' has no train file" in line and not (tmp_path / "bad").exists()
 
 
-def test_mine_negatives_then_train_with_them(retrieval_data: dict[str, Path], minilm_dir: Path, tmp_path: Path) -> None:
+def test_mine_negatives_then_train_with_them(retrieval_data: dict[str, Path], minilm_dir: Path,
+                                            hf_classifier_dir: Path, tmp_path: Path) -> None:  # fmt: skip
     """all-MiniLM-L6-v2 mines one hard negative per pair among the pairs' own paragraphs (two SQuAD articles): never
-    the query's own paragraph, never one it scores above 95% of its paragraph; the mined file then trains."""
+    the query's own paragraph, never one it scores above 95% of its paragraph; the mined file then trains, and with
+    a cross-encoder (a tiny random two-class Hugging Face classifier on MiniLM's vocabulary) its margins too."""
     mined = run_json("mine-negatives", "--model", str(minilm_dir), "--train", str(retrieval_data["train"]),
                      "--output", str(tmp_path / "mined.jsonl"))  # fmt: skip
     rows = [json.loads(line) for line in (tmp_path / "mined.jsonl").read_text().splitlines()]
@@ -188,6 +190,16 @@ def test_mine_negatives_then_train_with_them(retrieval_data: dict[str, Path], mi
                        str(tmp_path / "mined.jsonl"), "--eval", str(retrieval_data["beir"]), "--output",
                        str(tmp_path / "run"), "--set", "task.negative_field=negative", *SMALL)  # fmt: skip
     assert summary["hard_negatives"] == 1 and summary["eval"]["ndcg@10"] > 0.3
+    common = ["finetune", "--task", "retrieval", "--model", str(minilm_dir), "--eval", str(retrieval_data["beir"]),
+              "--set", f"task.cross_encoder={hf_classifier_dir}", *SMALL]  # fmt: skip
+    margin = run_json(*common, "--train", str(tmp_path / "mined.jsonl"), "--set", "task.negative_field=negative",
+                      "--output", str(tmp_path / "margin"))  # fmt: skip
+    assert margin["cross_encoder"] == str(hf_classifier_dir) and margin["steps"] == summary["steps"]
+    assert "margin" in margin and margin["margin"]["pairs"] == summary["train_pairs"]
+    meta = json.loads((tmp_path / "margin" / "model" / "bertkit_model.json").read_text())
+    assert meta["task"]["cross_encoder"] == str(hf_classifier_dir)
+    line = run_error(*common, "--train", str(retrieval_data["train"]), "--output", str(tmp_path / "no-negatives"))
+    assert "task.negative_field" in line and not (tmp_path / "no-negatives").exists()
 
 
 def test_compress_a_bi_encoder(retrieval_data: dict[str, Path], minilm_dir: Path, tmp_path: Path) -> None:

@@ -347,3 +347,68 @@ def test_distillation_terms_vanish_on_the_teachers_own_vectors() -> None:
     expected = float((teacher.exp() * (teacher - student)).sum())
     assert float(ranking_kl_sum(queries, passages, unit_q, other, 20.0)) == pytest.approx(expected, rel=1e-5)
     assert float(distance_sum(passages, other)) > 1.0
+
+
+def test_margin_mse_equals_sentence_transformers(squad_dev_file: Path, minilm_dir: Path) -> None:
+    """On 6 questions, their paragraphs and 2 hard negatives each (another article's paragraphs), with made-up
+    cross-encoder margins: bertkit's MarginMSE term is sentence-transformers' MarginMSELoss (the mean over (query,
+    negative)) times their count, with its similarity `scale` times the cosine, as the ranking loss reads scores."""
+    from sentence_transformers.sentence_transformer.losses import MarginMSELoss
+    from sentence_transformers.util import pairwise_cos_sim
+
+    from bertkit.objectives.contrastive import RankingObjective, margin_mse_sum
+
+    st, ours, tokenizer = _st_and_bertkit(minilm_dir)
+    paragraphs = squad_articles(squad_dev_file)[0]["paragraphs"][:6]
+    questions = [p["qas"][0]["question"] for p in paragraphs]
+    passages = [p["context"] for p in paragraphs]
+    others = [p["context"] for p in squad_articles(squad_dev_file)[1]["paragraphs"][:12]]
+    first, second = others[:6], others[6:]
+    margins = torch.tensor([[3.0, -1.0], [0.5, 2.0], [7.0, 6.5], [-2.0, 1.0], [4.0, 4.0], [1.5, 0.0]])
+    reference = MarginMSELoss(st, similarity_fct=lambda a, b: 20.0 * pairwise_cos_sim(a, b))
+    with torch.no_grad():
+        columns = [st.preprocess(texts) for texts in (questions, passages, first, second)]
+        expected = float(reference(columns, margins)) * margins.numel()
+        batch = {**_batch(tokenizer, "query_", questions), **_batch(tokenizer, "", passages + first + second)}
+        queries, docs = ours(batch["query_input_ids"], batch["query_attention_mask"]), ours(
+            batch["input_ids"], batch["attention_mask"])  # fmt: skip
+        assert float(margin_mse_sum(queries, docs, margins, 20.0)) == pytest.approx(expected, rel=1e-5)
+        # In the ranking objective it is margin_weight times the term, beside the ranking loss (per query).
+        plain, _ = RankingObjective(20.0)(ours, batch)
+        both, _ = RankingObjective(20.0, margin_weight=0.5)(ours, {**batch, "teacher_margin": margins})
+    assert float(both) == pytest.approx(float(plain) + 0.5 * expected / 6, rel=1e-5)
+
+
+@pytest.mark.parametrize("labels", [("score",), ("0", "1")])
+def test_cross_encoder_scores_equal_transformers(tmp_path: Path, minilm_dir: Path, squad_dev_file: Path,
+                                                 labels: tuple[str, ...]) -> None:  # fmt: skip
+    """A tiny random Hugging Face *ForSequenceClassification with the MiniLM tokenizer as a cross-encoder: one output
+    is its score (a one-label ms-marco cross-encoder's layout), two classes the log-odds of the second; bertkit
+    scores (question, paragraph) pairs as transformers does, and the margins are positive less negative."""
+    import transformers
+    from hf_helpers import save_hf_classifier
+
+    from bertkit.tasks.retrieval.cross_encoder import CrossEncoder, teacher_margins
+
+    folder = save_hf_classifier(tmp_path / "ce", minilm_dir, labels=labels)
+    paragraphs = squad_articles(squad_dev_file)[0]["paragraphs"][:5]
+    questions = [p["qas"][0]["question"] for p in paragraphs]
+    passages = [p["context"][:300] for p in paragraphs]  # within the tiny model's 128 positions
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+
+    def reference(firsts: list[str], seconds: list[str]) -> torch.Tensor:
+        with torch.no_grad():
+            logits = model(**tokenizer(firsts, seconds, padding=True, return_tensors="pt")).logits
+        return logits[:, 0] if len(labels) == 1 else logits[:, 1] - logits[:, 0]
+
+    expected = reference(questions, passages)
+    got = CrossEncoder(folder, torch.device("cpu")).scores(questions, passages)
+    assert torch.allclose(got, expected, atol=1e-4), (got, expected)
+    negatives = [[passages[(i + 1) % 5], passages[(i + 2) % 5]] for i in range(5)]
+    margins = teacher_margins(str(folder), questions, passages, negatives)
+    assert margins.shape == (5, 2)
+    second = reference(questions, [row[1] for row in negatives])
+    assert torch.allclose(margins[:, 1], expected - second, atol=1e-4)
+    with pytest.raises(BertkitError, match="does not score a text pair"):
+        CrossEncoder(minilm_dir, torch.device("cpu"))  # a bi-encoder

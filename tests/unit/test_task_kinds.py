@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bertkit.config.schema import TASK_FIELDS, TASK_METRICS, TaskConfig
+from bertkit.config.schema import TASK_FIELDS, TASK_METRICS
 from bertkit.config.task_config import TASK_CONFIG_CLASSES
 from bertkit.config.task_kinds import HEADED_ARCHITECTURES, SPECS, kind_spec, kinds_that
 from bertkit.errors import BertkitError

@@ -26,6 +26,7 @@ from bertkit.tasks.kinds.embedding import (
     sentence_encoder,
 )
 from bertkit.tasks.retrieval.batches import PairBatches, TeacherVectors, text_keys
+from bertkit.tasks.retrieval.cross_encoder import teacher_margins
 from bertkit.tasks.retrieval.data import Pairs, RetrievalSet, pairs_as_set, read_eval_set, read_pairs
 from bertkit.tasks.retrieval.metrics import deepest_cut, score_run
 from bertkit.tasks.retrieval.search import embed_ids, encode_texts, exact_search
@@ -112,11 +113,18 @@ class RetrievalKind(NotServed):
             columns += [[row[j] for row in train.negatives] for j in range(width)]
         keys = text_keys(*columns)
         teacher = teacher_vectors(task, train, model_cfg, max_len) if task.teacher else None
+        margins = None
+        if task.cross_encoder:
+            if train.negatives is None:
+                raise BertkitError("task.cross_encoder teaches the margin of each query's positive over its hard "
+                                   "negatives: name their column with task.negative_field (bertkit mine-negatives "
+                                   "writes one)")  # fmt: skip
+            margins = teacher_margins(task.cross_encoder, train.queries, train.positives, train.negatives)
         scoring = EncodedSet(held_out, tokenizer, max_len, TASK_METRICS["retrieval"]) if held_out else None
         pad = tokenizer.pad_id
 
         def sources(model: nn.Module, micro: int, seed: int, device: torch.device) -> tuple[Any, Evaluate | None]:
-            source = PairBatches(queries, positives, negatives, keys, micro, pad, seed, teacher)
+            source = PairBatches(queries, positives, negatives, keys, micro, pad, seed, teacher, margins)
             return source, (scoring.evaluate if scoring is not None else None)
 
         summary: dict[str, Any] = {
@@ -128,7 +136,11 @@ class RetrievalKind(NotServed):
             "pooling": task.pooling,
             "normalize": task.normalize,
             "teacher": task.teacher,
+            "cross_encoder": task.cross_encoder,
         }
+        if margins is not None:  # how the cross-encoder ranks the training pairs: its share of positives first
+            summary["margin"] = {"pairs": len(train), "mean": round(float(margins.mean()), 4),
+                                 "positive_first": round(float((margins > 0).float().mean()), 4)}  # fmt: skip
         return Prepared(
             labels=[],
             model_cfg=model_cfg,
@@ -136,7 +148,8 @@ class RetrievalKind(NotServed):
             metric=task.best_metric,
             build=sentence_encoder(task),
             objective=RankingObjective(task.scale, task.symmetric, task.matryoshka_dims, task.cache_chunk,
-                                       task.gather_negatives, task.distill_weight, task.distill_loss),
+                                       task.gather_negatives, task.distill_weight, task.distill_loss,
+                                       task.margin_weight),
             sources=sources,
             task_meta=task.model_dump(mode="json"),
             summary=summary,

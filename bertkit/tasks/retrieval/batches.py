@@ -108,9 +108,9 @@ class PairBatches(SampledBatches):
 
     def __init__(self, queries: list[np.ndarray], positives: list[np.ndarray], negatives: list[list[np.ndarray]] | None,
                  keys: list[frozenset[int]], batch_size: int, pad_id: int, seed: int,
-                 teacher: TeacherVectors | None = None) -> None:  # fmt: skip
+                 teacher: TeacherVectors | None = None, margins: torch.Tensor | None = None) -> None:  # fmt: skip
         self.queries, self.positives, self.negatives = queries, positives, negatives
-        self.batch_size, self.pad_id, self.teacher = batch_size, pad_id, teacher
+        self.batch_size, self.pad_id, self.teacher, self.margins = batch_size, pad_id, teacher, margins
         self.sampler = DistinctSampler(keys, batch_size, seed)
 
     def next_batch(self) -> dict[str, torch.Tensor]:
@@ -129,6 +129,8 @@ class PairBatches(SampledBatches):
             if self.teacher.negatives is not None:
                 rows += [self.teacher.negatives[picked, column] for column in range(self.teacher.negatives.shape[1])]
             batch["teacher_passage"] = torch.cat(rows)
+        if self.margins is not None:  # a cross-encoder's margins of each query's positive over its negatives
+            batch["teacher_margin"] = self.margins[picked]
         return batch
 
 
