@@ -12,12 +12,17 @@ def squad_articles(squad_dev_file: Path) -> list[dict]:
     return json.loads(squad_dev_file.read_text("utf-8"))["data"]
 
 
-def write_pairs(articles: list[dict], path: Path, per_paragraph: int = 1) -> Path:
+def write_pairs(articles: list[dict], path: Path, per_paragraph: int = 1, limit: int | None = None) -> Path:
+    """(question, paragraph) pairs as JSON lines: `per_paragraph` questions of each paragraph, at most `limit`."""
+    written = 0
     with open(path, "w", encoding="utf-8") as handle:
         for article in articles:
             for paragraph in article["paragraphs"]:
                 for qa in paragraph["qas"][:per_paragraph]:
+                    if limit is not None and written == limit:
+                        return path
                     handle.write(json.dumps({"query": qa["question"], "positive": paragraph["context"]}) + "\n")
+                    written += 1
     return path
 
 

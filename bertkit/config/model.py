@@ -13,7 +13,7 @@ from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import Discriminator, Field, Tag, model_validator
 
-from bertkit.config.strict import StrictModel
+from bertkit.config.strict import ChosenByKey, StrictModel
 
 Family = Literal["bert", "roberta", "albert", "electra", "spanbert", "distilbert", "bigbird", "xlnet", "modernbert"]
 Attention = Literal["full", "block_sparse"]
@@ -30,7 +30,7 @@ class GeneratorConfig(StrictModel):
     num_layers: int | None = Field(None, gt=0)
 
 
-class ModelConfig(StrictModel):
+class ModelConfig(ChosenByKey):
     """Shape of a BERT-family encoder. Defaults are BERT-base."""
 
     # The family a class configures (its `family` literal; "" on the classes no model is built from).
@@ -75,19 +75,10 @@ class ModelConfig(StrictModel):
         declared = "family" in cls.__dict__.get("__annotations__", {})  # a family's class narrows `family`
         cls.FAMILY = cls.model_fields["family"].default if declared else ""
 
-    def __new__(cls, *args: Any, **data: Any) -> Any:
-        """`ModelConfig(family=..., ...)` builds that family's class (pydantic then validates it there)."""
-        if cls is ModelConfig:
-            cls = family_class(data.get("family", DEFAULT_FAMILY))
-        return super().__new__(cls)
-
-    @model_validator(mode="wrap")
     @classmethod
-    def _dispatch(cls, data: Any, handler: Any) -> Any:
-        """`ModelConfig.model_validate(mapping)` validates as the mapping's family."""
-        if cls is ModelConfig and isinstance(data, dict):
-            return family_class(data.get("family", DEFAULT_FAMILY)).model_validate(data)
-        return handler(data)
+    def chosen_class(cls, data: dict[str, Any]) -> type[ModelConfig] | None:
+        """`ModelConfig(family=..., ...)` and `ModelConfig.model_validate(mapping)` build the family's class."""
+        return family_class(data.get("family", DEFAULT_FAMILY)) if cls is ModelConfig else None
 
     @model_validator(mode="before")
     @classmethod

@@ -31,3 +31,25 @@ def _is_number(annotation: Any) -> bool:
         kinds = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
         return bool(kinds) and all(kind in (int, float) for kind in kinds)
     return annotation in (int, float)
+
+
+class ChosenByKey(StrictModel):
+    """The base of a section validated as one of several classes, chosen by one of its keys (a model's `family`, a
+    task's `kind`): `Base(key=..., ...)` and `Base.model_validate(mapping)` build the chosen class, which pydantic
+    then validates. The base says which class a mapping chooses; its subclasses choose nothing."""
+
+    @classmethod
+    def chosen_class(cls, data: dict[str, Any]) -> type[ChosenByKey] | None:
+        """The class `data` chooses when `cls` is the choosing base; None for a class that is already chosen."""
+        return None
+
+    def __new__(cls, *args: Any, **data: Any) -> Any:
+        return super().__new__(cls.chosen_class(data) or cls)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _dispatch(cls, data: Any, handler: Any) -> Any:
+        chosen = cls.chosen_class(data) if isinstance(data, dict) else None
+        if chosen is not None and chosen is not cls:
+            return chosen.model_validate(data)
+        return handler(data)

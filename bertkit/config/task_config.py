@@ -20,7 +20,7 @@ from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import Discriminator, Field, Tag, ValidationError, model_validator
 
-from bertkit.config.strict import StrictModel
+from bertkit.config.strict import ChosenByKey, StrictModel
 
 DEFAULT_KIND = "classification"
 # Question answering reads windows `[CLS] question [SEP] context [SEP]`: 3 special tokens, a question of at most
@@ -46,7 +46,7 @@ def qa_doc_stride(max_len: int, doc_stride: int | None) -> int:
     return max(0, min(max_len // 3, qa_context_room(max_len) - 1))
 
 
-class TaskConfig(StrictModel):
+class TaskConfig(ChosenByKey):
     """A fine-tuning task: the keys every kind reads. Each kind's class adds its own (see the module's notes)."""
 
     # What the task learns. classification: labels are classes (cross-entropy). regression: labels are numbers
@@ -71,19 +71,10 @@ class TaskConfig(StrictModel):
     # What the kind reports, each a possible `metric`; the first is the default (each kind's class sets them).
     METRICS: ClassVar[tuple[str, ...]] = ()
 
-    def __new__(cls, *args: Any, **data: Any) -> Any:
-        """`TaskConfig(kind=..., ...)` builds that kind's class (pydantic then validates it there)."""
-        if cls is TaskConfig:
-            cls = task_config_class(data.get("kind", DEFAULT_KIND))
-        return super().__new__(cls)
-
-    @model_validator(mode="wrap")
     @classmethod
-    def _dispatch(cls, data: Any, handler: Any) -> Any:
-        """`TaskConfig.model_validate(mapping)` validates as the mapping's kind."""
-        if cls is TaskConfig and isinstance(data, dict):
-            return task_config_class(data.get("kind", DEFAULT_KIND)).model_validate(data)
-        return handler(data)
+    def chosen_class(cls, data: dict[str, Any]) -> type[TaskConfig] | None:
+        """`TaskConfig(kind=..., ...)` and `TaskConfig.model_validate(mapping)` build the kind's class."""
+        return task_config_class(data.get("kind", DEFAULT_KIND)) if cls is TaskConfig else None
 
     @model_validator(mode="before")
     @classmethod

@@ -49,10 +49,11 @@ def compress_bi_encoder(teacher_spec: str, train_file: Path, eval_file: Path, ou
             raise BertkitError(f"{path} not found")
     from bertkit.modelio.st_dir import trained_pooling
 
-    # A copy of a few layers moves further than a fine-tuned model: 1e-4 (TinyBERT's student rate; on SQuAD pairs
-    # a 2-layer copy of all-MiniLM-L6-v2 scored 0.746 nDCG@10 at 1e-4 against 0.688 at the recipe's 2e-5).
+    # A copy of a few layers moves further than a fine-tuned model: 1e-4 (TinyBERT's student rate) for 3 epochs. On
+    # 6,000 SQuAD pairs a 2-layer copy of all-MiniLM-L6-v2 scored 0.746 nDCG@10 at 1e-4 against 0.688 at the
+    # recipe's 2e-5, and 0.771 in 3 epochs against 0.746 in the recipe's 1 (distilled: 0.752 against 0.744).
     settings = [f"task.pooling={trained_pooling(meta, teacher_dir) or 'mean'}", "task.normalize=true", "optim.lr=1e-4",
-                f"train.seed={opts.seed}", *opts.overrides]  # fmt: skip
+                "train.epochs=3", f"train.seed={opts.seed}", *opts.overrides]  # fmt: skip
     # The baseline learns from the pairs alone: no cross-encoder either (`--set task.cross_encoder=DIR` teaches the
     # distilled copy the cross-encoder's margins too).
     baseline_recipe = load_recipe("finetune-retrieval", [*settings, "task.cross_encoder=null",
