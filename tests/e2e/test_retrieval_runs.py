@@ -207,7 +207,8 @@ def test_compress_a_bi_encoder(retrieval_data: dict[str, Path], minilm_dir: Path
     trained on pairs with and without the teacher's vectors, and the table of the three."""
     summary = run_json("compress", "--teacher", str(minilm_dir), "--train", str(retrieval_data["train"]), "--eval",
                        str(retrieval_data["beir"]), "--layers", "2", "--output", str(tmp_path / "small"),
-                       "--set", "train.batch_size=16", "--set", "task.max_seq_len=96")  # fmt: skip
+                       "--set", "train.batch_size=16", "--set", "task.max_seq_len=96",
+                       "--set", "train.epochs=1")  # fmt: skip
     assert summary["kind"] == "bi-encoder" and [r["model"] for r in summary["rows"]] == [
         "teacher", "student, pairs only", "student, distilled"]  # fmt: skip
     teacher, baseline, student = summary["rows"]

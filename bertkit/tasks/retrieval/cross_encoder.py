@@ -27,8 +27,10 @@ class CrossEncoder:
     """A pair scorer loaded from a bertkit or Hugging Face model directory, or a hub name."""
 
     def __init__(self, spec: str | Path, device: torch.device, max_len: int | None = None) -> None:
+        from bertkit.engine.checkpoint import load_state
         from bertkit.modelio.modeldir import load_model_dir
-        from bertkit.tasks.architectures import build_task_model, window_length
+        from bertkit.models.pretraining import build_encoder
+        from bertkit.tasks.classification import SequenceClassifier
 
         model_dir, meta, cfg, weights, self.tokenizer = load_model_dir(str(spec), hub=True)
         architecture = meta.get("architecture")
@@ -44,8 +46,12 @@ class CrossEncoder:
         if cfg.family == "xlnet":
             raise BertkitError(f"task.cross_encoder {spec} is an XLNet model; use a BERT-layout cross-encoder")
         self.source, self.device, self.two_classes = str(model_dir), device, two_classes
-        self.model = build_task_model(str(architecture), meta, cfg, weights, str(model_dir)).to(device)
-        self.max_len = window_length(cfg, meta.get("task") or {}, max_len)
+        task = meta.get("task") or {}
+        self.model = SequenceClassifier(build_encoder(cfg), 2 if two_classes else 1, 0.0, task.get("pool", "cls"))
+        load_state(self.model, weights, str(model_dir))
+        self.model.to(device).eval()
+        limit = cfg.max_position_embeddings - cfg.position_offset  # what it was fine-tuned with, within its positions
+        self.max_len = min(max_len or task.get("max_seq_len") or limit, limit)
         self.use_types = cfg.type_vocab_size > 1
 
     @torch.no_grad()
