@@ -234,6 +234,13 @@ def results_page(latest: dict[str, Record]) -> str:
         out += ["", f"The distilled 2-layer bi-encoder keeps {value(r, 'student_percent_of_teacher'):.1f}% of the "
                 f"teacher's nDCG@10 at {value(r, 'student_speedup'):.2f} times its speed; the same copy trained on the "
                 f"pairs alone keeps {alone:.1f}%."]  # fmt: skip
+    if "margin-mse" in latest:
+        r = latest["margin-mse"]
+        out += ["", f"With a cross-encoder's margins (MarginMSE; {r['settings']['train']}, one epoch, one seed) the "
+                f"distilled copy scores {value(r, 'vectors_and_margins_ndcg@10'):.3f} nDCG@10 against "
+                f"{value(r, 'vectors_ndcg@10'):.3f} with the teacher's vectors alone, "
+                f"{value(r, 'margins_ndcg@10'):.3f} with the margins alone and "
+                f"{value(r, 'baseline_ndcg@10'):.3f} on the pairs and negatives alone (`{r['path']}`)."]  # fmt: skip
     out += ["", "Run it on yours: `bertkit finetune --task retrieval --model M --train pairs.jsonl --eval beir/ "
             "--output run`, then `bertkit export run --to sentence-transformers --output st/` "
             "([embedding models](guides/embeddings.md))."]  # fmt: skip
