@@ -18,7 +18,7 @@ import torch
 from bertkit.config.schema import ModelConfig
 from bertkit.config.task_kinds import HEADED_ARCHITECTURES
 from bertkit.errors import BertkitError
-from bertkit.tasks.architectures import window_length
+from bertkit.modelio.modeldir import window_length
 
 # Dynamic quantisation computes each activation's scale over the whole batch tensor, padding included, so an
 # int8 prediction depends on which examples share its batch (measured: all-MiniLM-L6-v2 fine-tuned for 20

@@ -147,3 +147,8 @@ def load_model_dir(
 def encoder_weights(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The encoder's tensors out of a full model's state dict (heads dropped)."""
     return {k.removeprefix("encoder."): v for k, v in weights.items() if k.startswith("encoder.")}
+
+def window_length(cfg: ModelConfig, task: dict[str, Any], max_seq_len: int | None) -> int:
+    """Tokens per input: --max-seq-len, else what the model was fine-tuned with, never more than its positions."""
+    limit = cfg.max_position_embeddings - cfg.position_offset
+    return min(max_seq_len if max_seq_len is not None else task.get("max_seq_len") or limit, limit)

@@ -1,6 +1,6 @@
 """The fine-tuned models bertkit serves (config/task_kinds.py's HEADED_ARCHITECTURES): the task model built from a
-model directory's weights, and the window length it reads. `bertkit predict`, `bertkit embed` and
-the ONNX export (bertkit/export) all import it."""
+model directory's weights (the window it reads is modelio/modeldir.py's `window_length`). `bertkit predict`,
+`bertkit embed` and the ONNX export (bertkit/export) all import it."""
 
 from __future__ import annotations
 
@@ -24,9 +24,3 @@ def build_task_model(architecture: str, meta: dict[str, Any], cfg: ModelConfig, 
                                                meta.get("task") or {})  # fmt: skip
     load_state(model, weights, source)
     return model.eval()
-
-
-def window_length(cfg: ModelConfig, task: dict[str, Any], max_seq_len: int | None) -> int:
-    """Tokens per input: --max-seq-len, else what the model was fine-tuned with, never more than its positions."""
-    limit = cfg.max_position_embeddings - cfg.position_offset
-    return min(max_seq_len if max_seq_len is not None else task.get("max_seq_len") or limit, limit)

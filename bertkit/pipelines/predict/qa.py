@@ -12,9 +12,9 @@ from typing import Any
 
 from bertkit.config.schema import qa_context_room
 from bertkit.errors import BertkitError
+from bertkit.modelio.modeldir import window_length
 from bertkit.pipelines.predict.common import InferenceModel, jsonl_sink
 from bertkit.progress import Tracker
-from bertkit.tasks.architectures import window_length
 from bertkit.tasks.qa import best_answers, encode_qa, read_qa_file, window_logits
 
 CHUNK = 256  # questions encoded, predicted and written at a time

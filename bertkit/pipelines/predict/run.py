@@ -23,10 +23,10 @@ from bertkit.corpus.loader import pad_batch
 from bertkit.errors import BertkitError
 from bertkit.inputs.delimited import QUOTINGS, Quoting, checked_quoting, delimited_rows, require_columns
 from bertkit.inputs.formats import file_format
+from bertkit.modelio.modeldir import window_length
 from bertkit.pipelines.predict.common import InferenceModel, jsonl_sink, load_task_model, torch_threads
 from bertkit.pipelines.predict.qa import predict_qa
 from bertkit.progress import Tracker
-from bertkit.tasks.architectures import window_length
 from bertkit.tasks.kinds import task_kind
 from bertkit.tasks.kinds.base import PredictRequest, RunModel
 

@@ -28,7 +28,7 @@ class CrossEncoder:
 
     def __init__(self, spec: str | Path, device: torch.device, max_len: int | None = None) -> None:
         from bertkit.engine.checkpoint import load_state
-        from bertkit.modelio.modeldir import load_model_dir
+        from bertkit.modelio.modeldir import load_model_dir, window_length
         from bertkit.models.pretraining import build_encoder
         from bertkit.tasks.classification import SequenceClassifier
 
@@ -50,8 +50,7 @@ class CrossEncoder:
         self.model = SequenceClassifier(build_encoder(cfg), 2 if two_classes else 1, 0.0, task.get("pool", "cls"))
         load_state(self.model, weights, str(model_dir))
         self.model.to(device).eval()
-        limit = cfg.max_position_embeddings - cfg.position_offset  # what it was fine-tuned with, within its positions
-        self.max_len = min(max_len or task.get("max_seq_len") or limit, limit)
+        self.max_len = window_length(cfg, task, max_len)
         self.use_types = cfg.type_vocab_size > 1
 
     @torch.no_grad()
