@@ -312,8 +312,9 @@ class RetrievalTask(BiEncoderTask):
     teacher: str | None = None
     # With a teacher: the weight of the distillation term beside the ranking loss's 1.
     distill_weight: float = Field(1.0, ge=0.0)
-    # With a teacher: mse, the squared distance of the unit vectors to the teacher's; kl, the divergence of the
-    # in-batch ranking (each query's softmax over the batch's passages) from the teacher's.
+    # With a teacher: mse, the squared distance of the unit vectors to the teacher's (a wider teacher's projected
+    # onto its principal directions at the model's width); kl, the divergence of the in-batch ranking (each
+    # query's softmax over the batch's passages) from the teacher's.
     distill_loss: Literal["mse", "kl"] = "mse"
     # A cross-encoder (a bertkit or Hugging Face model fine-tuned on (query, passage) pairs with one output, or two
     # classes) whose margins, its score of each query with its positive less its score with each hard negative,

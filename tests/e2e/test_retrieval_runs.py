@@ -221,9 +221,9 @@ def test_compress_a_bi_encoder(retrieval_data: dict[str, Path], minilm_dir: Path
 def test_distill_task_stage_with_a_bi_encoder_teacher(retrieval_data: dict[str, Path], minilm_dir: Path,
                                                      pretrained_run: Path, tmp_path: Path) -> None:  # fmt: skip
     """`bertkit distill --stage task` with all-MiniLM-L6-v2 as the teacher and a 2-layer copy of it as the student:
-    a retrieval student trained on the pairs with the teacher's vectors, scored on the BEIR folder; a student of
-    another width learns the teacher's in-batch ranking (its vectors' squared distance is one line), and a
-    classifier's --method is one line."""
+    a retrieval student trained on the pairs with the teacher's vectors, scored on the BEIR folder; a narrower
+    student learns them projected to its width, or the teacher's in-batch ranking; a classifier's --method is one
+    line."""
     from bertkit.distill.teacher import Teacher
     from bertkit.pipelines.compress_common import copy_layers
 
@@ -236,13 +236,16 @@ def test_distill_task_stage_with_a_bi_encoder_teacher(retrieval_data: dict[str, 
     meta = json.loads((tmp_path / "run" / "model" / "bertkit_model.json").read_text())
     assert meta["architecture"] == "retrieval-bi-encoder" and meta["task"]["teacher"] == str(minilm_dir)
     assert meta["model"]["num_layers"] == 2
-    line = run_error(*common, "--student", str(pretrained_run), "-o", str(tmp_path / "narrow"))
-    assert "gives 384-wide vectors and the student" in line and "task.distill_loss=kl" in line
-    assert not (tmp_path / "narrow").exists()
-    # a student of another width (bert-tiny, its own vocabulary) learns the teacher's in-batch ranking instead
-    narrow = run_json(*common, "--student", str(pretrained_run), "-o", str(tmp_path / "narrow"),
-                      "--set", "task.distill_loss=kl")  # fmt: skip
+    # a narrower student (bert-tiny's shape, its own vocabulary) learns the teacher's vectors projected to its width
+    narrow = run_json(*common, "--student", str(pretrained_run), "-o", str(tmp_path / "narrow"))
+    width = json.loads((pretrained_run / "model" / "bertkit_model.json").read_text())["model"]["hidden_size"]
+    assert narrow["teacher_projection"]["from"] == 384 and narrow["teacher_projection"]["to"] == width < 384
+    assert 0 < narrow["teacher_projection"]["variance_kept"] < 1
     assert narrow["teacher"] == str(minilm_dir) and narrow["steps"] >= 2 and 0 < narrow["eval"]["ndcg@10"] <= 1
+    # or the teacher's in-batch ranking, which takes the teacher's vectors as they are
+    ranking = run_json(*common, "--student", str(pretrained_run), "-o", str(tmp_path / "ranking"),
+                       "--set", "task.distill_loss=kl")  # fmt: skip
+    assert "teacher_projection" not in ranking and 0 < ranking["eval"]["ndcg@10"] <= 1
     line = run_error(*common, "--student", str(tmp_path / "student" / "model"), "--method", "tinybert", "-o",
                      str(tmp_path / "method"))  # fmt: skip
     assert "a bi-encoder's student learns its teacher's vectors" in line

@@ -349,6 +349,33 @@ def test_distillation_terms_vanish_on_the_teachers_own_vectors() -> None:
     assert float(distance_sum(passages, other)) > 1.0
 
 
+def test_teacher_projection_is_scikit_learns_pca(squad_dev_file: Path, minilm_dir: Path) -> None:
+    """The projection that brings a teacher's vectors to a narrower student's width: on all-MiniLM-L6-v2's vectors of
+    SQuAD dev questions and paragraphs, its directions are scikit-learn's PCA components (up to sign), the variance
+    it keeps is PCA's explained share, and each vector becomes its unit-length coordinates on those directions."""
+    from sentence_transformers import SentenceTransformer
+    from sklearn.decomposition import PCA
+
+    from bertkit.tasks.retrieval.projection import principal_projection
+
+    paragraphs = [p for article in squad_articles(squad_dev_file)[:3] for p in article["paragraphs"]]
+    texts = [p["context"] for p in paragraphs] + [qa["question"] for p in paragraphs for qa in p["qas"][:2]]
+    vectors = torch.from_numpy(SentenceTransformer(str(minilm_dir), device="cpu").encode(texts[:300]))
+    projection = principal_projection(vectors, 64)
+    pca = PCA(n_components=64, svd_solver="full").fit(vectors.double().numpy())
+    signs = np.sign((projection.directions.double().numpy() * pca.components_).sum(axis=1))
+    assert np.abs(projection.directions.double().numpy() - signs[:, None] * pca.components_).max() < 1e-4
+    assert projection.variance_kept == pytest.approx(float(pca.explained_variance_ratio_.sum()), abs=1e-6)
+    expected = vectors.double().numpy() @ (signs[:, None] * pca.components_).T
+    expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+    assert np.abs(projection(vectors).double().numpy() - expected).max() < 1e-4
+    assert projection.report() == {"from": 384, "to": 64, "variance_kept": round(projection.variance_kept, 4)}
+    with pytest.raises(BertkitError, match="only narrows"):
+        principal_projection(vectors, 512)
+    with pytest.raises(BertkitError, match="at least 64 distinct training texts"):
+        principal_projection(vectors[:40], 64)
+
+
 def test_margin_mse_equals_sentence_transformers(squad_dev_file: Path, minilm_dir: Path) -> None:
     """On 6 questions, their paragraphs and 2 hard negatives each (another article's paragraphs), with made-up
     cross-encoder margins: bertkit's MarginMSE term is sentence-transformers' MarginMSELoss (the mean over (query,

@@ -1,7 +1,8 @@
 """`bertkit distill --stage task` with a bi-encoder as the teacher (a bertkit retrieval or similarity model, or a
 sentence-transformers directory): the student is fine-tuned for retrieval on (query, positive[, negative]) pairs
 with the ranking loss and the teacher's vector of every training text (computed once; `task.distill_loss` mse, the
-squared distance of the unit vectors, or kl, the teacher's in-batch ranking), as `bertkit compress` trains its
+squared distance of the unit vectors, a wider teacher's projected to the student's width, or kl, the teacher's
+in-batch ranking), as `bertkit compress` trains its
 distilled copy. The recipe is a fine-tuning one (`finetune-retrieval`, pooled as the teacher pools, at the student
 rate, unless --recipe names another), so every `task.*`, `optim.*` and `train.*` setting of a retrieval fine-tuning
 applies."""

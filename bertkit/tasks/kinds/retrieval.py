@@ -29,6 +29,7 @@ from bertkit.tasks.retrieval.batches import PairBatches, TeacherVectors, text_ke
 from bertkit.tasks.retrieval.cross_encoder import teacher_margins
 from bertkit.tasks.retrieval.data import Pairs, RetrievalSet, pairs_as_set, read_eval_set, read_pairs
 from bertkit.tasks.retrieval.metrics import deepest_cut, score_run
+from bertkit.tasks.retrieval.projection import principal_projection
 from bertkit.tasks.retrieval.search import embed_ids, encode_texts, exact_search
 from bertkit.tokenizers.base import Tokenizer
 
@@ -138,6 +139,8 @@ class RetrievalKind(NotServed):
             "teacher": task.teacher,
             "cross_encoder": task.cross_encoder,
         }
+        if teacher is not None and teacher.projection is not None:  # a narrower student learns the projected vectors
+            summary["teacher_projection"] = teacher.projection
         if margins is not None:  # how the cross-encoder ranks the training pairs: its share of positives first
             summary["margin"] = {"pairs": len(train), "mean": round(float(margins.mean()), 4),
                                  "positive_first": round(float((margins > 0).float().mean()), 4)}  # fmt: skip
@@ -160,26 +163,24 @@ class RetrievalKind(NotServed):
 
 def teacher_vectors(task: TaskConfig, train: Pairs, student_cfg: ModelConfig, max_len: int) -> TeacherVectors:
     """The teacher's unit vectors of every training text, computed once (as a classifier teacher's logits are
-    cached), pooled as the teacher was trained; for the squared distance, its width must be the student's."""
+    cached), pooled as the teacher was trained. For the squared distance to a narrower student's vectors, they are
+    projected onto the teacher's principal directions at the student's width (bertkit/tasks/retrieval/projection.py);
+    the in-batch ranking (kl) compares each model's scores among its own vectors, so it takes them as they are."""
     teacher = load_sentence_encoder(str(task.teacher), torch.device("cpu"), max_len)
-    # The squared distance compares the vectors themselves; the in-batch ranking (kl) compares each model's scores
-    # among its own vectors, so any width learns it.
+    model, tokenizer, device = teacher.model, teacher.tokenizer, torch.device("cpu")
+    negatives = [text for row in train.negatives for text in row] if train.negatives is not None else []
+    unique = list(dict.fromkeys([*train.queries, *train.positives, *negatives]))
+    found = F.normalize(embed_ids(model, encode_texts(unique, tokenizer, teacher.max_len), tokenizer.pad_id, device),
+                        dim=-1)  # fmt: skip
+    projection = None
     if task.distill_loss == "mse" and teacher.config.hidden_size != student_cfg.hidden_size:
-        raise BertkitError(f"the teacher {teacher.model_dir} gives {teacher.config.hidden_size}-wide vectors and the "
-                           f"student {student_cfg.hidden_size}-wide; learn the teacher's in-batch ranking instead, "
-                           "which any width can (--set task.distill_loss=kl), or distil into a student of the "
-                           "teacher's width (bertkit compress copies its layers)")  # fmt: skip
-    model, tokenizer, device, window = teacher.model, teacher.tokenizer, torch.device("cpu"), teacher.max_len
+        projection = principal_projection(found, student_cfg.hidden_size)
+        found = projection(found)
+    where = {text: i for i, text in enumerate(unique)}
 
     def vectors(texts: list[str]) -> torch.Tensor:
-        unique = list(dict.fromkeys(texts))
-        found = embed_ids(model, encode_texts(unique, tokenizer, window), tokenizer.pad_id, device)
-        where = {text: i for i, text in enumerate(unique)}
-        return F.normalize(found[[where[t] for t in texts]], dim=-1)
+        return found[[where[text] for text in texts]]
 
-    negatives = None
-    if train.negatives is not None:
-        width = len(train.negatives[0])
-        flat = vectors([text for row in train.negatives for text in row])
-        negatives = flat.view(len(train), width, -1)
-    return TeacherVectors(vectors(train.queries), vectors(train.positives), negatives)
+    by_negative = vectors(negatives).view(len(train), len(train.negatives[0]), -1) if negatives else None
+    return TeacherVectors(vectors(train.queries), vectors(train.positives), by_negative,
+                          projection.report() if projection is not None else None)  # fmt: skip

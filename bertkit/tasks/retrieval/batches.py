@@ -95,11 +95,13 @@ def text_keys(*columns: list[str]) -> list[frozenset[int]]:
 @dataclass
 class TeacherVectors:
     """A teacher's unit vectors of every training text: (pairs, dim) queries and positives, (pairs, n, dim)
-    negatives."""
+    negatives; `projection`, when they were narrowed to the student's width, what that kept
+    (bertkit/tasks/retrieval/projection.py)."""
 
     queries: torch.Tensor
     positives: torch.Tensor
     negatives: torch.Tensor | None = None
+    projection: dict[str, float | int] | None = None
 
 
 class PairBatches(SampledBatches):
