@@ -77,7 +77,7 @@ def compress_command(
                            overrides=list(set_) + engine_overrides(None, budget) + report_overrides(report_to),
                            baseline_overrides=list(baseline_set) + report_overrides(report_to),
                            seed=check_seed(seed))  # fmt: skip
-    result = compress(teacher, train, eval, output, opts, overwrite=overwrite, quiet=quiet)
+    result = compress(teacher, train, eval, output, opts, overwrite=overwrite, quiet=quiet).as_json()
     if json_out:
         emit(result, True, "compressed")
         return

@@ -119,7 +119,7 @@ def distill_command(
             summary = distill_bi_encoder(teacher, student_dir, train_file, eval_file, output, recipe,
                                          [*set_, *engine_overrides(engine, budget), *report_overrides(report_to)],
                                          overwrite, resume, quiet)  # fmt: skip
-            emit_main(summary, json_out, "distillation done")
+            emit_main(summary.as_json(), json_out, "distillation done")
             return
 
         # The task stage's recipe follows what the teacher was fine-tuned for (distill-task-KIND for a tagger
@@ -142,4 +142,4 @@ def distill_command(
         loaded = load_distill_recipe(name, recipe, overrides)
         vocab_set = any(item.split("=", 1)[0].strip() == "model.vocab_size" for item in set_)
         summary = distill_general(loaded, teacher, output, Path(name).stem, vocab_set, overwrite, resume, quiet)
-    emit_main(summary, json_out, "distillation done")
+    emit_main(summary.as_json(), json_out, "distillation done")

@@ -110,4 +110,4 @@ def finetune_command(
     # Each task brings its own recipe (QA windows, NER batch size...); --recipe replaces it, --task then sets the kind.
     loaded = load_recipe(recipe or default_recipe("finetune", task), overrides, kind="finetune")
     summary = finetune(loaded, model, train, output, eval, overwrite, resume, quiet)  # type: ignore[arg-type]
-    emit_main(summary, json_out, "fine-tuning done")
+    emit_main(summary.as_json(), json_out, "fine-tuning done")

@@ -107,4 +107,4 @@ def pretrain_command(
                                f"'{loaded.name}' has no phases; give the corpus directory alone")  # fmt: skip
         summary = pretrain(loaded, output, init_from, overwrite, resume, quiet,  # type: ignore[arg-type]
                            model_keys=override_keys(set_, "model"), decay_from=decay_from)  # fmt: skip
-    emit_main(summary, json_out, "pretraining done")
+    emit_main(summary.as_json(), json_out, "pretraining done")

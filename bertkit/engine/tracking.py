@@ -7,7 +7,8 @@ The life of a tracked run, and where each part is called from:
   whose id the run directory keeps in tracking.json, so a `--resume` (or a requeued `--resume auto` job)
   continues the same run; `--overwrite` deletes the directory, and with it the id: a new run;
 - `log_row` (the loop's `_write_row`, beside metrics.jsonl and TensorBoard): every metrics row, by global step;
-- `finish` (`write_summary`): the summary the `--json` line prints, optionally the model; the run ends;
+- `finish` (bertkit/pipelines/summary.py `write_summary`): the summary the `--json` line prints, optionally the
+  model; the run ends;
 - `close_all` (the CLI's error handling): a run whose job failed or was interrupted is marked so.
 
 A tracker is a guest of the training run: every call to it happens on a worker thread (a slow server never

@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from bertkit.errors import BertkitError
-from bertkit.fsutil import check_output_dir, write_json_atomic
+from bertkit.fsutil import check_output_dir
 from bertkit.pipelines.compress_common import (
     INFER_BATCH,
     INFER_MAX_LEN,
@@ -46,6 +46,7 @@ from bertkit.pipelines.compress_common import (
     relative_to_teacher,
 )
 from bertkit.pipelines.compress_common import check_layers as _check_layers
+from bertkit.pipelines.summary import ClassifierCompressSummary, CompressSummary, write_compress_summary
 from bertkit.progress import stderr_console
 
 AUGMENTED_EXAMPLES = 20_000
@@ -79,7 +80,7 @@ def compress(
     opts: CompressOptions | None = None,
     overwrite: bool = False,
     quiet: bool = False,
-) -> dict[str, Any]:
+) -> CompressSummary:
     from bertkit.config.recipe import load_recipe
     from bertkit.config.task_kinds import head_of
     from bertkit.distill.teacher import PER_TOKEN_HEADS, Teacher
@@ -135,7 +136,7 @@ def compress(
             summary = _compress(teacher, train_data, train_file, eval_file, output, opts, distill_recipe,
                                 baseline_recipe, started, quiet)  # fmt: skip
             if parent is not None:
-                parent.finish(summary, Path(summary["model_dir"]))
+                parent.finish(summary.as_json(), Path(summary.model_dir))
             return summary
     except BaseException:
         # Nothing half-made stays behind: compress is one job, and a failed one is run again from the start.
@@ -144,7 +145,8 @@ def compress(
 
 
 def _compress(teacher: Any, train_data: Any, train_file: Path, eval_file: Path, output: Path, opts: CompressOptions,
-              distill_recipe: Any, baseline_recipe: Any, started: float, quiet: bool) -> dict[str, Any]:  # fmt: skip
+              distill_recipe: Any, baseline_recipe: Any, started: float,
+              quiet: bool) -> ClassifierCompressSummary:  # fmt: skip
     from bertkit.pipelines.augment import AugmentOptions, augment
     from bertkit.pipelines.distill.task import distill_task
     from bertkit.pipelines.finetune.run import finetune
@@ -194,7 +196,7 @@ def _compress(teacher: Any, train_data: Any, train_file: Path, eval_file: Path, 
     distilled = distill_task(distill_recipe, teacher.source, student_dir, distill_train, Path(eval_file),  # type: ignore[arg-type]
                              output / "distill", quiet=quiet)  # fmt: skip
     timed("distill", begin)
-    if distilled["model_dir"] is None:
+    if distilled.model_dir is None:
         raise BertkitError(
             f"the budget ({distill_recipe.train.budget}) ran out in the intermediate phase, before the prediction "  # type: ignore[attr-defined]
             "phase trained the student's classifier: give compress a larger --budget"
@@ -214,40 +216,36 @@ def _compress(teacher: Any, train_data: Any, train_file: Path, eval_file: Path, 
     say("timing inference and scoring every model on the evaluation file")
     models = [("teacher", Path(teacher.source))]
     if baseline is not None:
-        models.append(("student, gold labels only", Path(baseline["model_dir"])))
-    models.append(("student, distilled", Path(distilled["model_dir"])))
+        models.append(("student, gold labels only", Path(str(baseline.model_dir))))
+    models.append(("student, distilled", Path(distilled.model_dir)))
     eval_data = read_task_file(Path(eval_file), distill_recipe.task, distill_recipe.task.eval_split)  # type: ignore[attr-defined]
     rows = compare_models(models, eval_data.texts, eval_data.pairs, eval_data.labels or [])
     timed("table", begin)
     relative_to_teacher(rows, "sentences_per_s", "accuracy")
 
-    shutil.copytree(Path(distilled["model_dir"]), output / ".model.tmp")
+    shutil.copytree(Path(distilled.model_dir), output / ".model.tmp")
     (output / ".model.tmp").rename(output / "model")
-    summary = {
-        "run_dir": str(output),
-        "model_dir": str(output / "model"),
-        "teacher": teacher.source,
-        "student": str(student_dir),
-        "layers": opts.layers if opts.student is None else None,
-        "train_examples": len(train_data),
-        "eval_examples": len(eval_data.texts),
-        "copies": copies if augmented else 0,
-        "augmented_examples": augmented["examples_out"] if augmented else len(train_data),
-        "phases": [phase["phase"] for phase in distilled["phases"]],
-        "distill_stopped": distilled["stopped"],  # "budget" when --budget ended the distillation early
-        "candidate_source": augmented["candidate_source"] if augmented else None,
-        "inference": {
-            "batch_size": INFER_BATCH,
-            "max_length": INFER_MAX_LEN,
-            "threads": torch.get_num_threads(),
-            "device": "cpu",
-        },  # fmt: skip
-        "rows": rows,
-        "stage_seconds": seconds,
-        "seconds": round(time.perf_counter() - started, 1),
-        "beats_baseline": (rows[-1]["accuracy"] > rows[1]["accuracy"]) if baseline is not None else None,
-    }
-    write_json_atomic(output / "summary.json", summary)
+    summary = ClassifierCompressSummary(
+        run_dir=str(output),
+        model_dir=str(output / "model"),
+        teacher=teacher.source,
+        student=str(student_dir),
+        layers=opts.layers if opts.student is None else None,
+        train_examples=len(train_data),
+        eval_examples=len(eval_data.texts),
+        copies=copies if augmented else 0,
+        augmented_examples=augmented["examples_out"] if augmented else len(train_data),
+        phases=[phase["phase"] for phase in distilled.phases],
+        distill_stopped=distilled.stopped,  # "budget" when --budget ended the distillation early
+        candidate_source=augmented["candidate_source"] if augmented else None,
+        inference={"batch_size": INFER_BATCH, "max_length": INFER_MAX_LEN, "threads": torch.get_num_threads(),
+                   "device": "cpu"},  # fmt: skip
+        rows=rows,
+        stage_seconds=seconds,
+        seconds=round(time.perf_counter() - started, 1),
+        beats_baseline=(rows[-1]["accuracy"] > rows[1]["accuracy"]) if baseline is not None else None,
+    )
+    write_compress_summary(output, summary)
     return summary
 
 

@@ -22,12 +22,13 @@ from typing import Any
 import torch
 
 from bertkit.errors import BertkitError
-from bertkit.fsutil import check_output_dir, write_json_atomic
+from bertkit.fsutil import check_output_dir
+from bertkit.pipelines.summary import BiEncoderCompressSummary, write_compress_summary
 from bertkit.progress import stderr_console
 
 
 def compress_bi_encoder(teacher_spec: str, train_file: Path, eval_file: Path, output: Path, opts: Any,
-                        overwrite: bool, quiet: bool, started: float) -> dict[str, Any]:  # fmt: skip
+                        overwrite: bool, quiet: bool, started: float) -> BiEncoderCompressSummary:  # fmt: skip
     from bertkit.config.recipe import load_recipe
     from bertkit.distill.teacher import Teacher
     from bertkit.modelio.modeldir import load_model_dir
@@ -91,30 +92,29 @@ def compress_bi_encoder(teacher_spec: str, train_file: Path, eval_file: Path, ou
         say("timing inference and scoring every model on the evaluation set")
         models = [("teacher", Path(teacher_dir))]
         if baseline is not None:
-            models.append(("student, pairs only", Path(baseline["model_dir"])))
-        models.append(("student, distilled", Path(distilled["model_dir"])))
+            models.append(("student, pairs only", Path(str(baseline.model_dir))))
+        models.append(("student, distilled", Path(str(distilled.model_dir))))
         rows = compare_bi_encoders(models, Path(eval_file), distill_recipe, INFER_BATCH, INFER_MAX_LEN)
         seconds["table"] = round(time.perf_counter() - begin, 1)
         relative_to_teacher(rows, "texts_per_s", "ndcg@10")
-        shutil.copytree(Path(distilled["model_dir"]), output / ".model.tmp")
+        shutil.copytree(Path(str(distilled.model_dir)), output / ".model.tmp")
         (output / ".model.tmp").rename(output / "model")
-        summary = {
-            "run_dir": str(output),
-            "model_dir": str(output / "model"),
-            "teacher": str(teacher_dir),
-            "student": str(student),
-            "layers": opts.layers,
-            "kind": "bi-encoder",
-            "train_pairs": distilled["train_pairs"],
-            "eval_set": distilled["eval_set"],
-            "inference": {"batch_size": INFER_BATCH, "max_length": INFER_MAX_LEN, "threads": torch.get_num_threads(),
-                          "device": "cpu"},  # fmt: skip
-            "rows": rows,
-            "stage_seconds": seconds,
-            "seconds": round(time.perf_counter() - started, 1),
-            "beats_baseline": rows[-1]["ndcg@10"] > rows[1]["ndcg@10"] if baseline is not None else None,
-        }
-        write_json_atomic(output / "summary.json", summary)
+        summary = BiEncoderCompressSummary(
+            run_dir=str(output),
+            model_dir=str(output / "model"),
+            teacher=str(teacher_dir),
+            student=str(student),
+            layers=opts.layers,
+            train_pairs=distilled.kind_entry("train_pairs"),
+            eval_set=distilled.kind_entry("eval_set"),
+            inference={"batch_size": INFER_BATCH, "max_length": INFER_MAX_LEN, "threads": torch.get_num_threads(),
+                       "device": "cpu"},  # fmt: skip
+            rows=rows,
+            stage_seconds=seconds,
+            seconds=round(time.perf_counter() - started, 1),
+            beats_baseline=rows[-1]["ndcg@10"] > rows[1]["ndcg@10"] if baseline is not None else None,
+        )
+        write_compress_summary(output, summary)
         return summary
     except BaseException:
         shutil.rmtree(output, ignore_errors=True)

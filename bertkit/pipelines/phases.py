@@ -25,7 +25,15 @@ from bertkit.engine.checkpoint import list_checkpoints
 from bertkit.errors import BertkitError
 from bertkit.fsutil import check_output_dir, read_json
 from bertkit.pipelines.init_from import CONTEXT_KEYS, EXTENDABLE, FREE_KEYS
-from bertkit.pipelines.rundir import resume_mode, write_summary
+from bertkit.pipelines.rundir import resume_mode
+from bertkit.pipelines.summary import (
+    SUMMARY_FILE,
+    PhasedPretrainSummary,
+    PretrainPhase,
+    PretrainSummary,
+    read_summary,
+    write_summary,
+)
 
 PHASES = "phases"
 
@@ -90,9 +98,8 @@ def _check_model_change(before: PretrainRecipe, after: PretrainRecipe, name: str
             )
 
 
-def _finished(run: Path) -> dict[str, Any] | None:
-    path = run / "summary.json"
-    return read_json(path, "phase summary") if path.is_file() else None
+def _finished(run: Path) -> PretrainSummary | None:
+    return read_summary(run, PretrainSummary) if (run / SUMMARY_FILE).is_file() else None
 
 
 def pretrain_phases(
@@ -104,7 +111,7 @@ def pretrain_phases(
     resume: bool | str | None = False,
     quiet: bool = False,
     model_keys: set[str] | frozenset[str] = frozenset(),
-) -> dict[str, Any]:
+) -> PhasedPretrainSummary:
     """Run the recipe's phases in order in `output` (see the module's docstring)."""
     from bertkit.pipelines.pretrain import pretrain
 
@@ -116,7 +123,7 @@ def pretrain_phases(
         check_output_dir(output, overwrite)
         if output.exists() and overwrite:
             shutil.rmtree(output)
-    summaries: list[dict[str, Any]] = []
+    summaries: list[PretrainPhase] = []
     previous: tuple[Path, PretrainRecipe] | None = None
     for index, (phase, phase_recipe) in enumerate(plans):
         run = output / PHASES / f"{index:02d}-{phase.name}"
@@ -141,7 +148,7 @@ def pretrain_phases(
 
                 warn(f"phase {index + 1}/{len(plans)}: {phase.name}")
             done = pretrain(phase_recipe, run, **kwargs)
-        summaries.append({"phase": phase.name, **done})
+        summaries.append(PretrainPhase(phase=phase.name, **done.model_dump()))
         previous = (run, phase_recipe)
     assert previous is not None
     model_dir = output / "model"
@@ -150,7 +157,13 @@ def pretrain_phases(
     shutil.copytree(previous[0] / "model", tmp)
     shutil.rmtree(model_dir, ignore_errors=True)
     tmp.rename(model_dir)
-    summary = {"run_dir": str(output), "model_dir": str(model_dir), "recipe": recipe.name,
-               "phases": summaries, "steps": sum(s.get("steps", 0) for s in summaries)}  # fmt: skip
+    first, last = summaries[0], summaries[-1]
+    summary = PhasedPretrainSummary(
+        run_dir=str(output), model_dir=str(model_dir), recipe=recipe.name, phases=summaries,
+        steps=sum(s.steps for s in summaries), seconds=round(sum(s.seconds for s in summaries), 1),
+        tokens=sum(s.tokens or 0 for s in summaries), flops=float(f"{sum(s.flops or 0.0 for s in summaries):.4g}"),
+        precision=last.precision, loss_first=first.loss_first, loss_last=last.loss_last, eval=last.eval,
+        skipped_steps=sum(s.skipped_steps for s in summaries), stopped=last.stopped,
+    )  # fmt: skip
     write_summary(output, summary)
     return summary

@@ -40,7 +40,8 @@ from bertkit.objectives import build_objective
 from bertkit.objectives.base import Objective
 from bertkit.pipelines.decay import decay_recipe
 from bertkit.pipelines.init_from import InitCheckpoint, load_init_checkpoint
-from bertkit.pipelines.rundir import join_job, prepare_run_dir, write_summary
+from bertkit.pipelines.rundir import join_job, prepare_run_dir
+from bertkit.pipelines.summary import PretrainSummary, loop_figures, write_summary
 from bertkit.tokenizers.base import Tokenizer, load_tokenizer
 
 # What a corpus must be built with for an objective's batch fields to exist: (manifest option, values, flag).
@@ -360,7 +361,7 @@ def pretrain(
     decay_from: Path | None = None,
     continue_from: Path | None = None,
     final_checkpoint: bool = False,
-) -> dict[str, Any]:
+) -> PretrainSummary:
     """Pretrain as `recipe` says into `output`. With `init_from`, the checkpoint gives the model; of the recipe's
     model section only its family and the keys named in `model_keys` (the command line's `--set model.KEY`) count,
     and those must agree with the checkpoint (bertkit/pipelines/init_from.py). With `decay_from` (a training
@@ -469,7 +470,7 @@ def pretrain(
         )
     summary = _summary(plan, output, model, result, init_from, init_report)
     if started is not None:
-        summary["decay" if decay_from is not None else "continued"] = started
+        summary = summary.model_copy(update={"decay" if decay_from is not None else "continued": started})
     write_summary(output, summary)
     return summary
 
@@ -484,33 +485,22 @@ def _with_head_warmup(recipe: PretrainRecipe, new: tuple[str, ...]) -> PretrainR
 
 
 def _summary(plan: PretrainPlan, output: Path, model: nn.Module, result: TrainResult, init_from: str | Path | None,
-             init_report: dict[str, Any] | None) -> dict[str, Any]:  # fmt: skip
+             init_report: dict[str, Any] | None) -> PretrainSummary:  # fmt: skip
     """summary.json: what was trained, on what, for how long, and how it ended."""
     recipe, train_idx, eval_idx = plan.recipe, plan.train_idx, plan.eval_idx
-    first, last = result.first_last("loss")
-    return {
-        "run_dir": str(output),
-        "model_dir": str(output / "model"),
-        "recipe": recipe.name,
-        "family": recipe.model.family,
-        "objectives": recipe.objective.active,
-        "parameters": sum(p.numel() for p in model.encoder.parameters()),
-        "steps": result.steps,
-        "tokens": result.tokens,
-        "flops": float(f"{result.flops:.4g}"),  # training FLOPs spent (what --budget NNflop counts)
-        "precision": result.precision,  # engine.precision=auto resolved on this device
-        "seconds": round(result.seconds, 1),
-        "loss_first": first,
-        "loss_last": last,
-        "eval": result.eval,
-        "skipped_steps": result.skipped_steps,
-        "resumed_from": result.resumed_from,
-        "init_from": str(init_from) if init_from is not None else None,
-        "init": init_report,
-        "stopped": result.stopped,
-        "target": result.target,
-        "train_sequences": len(train_idx),
-        "eval_sequences": min(len(eval_idx), recipe.train.eval_batches * recipe.train.batch_size),
+    return PretrainSummary(
+        run_dir=str(output),
+        model_dir=str(output / "model"),
+        recipe=recipe.name,
+        family=recipe.model.family,
+        objectives=recipe.objective.active,
+        parameters=sum(p.numel() for p in model.encoder.parameters()),
+        **loop_figures(result),
+        init_from=str(init_from) if init_from is not None else None,
+        init=init_report,
+        target=result.target,
+        train_sequences=len(train_idx),
+        eval_sequences=min(len(eval_idx), recipe.train.eval_batches * recipe.train.batch_size),
         # Where the held-out sequences come from: a corpus of their own, or held out of the training corpus.
-        "eval_set": str(recipe.data.eval) if recipe.data.eval is not None else f"held out: {recipe.data.eval_fraction}",
-    }
+        eval_set=str(recipe.data.eval) if recipe.data.eval is not None else f"held out: {recipe.data.eval_fraction}",
+    )

@@ -96,15 +96,15 @@ def quickstart(
         CompressOptions(layers=1, copies=2, overrides=["distill.prediction.epochs=2"]), quiet=quiet,
     )  # fmt: skip
     lap("compress")
-    onnx_summary = serve_int8(Path(compressed["model_dir"]), output / "finetune", splits["eval"], output, say)
+    onnx_summary = serve_int8(Path(compressed.model_dir), output / "finetune", splits["eval"], output, say)
     lap("onnx")
     return {
         "tokenizer": {"path": tok["output"], "vocab_size": tok["vocab_size"]},
         "corpus": {"path": corpus["output"], "sequences": corpus["num_sequences"], "tokens": corpus["num_tokens"]},
-        "pretrain": pre,
-        "distill": distilled,
-        "finetune": ft,
-        "compress": compressed,
+        "pretrain": pre.as_json(),
+        "distill": distilled.as_json(),
+        "finetune": ft.as_json(),
+        "compress": compressed.as_json(),
         "onnx": onnx_summary,
         "stage_seconds": seconds,
         "seconds": round(time.perf_counter() - started, 1),

@@ -10,7 +10,7 @@ import yaml
 
 from bertkit.engine.checkpoint import list_checkpoints
 from bertkit.errors import BertkitError
-from bertkit.fsutil import check_output_dir, write_json_atomic
+from bertkit.fsutil import check_output_dir
 
 # `--resume last`: continue from the newest checkpoint, which must exist. `--resume auto`: continue if there
 # is one, else start from scratch (what a job script restarted after preemption wants).
@@ -140,14 +140,3 @@ def _check_same_kind(output: Path, recipe: Any) -> None:
     ours = getattr(recipe, "kind", None)
     if kind and ours and kind != ours:
         raise BertkitError(f"--resume: {output} is a {kind} run, not a {ours} run; choose another --output")
-
-
-def write_summary(output: Path, summary: dict[str, Any]) -> None:
-    from bertkit.engine.dist import is_main
-
-    if not is_main():  # only rank 0 writes run files
-        return
-    write_json_atomic(output / "summary.json", summary)
-    from bertkit.engine import tracking
-
-    tracking.finish(output, summary)

@@ -44,6 +44,17 @@ def test_compress_writes_the_student_and_the_table(teacher: Path, split: dict[st
     assert copy["copied_layers"] == [0] and copy["model"]["num_layers"] == 1
     distilled = json.loads((out / "distill" / "summary.json").read_text())
     assert distilled["layer_map"] == [1]
+    # Each summary reads back as its command's: the table, its distillation, its baseline.
+    from bertkit.pipelines.summary import (
+        ClassifierCompressSummary,
+        FinetuneSummary,
+        TaskDistillSummary,
+        read_summary,
+    )
+
+    assert read_summary(out, ClassifierCompressSummary).as_json() == summary
+    assert read_summary(out / "distill", TaskDistillSummary).as_json() == distilled
+    assert read_summary(out / "baseline", FinetuneSummary).task == "classification"
     assert [p["phase"] for p in distilled["phases"]] == ["intermediate", "prediction"]
     # Augmentation: the originals and up to two copies each, from the teacher's embedding neighbours (the
     # teacher is a classifier: its MLM head was left behind by fine-tuning).

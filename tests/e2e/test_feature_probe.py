@@ -34,7 +34,7 @@ def _probe(tmp_path: Path, pretrained_run: Path, sentiment_csv: Path, monkeypatc
 
     monkeypatch.setattr(BertEncoder, "forward", counting)
     recipe = load_recipe("finetune-tiny", ["task.mode=feature", *overrides], kind="finetune")
-    summary = finetune(recipe, pretrained_run, split["train"], tmp_path / "probe", split["eval"], quiet=True)  # type: ignore[arg-type]
+    summary = finetune(recipe, pretrained_run, split["train"], tmp_path / "probe", split["eval"], quiet=True).as_json()  # type: ignore[arg-type]
     monkeypatch.setattr(BertEncoder, "forward", forward)
     return summary, sum(seen), recipe, split
 
@@ -111,7 +111,7 @@ def test_lbfgs_probe_of_a_tagger_reads_each_word_once(tmp_path: Path, pretrained
     small = tmp_path / "wnut-small.txt"
     small.write_text("\n\n".join(lines[:300]) + "\n", encoding="utf-8")  # 300 tweets; a tenth held out
     recipe = load_recipe("finetune-tiny", ["task.kind=token-classification", "task.mode=feature"], kind="finetune")
-    summary = finetune(recipe, pretrained_run, small, tmp_path / "tagger", quiet=True)  # type: ignore[arg-type]
+    summary = finetune(recipe, pretrained_run, small, tmp_path / "tagger", quiet=True).as_json()  # type: ignore[arg-type]
     assert summary["steps"] == 0 and summary["truncated"] == 0
     assert summary["probe"]["examples"] == summary["train_words"]  # one feature a word, its first sub-word's
     assert set(summary["eval"]) >= {"f1", "precision", "recall", "accuracy"}

@@ -55,6 +55,12 @@ def test_three_phases_run_in_one_directory_and_resume_across_a_boundary(
     out = run_json(*args, "-o", str(run))
     assert [p["phase"] for p in out["phases"]] == ["stable", "extension", "decay"] and out["steps"] == 10
     stable, extension, decay = out["phases"]
+    # the run's summary is the phases' together, and reads back as the --json line gave it
+    from bertkit.pipelines.summary import PhasedPretrainSummary, read_summary
+
+    saved = read_summary(run, PhasedPretrainSummary)
+    assert saved.as_json() == out and saved.tokens == sum(p.tokens or 0 for p in saved.phases) > 0
+    assert saved.loss_first == stable["loss_first"] and saved.eval == decay["eval"]
     assert extension["init"]["extended"]["context"] == "global_rope_theta 160000 -> 640000"  # a fresh optimizer
     # The extension phase is what `--init-from` of the first phase's model does with the phase's settings.
     raw = yaml.safe_load(recipe.read_text("utf-8"))

@@ -216,6 +216,9 @@ def test_compress_a_bi_encoder(retrieval_data: dict[str, Path], minilm_dir: Path
     assert 0 < student["ndcg@10"] <= 1 and baseline["ndcg@10"] > 0
     meta = json.loads((tmp_path / "small" / "model" / "bertkit_model.json").read_text())
     assert meta["architecture"] == "retrieval-bi-encoder" and meta["task"]["teacher"] == str(minilm_dir)
+    from bertkit.pipelines.summary import BiEncoderCompressSummary, read_summary
+
+    assert read_summary(tmp_path / "small", BiEncoderCompressSummary).as_json() == summary
 
 
 def test_distill_task_stage_with_a_bi_encoder_teacher(retrieval_data: dict[str, Path], minilm_dir: Path,

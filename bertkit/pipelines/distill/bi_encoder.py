@@ -10,9 +10,9 @@ applies."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from bertkit.errors import BertkitError
+from bertkit.pipelines.summary import FinetuneSummary
 
 # A student of a few layers moves further than a fine-tuned model: TinyBERT's student rate, the rate `compress`
 # trains its copy at (on SQuAD pairs a 2-layer copy of all-MiniLM-L6-v2 scored 0.746 nDCG@10 at 1e-4, 0.688 at
@@ -22,7 +22,7 @@ STUDENT_LR = 1.0e-4
 
 def distill_bi_encoder(teacher_spec: str, student: Path, train_file: Path, eval_file: Path | None, output: Path,
                        recipe: str | None, overrides: list[str], overwrite: bool, resume: bool | str | None,
-                       quiet: bool) -> dict[str, Any]:  # fmt: skip
+                       quiet: bool) -> FinetuneSummary:  # fmt: skip
     from bertkit.config.recipe import load_recipe
     from bertkit.config.task_kinds import kind_spec
     from bertkit.modelio.modeldir import load_model_dir
@@ -42,4 +42,4 @@ def distill_bi_encoder(teacher_spec: str, student: Path, train_file: Path, eval_
             f"{loaded.name} is a {loaded.task.kind} recipe: leave --recipe out or name a retrieval one"
         )
     summary = finetune(loaded, model, train_file, output, eval_file, overwrite, resume, quiet)
-    return {**summary, "stage": "task", "teacher": str(teacher_dir), "student": str(model)}
+    return summary.model_copy(update={"stage": "task", "teacher": str(teacher_dir), "student": str(model)})

@@ -31,7 +31,8 @@ from bertkit.engine.loop import TrainResult, train
 from bertkit.errors import BertkitError
 from bertkit.modelio.modeldir import save_model_dir
 from bertkit.pipelines.pretrain import CheckedBatches, mlm_masking_spec
-from bertkit.pipelines.rundir import join_job, prepare_run_dir, write_summary
+from bertkit.pipelines.rundir import join_job, prepare_run_dir
+from bertkit.pipelines.summary import GeneralDistillSummary, loop_figures, write_summary
 from bertkit.tokenizers.base import load_tokenizer
 
 # `--student tinybert` is TinyBERT-4, the shape the paper's headline numbers are for.
@@ -129,10 +130,9 @@ def _evaluator(objective: DistillationObjective, corpus: Corpus, indices: np.nda
     return evaluate
 
 
-def summarize(result: TrainResult, terms: tuple[str, ...]) -> dict[str, Any]:
-    """loss_first/loss_last as pretrain reports them, and each term's first and last logged value."""
-    first, last = result.first_last("loss")
-    out: dict[str, Any] = {"loss_first": first, "loss_last": last}
+def term_losses(result: TrainResult, terms: tuple[str, ...]) -> dict[str, float | None]:
+    """Each distillation term's first and last logged value: `TERM_loss_first`, `TERM_loss_last`."""
+    out: dict[str, float | None] = {}
     for term in terms:
         out[f"{term}_loss_first"], out[f"{term}_loss_last"] = result.first_last(f"{term}_loss")
     return out
@@ -234,7 +234,7 @@ def distill_general(
     overwrite: bool = False,
     resume: bool | str | None = False,
     quiet: bool = False,
-) -> dict[str, Any]:
+) -> GeneralDistillSummary:
     """The general stage: the student distilled from the teacher on a pretraining corpus, saved to OUTPUT/model;
     returns the summary written to summary.json."""
     if recipe.data.train is None:
@@ -289,31 +289,23 @@ def _summary(
     result: TrainResult,
     train_sequences: int,
     eval_sequences: int,
-) -> dict[str, Any]:
+) -> GeneralDistillSummary:
     """summary.json: who taught whom, how, on how many sequences, and how it ended."""
-    return {
-        "run_dir": str(output),
-        "model_dir": str(output / "model"),
-        "recipe": plan.recipe.name,
-        "stage": "general",
-        "method": plan.method,
-        "init": plan.init,
-        "teacher": teacher.source,
-        "teacher_parameters": teacher_parameters,
-        "student_parameters": sum(p.numel() for p in student.encoder.parameters()),
-        "layer_map": plan.layer_map,
-        "copied_layers": plan.copied_layers,
-        "terms": list(objective.terms),
-        "steps": result.steps,
-        "tokens": result.tokens,
-        "flops": float(f"{result.flops:.4g}"),  # training FLOPs spent (what --budget NNflop counts)
-        "precision": result.precision,  # engine.precision=auto resolved on this device
-        "seconds": round(result.seconds, 1),
-        **summarize(result, objective.terms),
-        "eval": result.eval,
-        "skipped_steps": result.skipped_steps,
-        "resumed_from": result.resumed_from,
-        "stopped": result.stopped,
-        "train_sequences": train_sequences,
-        "eval_sequences": eval_sequences,
-    }
+    return GeneralDistillSummary(
+        run_dir=str(output),
+        model_dir=str(output / "model"),
+        recipe=plan.recipe.name,
+        stage="general",
+        method=plan.method,
+        init=plan.init,
+        teacher=teacher.source,
+        teacher_parameters=teacher_parameters,
+        student_parameters=sum(p.numel() for p in student.encoder.parameters()),
+        layer_map=plan.layer_map,
+        copied_layers=plan.copied_layers,
+        terms=list(objective.terms),
+        **loop_figures(result),
+        **term_losses(result, objective.terms),
+        train_sequences=train_sequences,
+        eval_sequences=eval_sequences,
+    )

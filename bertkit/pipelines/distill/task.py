@@ -51,7 +51,8 @@ from bertkit.errors import BertkitError
 from bertkit.fsutil import save_safetensors_atomic, write_json_atomic
 from bertkit.modelio.modeldir import encoder_weights, load_model_dir, save_model_dir
 from bertkit.pipelines.distill.task_data import TaskSetup, prepare_task
-from bertkit.pipelines.rundir import join_job, prepare_run_dir, write_summary
+from bertkit.pipelines.rundir import join_job, prepare_run_dir
+from bertkit.pipelines.summary import TaskDistillSummary, write_summary
 from bertkit.progress import stderr_console
 
 PHASES = ("intermediate", "prediction")
@@ -246,7 +247,7 @@ def distill_task(
     overwrite: bool = False,
     resume: bool | str | None = False,
     quiet: bool = False,
-) -> dict[str, Any]:
+) -> TaskDistillSummary:
     started = time.perf_counter()
     join_job(
         recipe,
@@ -347,43 +348,39 @@ def _prediction_phase(runner: PhaseRunner, teacher: Teacher, encoder_state: dict
     return cache_info
 
 
-def _summary(runner: PhaseRunner, teacher: Teacher, cache_info: dict[str, Any], seconds: float) -> dict[str, Any]:
+def _summary(runner: PhaseRunner, teacher: Teacher, cache_info: dict[str, Any], seconds: float) -> TaskDistillSummary:
     """summary.json: the plan, each phase's figures, what the phases spent together, the data's counts."""
     plan, phases, output = runner.plan, runner.phases, runner.output
     last = phases[-1] if phases else {}
-    return {
-        "run_dir": str(output),
-        "model_dir": str(output / "model") if (output / "model").exists() else None,
-        "stage": "task",
-        "method": plan.method,
-        "teacher": teacher.source,
-        "student": str(plan.student_path),
-        "task": plan.setup.kind.name,
-        "labels": plan.setup.data.labels,
-        "layer_map": plan.layer_map if plan.steps["intermediate"] else None,
-        "phases": phases,
-        "intermediate_skipped": plan.skipped,
-        "teacher_cache": cache_info,
-        "train_examples": plan.setup.data.train_count,
-        "eval_examples": plan.setup.data.eval_count,
-        "steps": sum(p["steps"] for p in phases),
-        "flops": float(f"{runner.spent['flops']:.4g}"),
+    return TaskDistillSummary(
+        run_dir=str(output),
+        model_dir=str(output / "model") if (output / "model").exists() else None,
+        stage="task",
+        method=plan.method,
+        teacher=teacher.source,
+        student=str(plan.student_path),
+        task=plan.setup.kind.name,
+        labels=plan.setup.data.labels,
+        layer_map=plan.layer_map if plan.steps["intermediate"] else None,
+        phases=phases,
+        intermediate_skipped=plan.skipped,
+        teacher_cache=cache_info,
+        train_examples=plan.setup.data.train_count,
+        eval_examples=plan.setup.data.eval_count,
+        steps=sum(p["steps"] for p in phases),
+        flops=float(f"{runner.spent['flops']:.4g}"),
         # what a token budget (--budget 5Mtok) counts, as the general stage reports
-        "tokens": int(runner.spent["tokens"]),
-        "seconds": round(seconds, 1),
-        "loss_first": phases[0]["loss_first"] if phases else None,
-        "loss_last": last.get("loss_last"),
-        **{
-            f"{term}_loss_{end}": p[f"{term}_loss_{end}"]
-            for p in phases
-            for term in p["terms"]
-            for end in ("first", "last")
-        },  # fmt: skip
-        "eval": last.get("eval", {}),
-        "resumed_from": _resumed_from(phases),
-        "stopped": runner.stopped,
+        tokens=int(runner.spent["tokens"]),
+        seconds=round(seconds, 1),
+        loss_first=phases[0]["loss_first"] if phases else None,
+        loss_last=last.get("loss_last"),
+        eval=last.get("eval", {}),
+        resumed_from=_resumed_from(phases),
+        stopped=runner.stopped,
+        **{f"{term}_loss_{end}": p[f"{term}_loss_{end}"] for p in phases for term in p["terms"]
+           for end in ("first", "last")},  # fmt: skip
         **plan.setup.data.summary,
-    }
+    )
 
 
 def _teacher_logits(model: nn.Module, setup: TaskSetup, batches: Any, cache_dir: Path, batch: int,

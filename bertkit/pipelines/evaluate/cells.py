@@ -73,11 +73,11 @@ def run_cell(spec: CellSpec) -> dict[str, Any]:
             metrics, steps, best = score_as_is(spec.model_dir, spec.eval, recipe), 0, None  # type: ignore[arg-type]
         else:
             summary = finetune(recipe, spec.model_dir, spec.train, run_dir, spec.eval, overwrite=True, quiet=True)  # type: ignore[arg-type]
-            metrics = dict(summary["eval"] or {})
+            metrics = dict(summary.eval or {})
             for name, path in spec.extra_eval.items():
-                extra = score_sequence_model(Path(summary["model_dir"]), path, recipe)  # type: ignore[arg-type]
+                extra = score_sequence_model(Path(str(summary.model_dir)), path, recipe)  # type: ignore[arg-type]
                 metrics.update({f"{name}_{key}": value for key, value in extra.items() if key != "examples"})
-            steps, best = summary["steps"], summary["best"]
+            steps, best = summary.steps, summary.best
         missing = [name for name in spec.required if name not in metrics]
         if missing:
             raise BertkitError(f"the run reported no {', '.join(missing)} (it has {', '.join(sorted(metrics))})")

@@ -16,6 +16,7 @@ from bertkit.engine.dist import is_main
 from bertkit.engine.loop import TrainResult
 from bertkit.fsutil import save_safetensors_atomic
 from bertkit.modelio.weights import read_weights
+from bertkit.pipelines.summary import loop_figures
 
 BEST_WEIGHTS = "best.safetensors"  # the best evaluation's weights while training; model/ gets them at the end
 
@@ -100,21 +101,13 @@ class BestModel:
 def training_summary(
     result: TrainResult, best: BestModel | None, train_cfg: TrainConfig, steps_per_epoch: int
 ) -> dict[str, Any]:
-    """The summary entries every fine-tuning task shares: the schedule, what the loop did, and what model/
-    holds (the best evaluation's metrics, or the last one's when none was better)."""
-    first, last = result.first_last("loss")
+    """The summary entries every fine-tuning task shares: what the loop did, the schedule, and what model/ holds
+    (the best evaluation's metrics, or the last one's when none was better)."""
     return {
+        **loop_figures(result),
         "epochs": train_cfg.epochs,
         "steps_per_epoch": steps_per_epoch,
-        "steps": result.steps,
-        "stopped": result.stopped,
-        "seconds": round(result.seconds, 1),
-        "flops": float(f"{result.flops:.4g}"),
-        "precision": result.precision,  # engine.precision=auto resolved on this device
-        "loss_first": first,
-        "loss_last": last,
         "eval": best.best_metrics if best is not None and best.best_metrics else result.eval,
         "eval_last": result.eval,
         "best": best.info if best is not None else None,
-        "resumed_from": result.resumed_from,
     }

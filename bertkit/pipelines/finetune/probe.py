@@ -41,16 +41,6 @@ def fit_probe(model: nn.Module, prepared: Prepared, task: TaskConfig, device: to
         shown = ", ".join(f"{k} {v:.4g}" for k, v in metrics.items() if k != "examples")
         dev = f"; dev {shown}" if shown else ""
         stderr_console.print(f"probe: L2 {head.report['l2']:g} in {seconds:.1f} s{dev}")
-    return {
-        "epochs": None,
-        "steps": 0,
-        "stopped": "fitted",
-        "seconds": round(seconds, 1),
-        "feature_seconds": round(extracted, 1),
-        "precision": "fp32",
-        "eval": metrics,
-        "eval_last": metrics,
-        "best": None,
-        "resumed_from": None,
-        "probe": head.report,
-    }
+    return {"epochs": None, "steps": 0, "stopped": "fitted", "seconds": round(seconds, 1), "precision": "fp32",
+            "eval": metrics, "eval_last": metrics,
+            "probe": {**head.report, "feature_seconds": round(extracted, 1)}}  # fmt: skip

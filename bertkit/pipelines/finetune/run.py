@@ -10,7 +10,6 @@ metric (optionally stopping early after `task.early_stopping_patience` evaluatio
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -24,7 +23,8 @@ from bertkit.modelio.modeldir import encoder_weights, load_model_dir, save_model
 from bertkit.models.pretraining import build_encoder
 from bertkit.pipelines.finetune.common import BestModel, plan_epochs, training_summary
 from bertkit.pipelines.finetune.probe import fit_probe
-from bertkit.pipelines.rundir import join_job, prepare_run_dir, write_summary
+from bertkit.pipelines.rundir import join_job, prepare_run_dir
+from bertkit.pipelines.summary import FinetuneSummary, write_summary
 from bertkit.tasks.kinds import task_kind
 from bertkit.tasks.kinds.embedding import checkpoint_task
 
@@ -38,7 +38,7 @@ def finetune(
     overwrite: bool = False,
     resume: bool | str | None = False,
     quiet: bool = False,
-) -> dict[str, Any]:
+) -> FinetuneSummary:
     task = recipe.task
     join_job(
         recipe,
@@ -100,13 +100,13 @@ def finetune(
             best.finish(model, last_step)
         extra = {"labels": prepared.labels, "task": prepared.task_meta, "best": best_info, **prepared.model_meta}
         save_model_dir(saved, model, prepared.model_cfg, kind.architecture, tokenizer, extra)
-    summary: dict[str, Any] = {
-        "run_dir": str(output),
-        "model_dir": str(saved),
-        "task": task.kind,
-        "recipe": recipe.name,  # the task's own (finetune-KIND) unless --recipe named one
-        **prepared.summary,
+    summary = FinetuneSummary(
+        run_dir=str(output),
+        model_dir=str(saved),
+        task=task.kind,
+        recipe=recipe.name,  # the task's own (finetune-KIND) unless --recipe named one
         **entries,
-    }
+        **prepared.summary,  # the kind's own entries
+    )
     write_summary(output, summary)
     return summary
