@@ -13,12 +13,15 @@ stage; evaluation: a BEIR folder of SQuAD v1.1 dev (every paragraph of 10 articl
 
 The record keeps the three nDCG@10, the teacher's, and the share of the teacher's variance the projection keeps. The
 bench asserts only what must hold whatever the outcome (the projection narrows 384 to 312; every student scores
-above a floor); which teaching helps is the record.
+above twice a random ranking's nDCG@10); which teaching helps is the record. On 2 cores it takes about 45 minutes;
+with BERTKIT_NARROW_WORK set to a folder, a run finished there before (its summary.json written) is read back
+instead of run again.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -29,6 +32,8 @@ from cli_helpers import run_json
 from records import figure, write_record
 from retrieval_helpers import squad_articles, write_beir, write_pairs
 
+from bertkit.pipelines.summary import FinetuneSummary, GeneralDistillSummary, RunSummary, read_summary
+
 PAIRS, EVAL_ARTICLES = int(os.environ.get("BERTKIT_NARROW_PAIRS", "3000")), 10
 DISTILL_SECONDS = int(os.environ.get("BERTKIT_NARROW_DISTILL_SECONDS", "600"))
 EPOCHS = int(os.environ.get("BERTKIT_NARROW_EPOCHS", "1"))
@@ -38,10 +43,20 @@ GENERAL = ["engine.precision=fp32", "train.batch_size=32", "optim.lr=5e-4", "sch
            "train.log_every=10", "train.eval_batches=1"]  # fmt: skip
 
 
+def once(kind: type[RunSummary], output: Path, *args: str) -> dict:
+    """The run's summary: read back when BERTKIT_NARROW_WORK holds it finished, else run to `output`."""
+    if (output / "summary.json").is_file():
+        return read_summary(output, kind).as_json()
+    return run_json(*args, "-o", str(output))
+
+
 @pytest.mark.bench
 def test_a_narrow_student_learns_its_teacher(minilm_dir: Path, squad_dev_file: Path, tmp_path: Path,
                                              capsys) -> None:  # fmt: skip
     from conftest import data_member
+
+    tmp_path = Path(os.environ.get("BERTKIT_NARROW_WORK") or tmp_path)
+    tmp_path.mkdir(parents=True, exist_ok=True)
 
     train = json.loads(data_member("squad", "train"))["data"]
     write_pairs(train, tmp_path / "pairs.jsonl", limit=PAIRS)
@@ -51,11 +66,12 @@ def test_a_narrow_student_learns_its_teacher(minilm_dir: Path, squad_dev_file: P
     beir = write_beir(squad_articles(squad_dev_file)[:EVAL_ARTICLES], tmp_path / "beir")
     seconds: dict[str, float] = {}
     begin = time.perf_counter()
-    run_json("build-corpus", "-i", str(tmp_path / "paragraphs.jsonl"), "-t", str(minilm_dir), "-o",
-             str(tmp_path / "corpus"), "--max-seq-len", "128")  # fmt: skip
-    general = run_json("distill", "--teacher", str(minilm_dir), "--student", "tinybert-4", "--method", "tinybert",
-                       "--corpus", str(tmp_path / "corpus"), "-o", str(tmp_path / "student"),
-                       "--budget", f"{DISTILL_SECONDS}s", *[a for s in GENERAL for a in ("--set", s)])  # fmt: skip
+    if not (tmp_path / "corpus").is_dir():
+        run_json("build-corpus", "-i", str(tmp_path / "paragraphs.jsonl"), "-t", str(minilm_dir), "-o",
+                 str(tmp_path / "corpus"), "--max-seq-len", "128")  # fmt: skip
+    general = once(GeneralDistillSummary, tmp_path / "student", "distill", "--teacher", str(minilm_dir), "--student",
+                   "tinybert-4", "--method", "tinybert", "--corpus", str(tmp_path / "corpus"),
+                   "--budget", f"{DISTILL_SECONDS}s", *[a for s in GENERAL for a in ("--set", s)])  # fmt: skip
     seconds["general"] = round(time.perf_counter() - begin, 1)
     common = ["distill", "--stage", "task", "--teacher", str(minilm_dir), "--student", str(tmp_path / "student"),
               "--train", str(tmp_path / "pairs.jsonl"), "--eval", str(beir), "--set", "engine.precision=fp32",
@@ -64,7 +80,7 @@ def test_a_narrow_student_learns_its_teacher(minilm_dir: Path, squad_dev_file: P
     for name, settings in (("pairs_alone", ["task.distill_weight=0"]), ("projected_vectors", []),
                            ("in_batch_ranking", ["task.distill_loss=kl"])):  # fmt: skip
         begin = time.perf_counter()
-        runs[name] = run_json(*common, "-o", str(tmp_path / name), *[a for s in settings for a in ("--set", s)])
+        runs[name] = once(FinetuneSummary, tmp_path / name, *common, *[a for s in settings for a in ("--set", s)])
         seconds[name] = round(time.perf_counter() - begin, 1)
     from bertkit.config.recipe import load_recipe
     from bertkit.pipelines.compress_embeddings import compare_bi_encoders
@@ -99,4 +115,7 @@ def test_a_narrow_student_learns_its_teacher(minilm_dir: Path, squad_dev_file: P
                   "seconds": seconds, "threads": torch.get_num_threads()},
                  figures, "fp32")  # fmt: skip
     assert projection["from"] == 384 and projection["to"] == 312
-    assert min(scores.values()) > 0.05, scores
+    # Above chance: a random ranking of the documents, each query with one relevant among them, scores this nDCG@10.
+    documents = runs["pairs_alone"]["eval"]["documents"]
+    chance = sum(1 / math.log2(rank + 1) for rank in range(1, 11)) / documents
+    assert min(scores.values()) > 2 * chance, (scores, chance)
