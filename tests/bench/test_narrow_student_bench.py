@@ -5,7 +5,8 @@ the general distillation's corpus, and (question, paragraph) pairs, one question
 stage; evaluation: a BEIR folder of SQuAD v1.1 dev (every paragraph of 10 articles), as the compress-retrieval bench.
 
 1. The student: TinyBERT-4's shape (4 layers, width 312, random weights) distilled from all-MiniLM-L6-v2 (width
-   384) on the paragraphs by `bertkit distill` (TinyBERT's general stage) for DISTILL_SECONDS.
+   384) on the paragraphs by `bertkit distill` (TinyBERT's general stage) for GENERAL_STEPS steps (a step count,
+   not a time budget, so that a busy machine trains the same student).
 2. `bertkit distill --stage task` of that student with all-MiniLM-L6-v2 as the teacher, three times, on the same
    pairs, rate, epochs and seed: the pairs alone (`task.distill_weight=0`, the baseline), the teacher's vectors
    projected to the student's width (`task.distill_loss=mse`, the default), and the teacher's in-batch ranking
@@ -35,7 +36,7 @@ from retrieval_helpers import squad_articles, write_beir, write_pairs
 from bertkit.pipelines.summary import FinetuneSummary, GeneralDistillSummary, RunSummary, read_summary
 
 PAIRS, EVAL_ARTICLES = int(os.environ.get("BERTKIT_NARROW_PAIRS", "3000")), 10
-DISTILL_SECONDS = int(os.environ.get("BERTKIT_NARROW_DISTILL_SECONDS", "600"))
+GENERAL_STEPS = int(os.environ.get("BERTKIT_NARROW_GENERAL_STEPS", "350"))
 EPOCHS = int(os.environ.get("BERTKIT_NARROW_EPOCHS", "1"))
 # The general stage on 2 cores: batches of 32 (TinyBERT's 256 spend the budget in a few dozen steps) at a rate fit
 # for random weights and a short run.
@@ -71,7 +72,7 @@ def test_a_narrow_student_learns_its_teacher(minilm_dir: Path, squad_dev_file: P
                  str(tmp_path / "corpus"), "--max-seq-len", "128")  # fmt: skip
     general = once(GeneralDistillSummary, tmp_path / "student", "distill", "--teacher", str(minilm_dir), "--student",
                    "tinybert-4", "--method", "tinybert", "--corpus", str(tmp_path / "corpus"),
-                   "--budget", f"{DISTILL_SECONDS}s", *[a for s in GENERAL for a in ("--set", s)])  # fmt: skip
+                   *[a for s in [*GENERAL, f"train.steps={GENERAL_STEPS}"] for a in ("--set", s)])  # fmt: skip
     seconds["general"] = round(time.perf_counter() - begin, 1)
     common = ["distill", "--stage", "task", "--teacher", str(minilm_dir), "--student", str(tmp_path / "student"),
               "--train", str(tmp_path / "pairs.jsonl"), "--eval", str(beir), "--set", "engine.precision=fp32",
@@ -107,8 +108,8 @@ def test_a_narrow_student_learns_its_teacher(minilm_dir: Path, squad_dev_file: P
     write_record("narrow-student", "pytest -m bench tests/bench/test_narrow_student_bench.py",
                  {"teacher": "all-MiniLM-L6-v2 as is (width 384)",
                   "student": f"TinyBERT-4's shape (4 layers, width 312), random weights, general distillation from "
-                             f"the teacher on {len(paragraphs)} SQuAD v1.1 train paragraphs for {DISTILL_SECONDS} s "
-                             f"({general['steps']} steps of 32 sequences of 128 tokens, rate 5e-4)",
+                             f"the teacher on {len(paragraphs)} SQuAD v1.1 train paragraphs, {general['steps']} steps "
+                             "of 32 sequences of 128 tokens, rate 5e-4",
                   "train": f"{runs['pairs_alone']['train_pairs']} SQuAD v1.1 train (question, paragraph) pairs, "
                            f"{EPOCHS} epoch(s), rate 1e-4, one seed",
                   "eval": f"SQuAD v1.1 dev, {EVAL_ARTICLES} articles: {runs['pairs_alone']['eval_set']}",
