@@ -96,3 +96,16 @@ def test_an_incomplete_record_is_refused(tmp_path: Path) -> None:
     path = write_record("demo", "make demo", {"n": 1}, {"speed": figure(1.0, "tokens/s")}, "fp32", tmp_path)
     assert check_record(load_records(tmp_path)[0]) == [] and path.parent == tmp_path
     assert RESULTS.name == "results"
+
+
+def test_a_run_off_a_default_setting_is_not_the_headline() -> None:
+    """A bench run with a setting off its default (results_pages.DEFAULTS) is quoted beside the headline, never as
+    it: the tables take the newest run at the defaults, older runs without the setting counting as defaults."""
+    from results_pages import newest
+
+    runs = [{"bench": "compress-retrieval", "date": "2026-01-01", "settings": {}},
+            {"bench": "compress-retrieval", "date": "2026-01-02", "settings": {"distill_loss": "mse"}},
+            {"bench": "compress-retrieval", "date": "2026-01-03", "settings": {"distill_loss": "kl"}}]  # fmt: skip
+    assert newest(runs)["compress-retrieval"]["date"] == "2026-01-02"  # type: ignore[arg-type]
+    assert newest(runs, variants=True)["compress-retrieval"]["date"] == "2026-01-03"  # type: ignore[arg-type]
+    assert newest(runs[:1], variants=True) == {}  # type: ignore[arg-type]
