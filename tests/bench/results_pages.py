@@ -88,21 +88,51 @@ GPU_RECIPES = ("bert-base", "crammed-bert", "modernbert-base")
 
 # A run of a bench with one of these settings off its default is an experiment beside the bench's headline: the
 # results page quotes it in a sentence and the archive keeps it, but the tables quote the newest run at the defaults.
-DEFAULTS: dict[str, dict[str, Any]] = {"compress-retrieval": {"distill_loss": "mse"}}
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "compress-retrieval": {"distill_loss": "mse", "teacher": "all-MiniLM-L6-v2 fine-tuned on the pairs"},
+}
+# How a results-page sentence names a setting off its default.
+VARIANT_WORDS: dict[str, Callable[[Any], str]] = {
+    "distill_loss": lambda v: f"`--set task.distill_loss={v}`",
+    "teacher": lambda v: f"the teacher {v}",
+}
 
 
 def is_variant(record: Record) -> bool:
+    return bool(off_defaults(record))
+
+
+def off_defaults(record: Record) -> tuple[tuple[str, Any], ...]:
+    """The record's settings that differ from its bench's defaults (missing ones count as the default)."""
     settings = record.get("settings") or {}
-    return any(settings.get(key, value) != value for key, value in DEFAULTS.get(record["bench"], {}).items())
+    return tuple((key, settings[key]) for key, value in DEFAULTS.get(record["bench"], {}).items()
+                 if settings.get(key, value) != value)  # fmt: skip
 
 
-def newest(records: list[Record], variants: bool = False) -> dict[str, Record]:
-    """The newest finished (not dry-run) record of each bench at its default settings, or (`variants`) off them."""
+def newest(records: list[Record]) -> dict[str, Record]:
+    """The newest finished (not dry-run) record of each bench at its default settings."""
     found: dict[str, Record] = {}
     for record in sorted(records, key=lambda r: r["date"]):
-        if not record.get("dry_run") and is_variant(record) == variants:
+        if not record.get("dry_run") and not is_variant(record):
             found[record["bench"]] = record
     return found
+
+
+def newest_variants(records: list[Record]) -> dict[str, list[Record]]:
+    """Each bench's runs off its defaults: the newest finished one of each combination of settings, oldest first."""
+    found: dict[tuple[str, tuple[tuple[str, Any], ...]], Record] = {}
+    for record in sorted(records, key=lambda r: r["date"]):
+        if not record.get("dry_run") and is_variant(record):
+            found[(record["bench"], off_defaults(record))] = record
+    grouped: dict[str, list[Record]] = {}
+    for record in sorted(found.values(), key=lambda r: r["date"]):
+        grouped.setdefault(record["bench"], []).append(record)
+    return grouped
+
+
+def variant_words(record: Record) -> str:
+    """"the teacher X and `--set task.distill_loss=kl`": how a run differs from its bench's defaults."""
+    return " and ".join(VARIANT_WORDS[key](value) for key, value in off_defaults(record))
 
 
 def machine_class(record: Record) -> str:
@@ -166,7 +196,7 @@ def readme_block(latest: dict[str, Record]) -> str:
     return "\n".join(lines)
 
 
-def results_page(latest: dict[str, Record], variants: dict[str, Record] | None = None) -> str:
+def results_page(latest: dict[str, Record], variants: dict[str, list[Record]] | None = None) -> str:
     def link(row: Row, r: Record) -> str:
         return f"`{r['path']}`"
 
@@ -230,7 +260,8 @@ def results_page(latest: dict[str, Record], variants: dict[str, Record] | None =
             "`bertkit finetune --task retrieval` on (question, paragraph) pairs of SQuAD v1.1 train beside "
             "sentence-transformers' trainer with the same model, pairs, batch, rate, schedule and seed; both scored "
             "by the same exact search on SQuAD v1.1 dev paragraphs (nDCG@10). `compress` of the same bi-encoder "
-            "against the same 2-layer copy trained on the pairs alone."]  # fmt: skip
+            "fine-tuned on the pairs (the teacher) against the same 2-layer copy trained on the pairs "
+            "alone."]  # fmt: skip
     out += tables(latest, link, {"embed"})
     if "retrieval-finetune" in latest:
         r = latest["retrieval-finetune"]
@@ -243,14 +274,13 @@ def results_page(latest: dict[str, Record], variants: dict[str, Record] | None =
         alone = 100 * value(r, "baseline_ndcg@10") / value(r, "teacher_ndcg@10")
         out += ["", f"The distilled 2-layer bi-encoder keeps {value(r, 'student_percent_of_teacher'):.1f}% of the "
                 f"teacher's nDCG@10 at {value(r, 'student_speedup'):.2f} times its speed; the same copy trained on the "
-                f"pairs alone keeps {alone:.1f}%."]  # fmt: skip
-    variant = (variants or {}).get("compress-retrieval")
-    if variant is not None:
-        loss = variant["settings"]["distill_loss"]
-        out += ["", f"With `--set task.distill_loss={loss}`, the copy distilled in one run scores "
+                f"pairs alone keeps {alone:.1f}%: the teacher's vectors add "
+                f"{value(r, 'student_ndcg@10') - value(r, 'baseline_ndcg@10'):+.3f} nDCG@10."]  # fmt: skip
+    for variant in (variants or {}).get("compress-retrieval", []):
+        out += ["", f"With {variant_words(variant)}, the copy distilled in one run scores "
                 f"{value(variant, 'student_ndcg@10'):.3f} nDCG@10 ({value(variant, 'student_percent_of_teacher'):.1f}% "
-                f"of the teacher's), and the copy trained on the pairs alone in the same run "
-                f"{value(variant, 'baseline_ndcg@10'):.3f} (`{variant['path']}`)."]  # fmt: skip
+                f"of that teacher's {value(variant, 'teacher_ndcg@10'):.3f}), and the copy trained on the pairs alone "
+                f"in the same run {value(variant, 'baseline_ndcg@10'):.3f} (`{variant['path']}`)."]  # fmt: skip
     if "margin-mse" in latest:
         r = latest["margin-mse"]
         out += ["", f"With a cross-encoder's margins (MarginMSE; {r['settings']['train']}, one epoch, one seed) the "
@@ -285,13 +315,14 @@ def results_page(latest: dict[str, Record], variants: dict[str, Record] | None =
 
 def records_page(records: list[Record]) -> str:
     """The archive's list of every record, newest first: which the pages quote, and which a newer run superseded."""
-    latest = {id(r) for r in [*newest(records).values(), *newest(records, variants=True).values()]}
+    quoted = [r for runs in newest_variants(records).values() for r in runs]
+    latest = {id(r) for r in [*newest(records).values(), *quoted]}
     out = ["# Records", "",
            "Every benchmark record under `results/`, newest first, as `tests/bench/results_pages.py` reads them. The "
            "results page and the README quote the newest finished record of each bench (and the results page the "
-           "newest run of a bench with a setting off its default); older ones are superseded and kept here. Each "
-           "file holds the command that reruns it, the commit, the machine, the settings and every figure with its "
-           "unit.", ""]  # fmt: skip
+           "newest run of each combination of settings off a bench's defaults); older ones are superseded and kept "
+           "here. Each file holds the command that reruns it, the commit, the machine, the settings and every figure "
+           "with its unit.", ""]  # fmt: skip
     if not records:
         return "\n".join([*out, "No record yet: `make bench` and `make gpu-check` write them.", ""])
     out += ["| bench | date | machine | commit | quoted | file |", "|---|---|---|---|---|---|"]
@@ -308,7 +339,7 @@ def render(folder: Path = RESULTS) -> tuple[str, str, str]:
     latest = newest(records)
     readme = README.read_text("utf-8")
     start, end = readme.index(START), readme.index(END) + len(END)
-    return (readme[:start] + readme_block(latest) + readme[end:], results_page(latest, newest(records, variants=True)),
+    return (readme[:start] + readme_block(latest) + readme[end:], results_page(latest, newest_variants(records)),
             records_page(records))
 
 

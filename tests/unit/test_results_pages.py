@@ -100,12 +100,18 @@ def test_an_incomplete_record_is_refused(tmp_path: Path) -> None:
 
 def test_a_run_off_a_default_setting_is_not_the_headline() -> None:
     """A bench run with a setting off its default (results_pages.DEFAULTS) is quoted beside the headline, never as
-    it: the tables take the newest run at the defaults, older runs without the setting counting as defaults."""
-    from results_pages import newest
+    it: the tables take the newest run at the defaults, older runs without the setting counting as defaults; the
+    newest run of each combination of settings off the defaults is quoted, named by what differs."""
+    from results_pages import newest, newest_variants, variant_words
 
+    tuned = {"distill_loss": "mse", "teacher": "all-MiniLM-L6-v2 fine-tuned on the pairs"}
     runs = [{"bench": "compress-retrieval", "date": "2026-01-01", "settings": {}},
-            {"bench": "compress-retrieval", "date": "2026-01-02", "settings": {"distill_loss": "mse"}},
-            {"bench": "compress-retrieval", "date": "2026-01-03", "settings": {"distill_loss": "kl"}}]  # fmt: skip
+            {"bench": "compress-retrieval", "date": "2026-01-02", "settings": tuned},
+            {"bench": "compress-retrieval", "date": "2026-01-03", "settings": {"distill_loss": "kl"}},
+            {"bench": "compress-retrieval", "date": "2026-01-04", "settings": {"distill_loss": "kl", "teacher": "X"}},
+            {"bench": "compress-retrieval", "date": "2026-01-05", "settings": {"distill_loss": "kl"}}]  # fmt: skip
     assert newest(runs)["compress-retrieval"]["date"] == "2026-01-02"  # type: ignore[arg-type]
-    assert newest(runs, variants=True)["compress-retrieval"]["date"] == "2026-01-03"  # type: ignore[arg-type]
-    assert newest(runs[:1], variants=True) == {}  # type: ignore[arg-type]
+    variants = newest_variants(runs)["compress-retrieval"]  # type: ignore[arg-type]
+    assert [r["date"] for r in variants] == ["2026-01-04", "2026-01-05"]
+    assert variant_words(variants[0]) == "`--set task.distill_loss=kl` and the teacher X"  # type: ignore[arg-type]
+    assert newest_variants(runs[:2]) == {}  # type: ignore[arg-type]
