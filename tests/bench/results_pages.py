@@ -277,10 +277,11 @@ def results_page(latest: dict[str, Record], variants: dict[str, list[Record]] | 
                 f"pairs alone keeps {alone:.1f}%: the teacher's vectors add "
                 f"{value(r, 'student_ndcg@10') - value(r, 'baseline_ndcg@10'):+.3f} nDCG@10."]  # fmt: skip
     for variant in (variants or {}).get("compress-retrieval", []):
+        whose = "that" if "teacher" in dict(off_defaults(variant)) else "the"
         out += ["", f"With {variant_words(variant)}, the copy distilled in one run scores "
                 f"{value(variant, 'student_ndcg@10'):.3f} nDCG@10 ({value(variant, 'student_percent_of_teacher'):.1f}% "
-                f"of that teacher's {value(variant, 'teacher_ndcg@10'):.3f}), and the copy trained on the pairs alone "
-                f"in the same run {value(variant, 'baseline_ndcg@10'):.3f} (`{variant['path']}`)."]  # fmt: skip
+                f"of {whose} teacher's {value(variant, 'teacher_ndcg@10'):.3f}), and the copy trained on the pairs "
+                f"alone in the same run {value(variant, 'baseline_ndcg@10'):.3f} (`{variant['path']}`)."]  # fmt: skip
     if "margin-mse" in latest:
         r = latest["margin-mse"]
         out += ["", f"With a cross-encoder's margins (MarginMSE; {r['settings']['train']}, one epoch, one seed) the "
