@@ -89,12 +89,14 @@ GPU_RECIPES = ("bert-base", "crammed-bert", "modernbert-base")
 # A run of a bench with one of these settings off its default is an experiment beside the bench's headline: the
 # results page quotes it in a sentence and the archive keeps it, but the tables quote the newest run at the defaults.
 DEFAULTS: dict[str, dict[str, Any]] = {
-    "compress-retrieval": {"distill_loss": "mse", "teacher": "all-MiniLM-L6-v2 fine-tuned on the pairs"},
+    "compress-retrieval": {"distill_loss": "mse", "distill_weight": 1.0,
+                           "teacher": "all-MiniLM-L6-v2 fine-tuned on the pairs"},
 }
 # How a results-page sentence names a setting off its default.
 VARIANT_WORDS: dict[str, Callable[[Any], str]] = {
     "distill_loss": lambda v: f"`--set task.distill_loss={v}`",
     "teacher": lambda v: f"the teacher {v}",
+    "distill_weight": lambda v: f"`--set task.distill_weight={v:g}`",
 }
 
 
@@ -120,10 +122,10 @@ def newest(records: list[Record]) -> dict[str, Record]:
 
 def newest_variants(records: list[Record]) -> dict[str, list[Record]]:
     """Each bench's runs off its defaults: the newest finished one of each combination of settings, oldest first."""
-    found: dict[tuple[str, tuple[tuple[str, Any], ...]], Record] = {}
+    found: dict[tuple[str, str], Record] = {}
     for record in sorted(records, key=lambda r: r["date"]):
         if not record.get("dry_run") and is_variant(record):
-            found[(record["bench"], off_defaults(record))] = record
+            found[(record["bench"], repr(off_defaults(record)))] = record
     grouped: dict[str, list[Record]] = {}
     for record in sorted(found.values(), key=lambda r: r["date"]):
         grouped.setdefault(record["bench"], []).append(record)

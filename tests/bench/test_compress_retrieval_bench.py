@@ -34,6 +34,8 @@ PAIRS, EVAL_ARTICLES = 6000, 10
 # What the distilled copy learns of the teacher beside the ranking loss (task.distill_loss): mse, the squared
 # distance of the unit vectors, or kl, the teacher's in-batch ranking; BERTKIT_DISTILL_LOSS sets it.
 DISTILL_LOSS = os.environ.get("BERTKIT_DISTILL_LOSS", "mse")
+# The weight of that term beside the ranking loss's 1 (task.distill_weight); BERTKIT_DISTILL_WEIGHT sets it.
+DISTILL_WEIGHT = float(os.environ.get("BERTKIT_DISTILL_WEIGHT", "1"))
 # More `--set KEY=VALUE` settings for both trained copies, space-separated (BERTKIT_COMPRESS_SETTINGS).
 EXTRA_SETTINGS = os.environ.get("BERTKIT_COMPRESS_SETTINGS", "").split()
 # The teacher (BERTKIT_COMPRESS_TEACHER): "as-is", all-MiniLM-L6-v2 as published, or "finetuned", that model first
@@ -67,6 +69,7 @@ def test_compress_bi_encoder_keeps_the_teachers_ranking(minilm_dir: Path, squad_
     summary = run_json("compress", "--teacher", str(teacher_dir), "--train", str(tmp_path / "pairs.jsonl"), "--eval",
                        str(beir), "--layers", "2", "--output", str(tmp_path / "small"),
                        "--set", "engine.precision=fp32", "--set", f"task.distill_loss={DISTILL_LOSS}",
+                       "--set", f"task.distill_weight={DISTILL_WEIGHT:g}",
                        *[arg for setting in EXTRA_SETTINGS for arg in ("--set", setting)])  # fmt: skip
     teacher, baseline, student = summary["rows"]
     with capsys.disabled():
@@ -90,7 +93,7 @@ def test_compress_bi_encoder_keeps_the_teachers_ranking(minilm_dir: Path, squad_
                   "train": f"{len(rows)} SQuAD v1.1 train (question, paragraph) pairs",
                   "eval": f"SQuAD v1.1 dev, {EVAL_ARTICLES} articles: {summary['eval_set']}",
                   "inference": "batch 32, max length 128", "threads": torch.get_num_threads(),
-                  "distill_loss": DISTILL_LOSS, "settings": EXTRA_SETTINGS},
+                  "distill_loss": DISTILL_LOSS, "distill_weight": DISTILL_WEIGHT, "settings": EXTRA_SETTINGS},
                  figures, "fp32")  # fmt: skip
     assert student["percent_of_teacher"] >= 90.0, summary["rows"]
     assert student["speedup"] >= 2.5, summary["rows"]

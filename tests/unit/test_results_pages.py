@@ -115,3 +115,5 @@ def test_a_run_off_a_default_setting_is_not_the_headline() -> None:
     assert [r["date"] for r in variants] == ["2026-01-04", "2026-01-05"]
     assert variant_words(variants[0]) == "`--set task.distill_loss=kl` and the teacher X"  # type: ignore[arg-type]
     assert newest_variants(runs[:2]) == {}  # type: ignore[arg-type]
+    weighted = {**tuned, "distill_weight": 4.0}
+    assert variant_words({"bench": "compress-retrieval", "settings": weighted}) == "`--set task.distill_weight=4`"
