@@ -13,6 +13,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from bertkit.cli.app import app
+from bertkit.pipelines.summary import RunSummary, read_summary
 
 runner = CliRunner()
 
@@ -22,6 +23,14 @@ def run_json(*args: str, input: str | bytes | None = None) -> dict:
     result = runner.invoke(app, [*args, "--json", "--quiet"], input=input)
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def run_once(kind: type[RunSummary], output: Path, *args: str) -> dict:
+    """A training command's summary: read back when `output` holds the run finished (its summary.json written),
+    else the command run to `output` (benches that keep their runs in a work folder)."""
+    if (output / "summary.json").is_file():
+        return read_summary(output, kind).as_json()
+    return run_json(*args, "-o", str(output))
 
 
 def error_line(result) -> str:

@@ -24,11 +24,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from cli_helpers import run_json
+from cli_helpers import run_json, run_once
 from records import figure, write_record
 from retrieval_helpers import squad_articles, write_beir, write_pairs
 
-from bertkit.pipelines.summary import FinetuneSummary, read_summary
+from bertkit.pipelines.summary import FinetuneSummary
 
 PAIRS, EVAL_ARTICLES = 6000, 10
 # What the distilled copy learns of the teacher beside the ranking loss (task.distill_loss): mse, the squared
@@ -58,13 +58,10 @@ def test_compress_bi_encoder_keeps_the_teachers_ranking(minilm_dir: Path, squad_
     beir = write_beir(squad_articles(squad_dev_file)[:EVAL_ARTICLES], tmp_path / "beir")
     assert TEACHER in TEACHERS, f"BERTKIT_COMPRESS_TEACHER={TEACHER}: one of {sorted(TEACHERS)}"
     teacher_dir = minilm_dir
-    if TEACHER == "finetuned" and WORK and (Path(WORK) / "teacher" / "summary.json").exists():
-        read_summary(Path(WORK) / "teacher", FinetuneSummary)  # a finished run: its summary reads back
-        teacher_dir = Path(WORK) / "teacher" / "model"
-    elif TEACHER == "finetuned":
-        tuned = run_json("finetune", "--task", "retrieval", "--model", str(minilm_dir), "--train",
-                         str(tmp_path / "pairs.jsonl"), "--eval", str(beir), "--set", "engine.precision=fp32",
-                         "--output", str(Path(WORK or tmp_path) / "teacher"))  # fmt: skip
+    if TEACHER == "finetuned":
+        tuned = run_once(FinetuneSummary, Path(WORK or tmp_path) / "teacher", "finetune", "--task", "retrieval",
+                         "--model", str(minilm_dir), "--train", str(tmp_path / "pairs.jsonl"), "--eval", str(beir),
+                         "--set", "engine.precision=fp32")  # fmt: skip
         teacher_dir = Path(tuned["model_dir"])
     summary = run_json("compress", "--teacher", str(teacher_dir), "--train", str(tmp_path / "pairs.jsonl"), "--eval",
                        str(beir), "--layers", "2", "--output", str(tmp_path / "small"),

@@ -29,11 +29,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from cli_helpers import run_json
+from cli_helpers import run_json, run_once
 from records import figure, write_record
 from retrieval_helpers import squad_articles, write_beir, write_pairs
 
-from bertkit.pipelines.summary import FinetuneSummary, GeneralDistillSummary, RunSummary, read_summary
+from bertkit.pipelines.summary import FinetuneSummary, GeneralDistillSummary
 
 PAIRS, EVAL_ARTICLES = int(os.environ.get("BERTKIT_NARROW_PAIRS", "3000")), 10
 GENERAL_STEPS = int(os.environ.get("BERTKIT_NARROW_GENERAL_STEPS", "350"))
@@ -42,13 +42,6 @@ EPOCHS = int(os.environ.get("BERTKIT_NARROW_EPOCHS", "1"))
 # for random weights and a short run.
 GENERAL = ["engine.precision=fp32", "train.batch_size=32", "optim.lr=5e-4", "schedule.warmup_steps=30",
            "train.log_every=10", "train.eval_batches=1"]  # fmt: skip
-
-
-def once(kind: type[RunSummary], output: Path, *args: str) -> dict:
-    """The run's summary: read back when BERTKIT_NARROW_WORK holds it finished, else run to `output`."""
-    if (output / "summary.json").is_file():
-        return read_summary(output, kind).as_json()
-    return run_json(*args, "-o", str(output))
 
 
 @pytest.mark.bench
@@ -70,9 +63,9 @@ def test_a_narrow_student_learns_its_teacher(minilm_dir: Path, squad_dev_file: P
     if not (tmp_path / "corpus").is_dir():
         run_json("build-corpus", "-i", str(tmp_path / "paragraphs.jsonl"), "-t", str(minilm_dir), "-o",
                  str(tmp_path / "corpus"), "--max-seq-len", "128")  # fmt: skip
-    general = once(GeneralDistillSummary, tmp_path / "student", "distill", "--teacher", str(minilm_dir), "--student",
-                   "tinybert-4", "--method", "tinybert", "--corpus", str(tmp_path / "corpus"),
-                   *[a for s in [*GENERAL, f"train.steps={GENERAL_STEPS}"] for a in ("--set", s)])  # fmt: skip
+    general = run_once(GeneralDistillSummary, tmp_path / "student", "distill", "--teacher", str(minilm_dir),
+                       "--student", "tinybert-4", "--method", "tinybert", "--corpus", str(tmp_path / "corpus"),
+                       *[a for s in [*GENERAL, f"train.steps={GENERAL_STEPS}"] for a in ("--set", s)])  # fmt: skip
     seconds["general"] = round(time.perf_counter() - begin, 1)
     common = ["distill", "--stage", "task", "--teacher", str(minilm_dir), "--student", str(tmp_path / "student"),
               "--train", str(tmp_path / "pairs.jsonl"), "--eval", str(beir), "--set", "engine.precision=fp32",
@@ -81,7 +74,7 @@ def test_a_narrow_student_learns_its_teacher(minilm_dir: Path, squad_dev_file: P
     for name, settings in (("pairs_alone", ["task.distill_weight=0"]), ("projected_vectors", []),
                            ("in_batch_ranking", ["task.distill_loss=kl"])):  # fmt: skip
         begin = time.perf_counter()
-        runs[name] = once(FinetuneSummary, tmp_path / name, *common, *[a for s in settings for a in ("--set", s)])
+        runs[name] = run_once(FinetuneSummary, tmp_path / name, *common, *[a for s in settings for a in ("--set", s)])
         seconds[name] = round(time.perf_counter() - begin, 1)
     from bertkit.config.recipe import load_recipe
     from bertkit.pipelines.compress_embeddings import compare_bi_encoders
